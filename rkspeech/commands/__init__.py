@@ -1,0 +1,1 @@
+"""Sub-commands of the ``rkspeech`` CLI, one module each (see ``rkspeech.cli``)."""

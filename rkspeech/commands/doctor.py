@@ -1,0 +1,129 @@
+"""``rkspeech doctor``: versions of the toolchain and known-bad combinations.
+
+Versions are read with ``importlib.metadata`` (nothing heavy is imported).  The rules are data
+(``RULES``), each with its source; they come from rknn-toolkit2 2.5.0's own metadata
+(``Requires-Dist``: numpy<=1.26.4, onnx>=1.16.1,<=1.18.0, protobuf>=4.21.6,<=4.25.4,
+onnxruntime>=1.17.0, torch<=2.4.0) and from what was measured to work here (shared field notes:
+torch 2.13 CPU beside rknn-toolkit2 installed with --no-deps).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+PACKAGES = ("numpy", "torch", "onnx", "onnxruntime", "protobuf", "setuptools", "psutil",
+            "rknn-toolkit2", "rknn-toolkit-lite2", "rich", "hypothesis")
+
+FIELD_NOTES = "shared/docs/field-notes.md"
+TOOLKIT_META = "rknn-toolkit2 2.5.0 Requires-Dist (importlib.metadata.requires)"
+
+#: (id, severity, when-package, check, message, source).  ``check(versions) -> bool`` is True
+#: when the problem is present.  Versions are tuples of ints (missing package = None).
+RULES = [
+    ("numpy-2", "error", "rknn-toolkit2",
+     lambda v: v["numpy"] is not None and v["numpy"] >= (2,),
+     "numpy >= 2 with rknn-toolkit2 2.5.0: it pins numpy<=1.26.4; `pip install numpy==1.26.4`",
+     TOOLKIT_META),
+    ("onnx-too-new", "error", "rknn-toolkit2",
+     lambda v: v["onnx"] is not None and v["onnx"] > (1, 18, 0),
+     "onnx > 1.18.0 with rknn-toolkit2 2.5.0 (pins onnx<=1.18.0); `pip install onnx==1.18.0`",
+     TOOLKIT_META),
+    ("protobuf-too-new", "error", "rknn-toolkit2",
+     lambda v: v["protobuf"] is not None and v["protobuf"] > (4, 25, 4),
+     "protobuf > 4.25.4 with rknn-toolkit2 2.5.0 (pins protobuf<=4.25.4); `pip install protobuf==4.25.4`",
+     TOOLKIT_META),
+    ("setuptools-81", "error", "rknn-toolkit2",
+     lambda v: v["setuptools"] is None or v["setuptools"] >= (81,),
+     "setuptools >= 81 (or absent) has no pkg_resources, which rknn-toolkit2 imports; "
+     "`pip install 'setuptools<81'`",
+     f"{FIELD_NOTES}: rknn-toolkit2 imports pkg_resources (measured here)"),
+    ("onnxruntime-old", "warning", "rknn-toolkit2",
+     lambda v: v["onnxruntime"] is not None and v["onnxruntime"] < (1, 17),
+     "onnxruntime < 1.17 (rknn-toolkit2 2.5.0 wants >= 1.17.0)", TOOLKIT_META),
+    ("psutil-missing", "warning", "rknn-toolkit2",
+     lambda v: v["psutil"] is None,
+     "psutil is missing: rknn-toolkit2 needs it and `rkspeech convert` uses it for peak RSS",
+     TOOLKIT_META),
+    ("torch-cuda", "warning", "torch",
+     lambda v: v.get("_torch_cuda", False),
+     "torch is a CUDA build (several GB; rknn-toolkit2's torch<=2.4 pin pulls one when pip resolves "
+     "it): install the CPU wheel and rknn-toolkit2 with --no-deps",
+     f"{FIELD_NOTES}: install rknn-toolkit2 with --no-deps; torch 2.13 CPU works beside it"),
+    ("torch-pin", "info", "rknn-toolkit2",
+     lambda v: v["torch"] is not None and v["torch"] > (2, 4, 0),
+     "torch > 2.4.0 is outside rknn-toolkit2's declared pin; measured to work here "
+     "(torch 2.13 CPU, install the toolkit with --no-deps)",
+     f"{TOOLKIT_META}; {FIELD_NOTES}"),
+]
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("doctor", help="show toolchain versions and known-bad combinations")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=run)
+
+
+def _vt(text: str | None):
+    if text is None:
+        return None
+    out = []
+    for part in text.split("+")[0].split("."):
+        digits = "".join(ch for ch in part if ch.isdigit()) if part else ""
+        if not digits or not part[0].isdigit():
+            break
+        out.append(int(digits))
+    return tuple(out)
+
+
+def collect() -> dict:
+    import importlib.metadata as md
+    import platform
+    import sys
+
+    raw = {}
+    for name in PACKAGES:
+        try:
+            raw[name] = md.version(name)
+        except md.PackageNotFoundError:
+            raw[name] = None
+    versions = {k: _vt(v) for k, v in raw.items()}
+    cuda = False
+    if raw["torch"]:
+        cuda = "+cu" in raw["torch"]
+        if not cuda:
+            try:
+                cuda = any(str(r).startswith("nvidia-") for r in (md.requires("torch") or [])
+                           if "extra ==" not in str(r))
+            except md.PackageNotFoundError:
+                pass
+    versions["_torch_cuda"] = cuda
+    findings = []
+    for rid, sev, when, check, msg, source in RULES:
+        if raw.get(when) is None:
+            continue
+        try:
+            hit = check(versions)
+        except TypeError:
+            hit = False
+        if hit:
+            findings.append({"id": rid, "severity": sev, "message": msg, "source": source})
+    return {"python": sys.version.split()[0], "platform": f"{platform.system()} {platform.machine()}",
+            "packages": raw, "torch_cuda_build": cuda, "findings": findings}
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+
+    info = collect()
+    if args.json:
+        print(json.dumps(info, indent=1))
+    else:
+        print(f"{'python':<20} {info['python']} ({info['platform']})")
+        for k, v in info["packages"].items():
+            extra = " (CUDA build)" if k == "torch" and info["torch_cuda_build"] else ""
+            print(f"{k:<20} {v or '-'}{extra}")
+        for f in info["findings"]:
+            print(f"{f['severity'].upper():<7} {f['id']}: {f['message']}")
+        if not info["findings"]:
+            print("no known-bad combinations found")
+    return 1 if any(f["severity"] == "error" for f in info["findings"]) else 0

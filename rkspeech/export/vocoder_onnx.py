@@ -1,0 +1,114 @@
+"""Export the vocoder step graph to ONNX and describe what came out.
+
+Static shapes, opset 17, the legacy TorchScript exporter (``dynamo=False``: with torch 2.13
+it writes graphs that onnxruntime and rknn-toolkit2 2.5.0 load; field notes), output shapes
+declared, and the step contract in the metadata (``rkspeech.contract``).  ``graph_summary``
+gives the node count, the op histogram and the op types known to be risky for rknn-toolkit2.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+from pathlib import Path
+
+from ..errors import RkspeechError
+from ..streaming.contract import CONTRACT_KEY, INPUT_NAMES, OUTPUT_NAMES
+
+OPSET = 17
+
+#: Op types that made rknn-toolkit2 abort or fall back in our measurements (field notes):
+#: Exp/Pad/Shape/ConstantOfShape/Split came from unfolded weight math and traced zero pads,
+#: Sin/Cos land on the CPU on rk3588, Gather with runtime indices too.
+RISKY_OPS = {
+    "Exp": "unfolded weight-only math (SnakeBeta exp(alpha)); fold it at load",
+    "Pad": "traced zero pad; rknn fold_constant aborted on these chains",
+    "Shape": "dynamic shape arithmetic; the converter wants static graphs",
+    "ConstantOfShape": "dynamic shape arithmetic",
+    "Split": "seen in graphs that aborted in fold_constant",
+    "Sin": "runs on the CPU on rk3588 (single-op graph, measured)",
+    "Cos": "runs on the CPU on rk3588 (single-op graph, measured)",
+    "Gather": "runtime-index Gather runs on the CPU on rk3588",
+}
+
+
+def export_step_onnx(step, output: str | os.PathLike) -> Path:
+    """Trace ``step`` (a VocoderStep) to ``output``; written under a temporary name first."""
+    import numpy as np
+    import onnx
+    import torch
+
+    from ..streaming.host import inverse_frequencies, rope_angles
+
+    contract = step.contract
+    out = Path(output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
+    B = contract.codes_length
+    inv = inverse_frequencies(contract.head_dim, contract.rope_theta)
+    dummy = (
+        torch.zeros(1, contract.num_quantizers, B, dtype=torch.int64),
+        torch.from_numpy(rope_angles(0, B, inv)),
+        # traced mid-range so no branch of the slot-bias clamp degenerates into a constant
+        torch.full((1,), float(min(B, contract.kv_slots // 2)), dtype=torch.float32),
+        torch.zeros(contract.cache_numel, dtype=torch.float32),
+    )
+    try:
+        with torch.no_grad():
+            torch.onnx.export(
+                step, dummy, str(tmp),
+                input_names=list(INPUT_NAMES), output_names=list(OUTPUT_NAMES),
+                opset_version=OPSET, do_constant_folding=True, dynamo=False,
+            )
+        model = onnx.load(str(tmp))
+        shapes = contract.output_shapes()
+        for o in model.graph.output:
+            dims = o.type.tensor_type.shape.dim
+            del dims[:]
+            for d in shapes[o.name]:
+                dims.add().dim_value = d
+        meta = model.metadata_props.add()
+        meta.key, meta.value = CONTRACT_KEY, contract.to_json()
+        model.producer_name = "rkspeech"
+        onnx.checker.check_model(model)
+        onnx.save(model, str(tmp))
+        os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return out
+
+
+def graph_summary(path) -> dict:
+    """Node count, op histogram, risky ops, and the cleanliness checks the export promises."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    ops = collections.Counter(n.op_type for n in model.graph.node)
+    risky = {op: {"count": ops[op], "why": why} for op, why in RISKY_OPS.items() if ops.get(op)}
+    dynamic = []
+    for vi in list(model.graph.input) + list(model.graph.output):
+        for d in vi.type.tensor_type.shape.dim:
+            if not d.HasField("dim_value"):
+                dynamic.append(vi.name)
+                break
+    return {
+        "nodes": len(model.graph.node),
+        "op_histogram": dict(sorted(ops.items(), key=lambda kv: (-kv[1], kv[0]))),
+        "risky_ops": risky,
+        "dynamic_io": dynamic,
+        "opset": max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=None),
+        "bytes": Path(path).stat().st_size,
+    }
+
+
+def require_clean(summary: dict) -> None:
+    """The export's promises: static I/O, no Exp of Snake params, no traced zero pads."""
+    problems = []
+    if summary["dynamic_io"]:
+        problems.append(f"dynamic I/O dims on {summary['dynamic_io']}")
+    for op in ("Exp", "Pad", "Shape", "ConstantOfShape"):
+        if summary["op_histogram"].get(op):
+            problems.append(f"{summary['op_histogram'][op]} {op} node(s)")
+    if problems:
+        raise RkspeechError("exported graph is not clean: " + "; ".join(problems))

@@ -1,0 +1,361 @@
+"""ONNX -> .rknn with rknn-toolkit2, in a child process that may crash without taking us along.
+
+Why a child process: the toolkit has crashes that kill the process without a Python exception
+(bfloat16 on rk3588 segfaults; some quantized dtypes on other chips abort), big graphs need many
+GB (measured here: vocoder step graph B=64, 20.7 GB peak RSS), and its build log (layer table,
+REGTASK lines) is printed from C to fd 1/2.  So the child (``rkspeech.rknn._convert_child``) runs
+with fd 1 and 2 on ``<output>.build.log``; the parent polls its RSS (children included) with
+psutil, enforces the timeout / memory limit by killing the child's process group, and turns a
+signal or a non-zero exit into one :class:`RkspeechError` naming the signal and the log.
+
+The .rknn is exported under a temporary name in the output folder and renamed into place only
+after the build succeeded and the file parsed (``container.read_container``), so an earlier good
+artifact survives a failed build.
+
+Measured here (2 cores): a Conv+Relu+Sin+Mul graph on [1,4,16,16], rk3588 fp16, converts in
+about 2-3 s wall (child start and toolkit import included), ~0.4 GB peak RSS, 21 KB .rknn.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ..errors import RkspeechError
+
+#: Chips this project builds for (rknn-toolkit2 2.5.0 accepts these as ``target_platform``).
+TARGETS = ("rk3588", "rk3576", "rk3562", "rk3566", "rk3568")
+DTYPES = ("fp16", "int8")
+#: sherpa-onnx keeps its custom string under 1 KB; we hold ours to the same limit.
+CUSTOM_STRING_LIMIT = 1024
+POLL_SECONDS = 0.25
+
+
+@dataclass
+class ConversionResult:
+    onnx_path: str
+    rknn_path: str
+    log_path: str
+    target: str
+    dtype: str
+    seconds: float
+    peak_rss_mb: float | None
+    rknn_bytes: int
+    opt_level: int | None = None
+    custom_string: str | None = None
+    toolkit_version: str | None = None
+    placement: Any = None  # rkspeech.rknn.placement.Placement
+    container: Any = None  # rkspeech.rknn.container.RknnContainer
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def cpu_compute_ops(self) -> int:
+        return len(self.placement.cpu_layers) if self.placement is not None else 0
+
+    def to_report(self) -> dict[str, Any]:
+        placement = self.placement.to_report() if self.placement is not None else {}
+        c = self.container
+        return {
+            "target": self.target,
+            "dtype": self.dtype,
+            "onnx": self.onnx_path,
+            "rknn": {
+                "path": self.rknn_path,
+                "bytes": self.rknn_bytes,
+                "format": c.format if c else None,
+                "target_platform": c.target_platform if c else None,
+                "inputs": [vars(t) for t in c.inputs] if c else None,
+                "outputs": [vars(t) for t in c.outputs] if c else None,
+                "custom_string_bytes": len(self.custom_string.encode()) if self.custom_string else 0,
+                "has_contract": bool(c is not None and c.contract is not None),
+            },
+            "build": {
+                "seconds": round(self.seconds, 3),
+                "peak_rss_mb": None if self.peak_rss_mb is None else round(self.peak_rss_mb, 1),
+                "log": self.log_path,
+                "regtask_overflow_lines": self.placement.regtask_overflow_lines if self.placement else 0,
+                "opt_level": self.opt_level,
+                "toolkit_version": self.toolkit_version,
+            },
+            "placement": placement,
+            **({"extra": self.extra} if self.extra else {}),
+        }
+
+
+def default_output(onnx_path: str | os.PathLike, target: str) -> Path:
+    p = Path(onnx_path)
+    return p.with_name(f"{p.stem}_{target}.rknn")
+
+
+def _signal_name(rc: int) -> str:
+    try:
+        return signal.Signals(-rc).name
+    except ValueError:
+        return f"signal {-rc}"
+
+
+def _tree_rss(proc) -> int:
+    """RSS in bytes of a psutil.Process and all its descendants (0 for vanished ones)."""
+    import psutil
+
+    total = 0
+    try:
+        procs = [proc] + proc.children(recursive=True)
+    except psutil.Error:
+        return 0
+    for p in procs:
+        try:
+            total += p.memory_info().rss
+        except psutil.Error:
+            pass
+    return total
+
+
+def _kill_tree(popen: subprocess.Popen) -> None:
+    try:
+        os.killpg(popen.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        import psutil
+
+        for child in psutil.Process(popen.pid).children(recursive=True):
+            try:
+                child.kill()
+            except psutil.Error:
+                pass
+    except Exception:  # noqa: BLE001 - the group kill above is the main path
+        pass
+
+
+def _last_error_line(log_path: str) -> str | None:
+    """The last 'E ...' line or Python exception line of the log (tail only, bounded)."""
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 64 * 1024))
+            tail = f.read().decode("utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in reversed(tail):
+        clean = line.replace("\x1b[1;31m", "").replace("\x1b[0m", "").strip()
+        if "REGTASK" in clean:
+            continue
+        if clean.startswith("E ") or "Error" in clean.split(":")[0]:
+            return clean[:300]
+    return None
+
+
+def _last_step(log_path: str) -> str:
+    """The last ``[rkspeech child] STEP ...`` marker in the log (tail only)."""
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 256 * 1024))
+            tail = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return "?"
+    i = tail.rfind("[rkspeech child] ")
+    return tail[i + 17:].split(" ", 1)[0] if i >= 0 else "start"
+
+
+def _validate(onnx_path: Path, target: str, dtype: str, dataset, custom_string) -> None:
+    if not onnx_path.is_file():
+        raise RkspeechError(f"{onnx_path}: no such ONNX file")
+    if target not in TARGETS:
+        raise RkspeechError(f"unknown target {target!r}; choose one of {', '.join(TARGETS)}")
+    if dtype not in DTYPES:
+        raise RkspeechError(f"unknown dtype {dtype!r}; choose fp16 or int8")
+    if dtype == "int8":
+        if not dataset:
+            raise RkspeechError("int8 needs a calibration dataset: pass --dataset FILE.txt "
+                                "(one line per sample, .npy paths of the inputs separated by spaces)")
+        if not Path(dataset).is_file():
+            raise RkspeechError(f"{dataset}: no such dataset file")
+    if custom_string is not None:
+        n = len(custom_string.encode("utf-8"))
+        if n > CUSTOM_STRING_LIMIT:
+            raise RkspeechError(f"custom string is {n} bytes; the limit is {CUSTOM_STRING_LIMIT} "
+                                "(keep the contract compact)")
+
+
+class _Ticker:
+    """Elapsed time and RSS while the child runs: a rich status on a terminal, lines otherwise."""
+
+    def __init__(self, label: str, enabled: bool):
+        self.label, self.enabled = label, enabled
+        self.status = None
+        self.last = 0.0
+        if enabled:
+            from .. import progress
+
+            console = progress._console()
+            if console is not None and console.is_terminal:
+                self.status = console.status(label)
+                self.status.__enter__()
+
+    def update(self, elapsed: float, rss_mb: float | None) -> None:
+        if not self.enabled:
+            return
+        mem = f", RSS {rss_mb / 1024:.2f} GB" if rss_mb is not None else ""
+        text = f"{self.label}: {elapsed:.0f} s{mem}"
+        if self.status is not None:
+            self.status.update(text)
+        elif elapsed - self.last >= 15:
+            from .. import progress
+
+            progress.info(f"    {text}")
+            self.last = elapsed
+
+    def close(self) -> None:
+        if self.status is not None:
+            self.status.__exit__(None, None, None)
+            self.status = None
+
+
+def convert(onnx_path, output_path, *, target: str, dtype: str = "fp16", dataset=None,
+            opt_level: int | None = None, timeout: float | None = None,
+            custom_string: str | None = None, verbose_log: bool = True,
+            memory_limit_mb: float | None = None, show_progress: bool = True,
+            quantized_dtype: str | None = None,
+            on_poll: Callable[[float, float | None], None] | None = None) -> ConversionResult:
+    """Convert ``onnx_path`` to ``output_path`` (.rknn) for ``target`` in a child process.
+
+    Returns a :class:`ConversionResult` (placement parsed from the build log and cross-checked with
+    the .rknn).  Raises :class:`RkspeechError` on bad arguments, a crash (the signal is named; a
+    SIGKILL is often the kernel OOM killer), a failed toolkit step, a timeout or the memory limit;
+    the message names the build log.  ``output_path`` is replaced only on success.
+    """
+    onnx_path = Path(onnx_path).resolve()
+    output_path = Path(output_path).resolve()
+    target = target.lower()
+    _validate(onnx_path, target, dtype, dataset, custom_string)
+    out_dir = output_path.parent
+    if not out_dir.is_dir():
+        raise RkspeechError(f"{out_dir}: output folder does not exist")
+    log_path = Path(str(output_path) + ".build.log")
+    from .. import progress
+
+    work = Path(tempfile.mkdtemp(prefix=f".{output_path.name}.", suffix=".tmp", dir=out_dir))
+    tmp_rknn = work / output_path.name
+    spec = {
+        "onnx_path": str(onnx_path), "export_path": str(tmp_rknn), "target": target, "dtype": dtype,
+        "dataset": str(Path(dataset).resolve()) if dataset else None, "opt_level": opt_level,
+        "custom_string": custom_string, "verbose_log": verbose_log,
+        "quantized_dtype": quantized_dtype, "result_path": str(work / "result.json"),
+    }
+    (work / "spec.json").write_text(json.dumps(spec))
+    env = dict(os.environ)
+    pkg_root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONUNBUFFERED"] = "1"
+    try:
+        import psutil
+    except ImportError:
+        psutil = None
+
+    peak = 0
+    start = time.perf_counter()
+    label = f"converting {onnx_path.name} -> {output_path.name} ({target} {dtype})"
+    ticker = _Ticker(label, show_progress)
+    killed_for: str | None = None
+    try:
+        with open(log_path, "wb") as log:
+            popen = subprocess.Popen(
+                [sys.executable, "-m", "rkspeech.rknn._convert_child", str(work / "spec.json")],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=str(work),
+                env=env, start_new_session=True)
+        try:
+            ps = psutil.Process(popen.pid) if psutil else None
+        except Exception:  # noqa: BLE001 - exited already
+            ps = None
+        try:
+            while True:
+                rc = popen.poll()
+                elapsed = time.perf_counter() - start
+                if ps is not None:
+                    peak = max(peak, _tree_rss(ps))
+                rss_mb = peak / 2**20 if ps is not None else None
+                if rc is not None:
+                    break
+                ticker.update(elapsed, rss_mb)
+                if on_poll is not None:
+                    on_poll(elapsed, rss_mb)
+                if timeout is not None and elapsed > timeout:
+                    killed_for = f"timed out after {timeout:g} s"
+                    _kill_tree(popen)
+                elif memory_limit_mb is not None and rss_mb is not None and rss_mb > memory_limit_mb:
+                    killed_for = f"exceeded the memory limit of {memory_limit_mb:g} MB"
+                    _kill_tree(popen)
+                if killed_for:
+                    popen.wait()
+                    rc = popen.returncode
+                    break
+                time.sleep(POLL_SECONDS)
+        except BaseException:
+            _kill_tree(popen)
+            popen.wait()
+            raise
+        finally:
+            ticker.close()
+        seconds = time.perf_counter() - start
+        peak_mb = peak / 2**20 if psutil else None
+        result = {}
+        try:
+            result = json.loads((work / "result.json").read_text())
+        except (OSError, ValueError):
+            pass
+        mem = f", peak RSS {peak_mb / 1024:.2f} GB" if peak_mb is not None else ""
+        step = result.get("step") or _last_step(str(log_path))
+        if killed_for:
+            raise RkspeechError(f"conversion of {onnx_path.name} {killed_for} (in {step}{mem}); "
+                                f"build log: {log_path}")
+        if rc < 0:
+            name = _signal_name(rc)
+            hint = " (often the kernel's out-of-memory killer)" if name == "SIGKILL" else ""
+            raise RkspeechError(f"conversion of {onnx_path.name} crashed: the rknn-toolkit2 child was "
+                                f"killed by {name}{hint} in {step} after {seconds:.1f} s{mem}; build log: {log_path}")
+        if rc != 0 or not result.get("ok"):
+            why = result.get("message") or f"exit code {rc}"
+            last = _last_error_line(str(log_path))
+            detail = f"; last error: {last}" if last and last not in why else ""
+            raise RkspeechError(f"conversion of {onnx_path.name} failed: {why}{detail}; build log: {log_path}")
+        if not tmp_rknn.is_file():
+            raise RkspeechError(f"conversion of {onnx_path.name} reported success but wrote no .rknn; "
+                                f"build log: {log_path}")
+        from .container import read_container
+
+        container = read_container(tmp_rknn, expect_target=target)
+        os.replace(tmp_rknn, output_path)
+        container.path = str(output_path)
+    finally:
+        for f in work.iterdir() if work.exists() else ():
+            try:
+                f.unlink()
+            except OSError:
+                pass
+        try:
+            work.rmdir()
+        except OSError:
+            pass
+
+    from .placement import analyze
+
+    placement = analyze(log_path, output_path, onnx_path)
+    res = ConversionResult(
+        onnx_path=str(onnx_path), rknn_path=str(output_path), log_path=str(log_path), target=target,
+        dtype=dtype, seconds=seconds, peak_rss_mb=peak_mb, rknn_bytes=output_path.stat().st_size,
+        opt_level=opt_level, custom_string=custom_string, toolkit_version=container.toolkit_version,
+        placement=placement, container=container)
+    progress.info(f"[ok] {output_path.name}: {res.rknn_bytes / 2**20:.2f} MB in {seconds:.1f} s{mem}; "
+                  f"{len(placement.npu_layers)} NPU / {len(placement.cpu_layers)} CPU ops")
+    return res

@@ -1,0 +1,94 @@
+"""Validate codec tokens before they reach a step graph (numpy only).
+
+Layout: ``[T, Q]`` (tokens x codebooks), the layout of the official ``decode(audio_codes)``
+(batch, codes_length, num_quantizers) without the batch.  ``[Q, T]`` is accepted when it is
+unambiguous (T != Q); a square ``[Q, Q]`` array is read as ``[T, Q]``.
+
+``-1`` is end padding, as the official decode treats it: the audio length is the number of
+tokens whose first codebook is not -1.  We accept -1 only in trailing padding rows (codebook
+0 equal to -1 from some token to the end); a -1 anywhere else would be clamped to 0 by the
+official code and silently decoded, so it is an error here, naming the position.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import RkspeechError
+
+
+def normalize_codes(codes, num_quantizers: int, codebook_size: int, *, allow_empty: bool = True) -> np.ndarray:
+    """Return validated ``[T, Q]`` int64 codes with end padding removed."""
+    arr = np.asarray(codes)
+    if arr.dtype == object or arr.dtype.kind not in "iu":
+        if arr.dtype.kind == "f" and arr.size and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
+            raise RkspeechError(f"codes must be integers, got dtype {arr.dtype} (cast them with astype(int64) if intended)")
+        raise RkspeechError(f"codes must be an integer array, got dtype {arr.dtype}")
+    if arr.ndim == 3 and arr.shape[0] == 1:
+        arr = arr[0]
+    if arr.ndim != 2:
+        raise RkspeechError(f"codes must be [T, {num_quantizers}] (or [{num_quantizers}, T]), got shape {list(arr.shape)}")
+    if arr.shape[1] == num_quantizers:
+        tq = arr
+    elif arr.shape[0] == num_quantizers:
+        tq = arr.T
+    else:
+        raise RkspeechError(
+            f"codes of shape {list(arr.shape)} have no axis of {num_quantizers} codebooks; expected [T, {num_quantizers}]"
+        )
+    tq = tq.astype(np.int64, copy=False)
+    if tq.shape[0] == 0:
+        if not allow_empty:
+            raise RkspeechError("no codes")
+        return np.zeros((0, num_quantizers), dtype=np.int64)
+    # trailing end padding: codebook 0 == -1 from some row to the end
+    real = tq[:, 0] != -1
+    length = int(np.nonzero(real)[0][-1]) + 1 if real.any() else 0
+    body = tq[:length]
+    bad = np.argwhere((body < 0) | (body >= codebook_size))
+    if bad.size:
+        t, q = (int(x) for x in bad[0])
+        value = int(body[t, q])
+        if value == -1:
+            raise RkspeechError(
+                f"code -1 at token {t}, codebook {q}: -1 is only valid as end padding "
+                f"(codebook 0 = -1 on every token from some point to the end)"
+            )
+        raise RkspeechError(f"code {value} at token {t}, codebook {q} is outside [0, {codebook_size})")
+    return np.ascontiguousarray(body)
+
+
+def load_codes_file(path) -> np.ndarray:
+    """Read codes from ``.npy``, ``.json`` (nested lists) or ``.pt`` (a tensor, weights-only)."""
+    import json
+    from pathlib import Path
+
+    p = Path(path)
+    if not p.is_file():
+        raise RkspeechError(f"codes file {p} does not exist")
+    suffix = p.suffix.lower()
+    try:
+        if suffix == ".npy":
+            return np.load(p, allow_pickle=False)
+        if suffix == ".json":
+            data = json.loads(p.read_text())
+            if isinstance(data, dict):
+                data = data.get("codes", data.get("audio_codes"))
+            arr = np.asarray(data)
+            if arr.dtype == object:
+                raise RkspeechError(f"{p}: codes are ragged (rows of different lengths)")
+            return arr
+        if suffix in (".pt", ".pth"):
+            import torch
+
+            obj = torch.load(p, map_location="cpu", weights_only=True)
+            if isinstance(obj, dict):
+                obj = obj.get("codes", obj.get("audio_codes"))
+            if not isinstance(obj, torch.Tensor):
+                raise RkspeechError(f"{p}: expected a tensor of codes (or a dict with 'codes')")
+            return obj.numpy()
+    except RkspeechError:
+        raise
+    except Exception as exc:  # corrupt files: numpy/json/torch raise many types
+        raise RkspeechError(f"{p}: cannot read codes ({type(exc).__name__}: {exc})") from None
+    raise RkspeechError(f"{p}: unsupported codes file type {suffix!r}; use .npy, .json or .pt")

@@ -1,0 +1,75 @@
+"""Tiny ONNX graphs and a once-per-session .rknn for the rknn tests (helper, not a test module)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+_CACHE: dict[str, Path] = {}
+
+
+def have_rknn() -> bool:
+    from rkspeech.rknn.toolkit import have_toolkit
+
+    return have_toolkit()
+
+
+def save(model, path: Path) -> Path:
+    import onnx
+
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return path
+
+
+def graph(nodes, inputs, outputs, inits=(), opset=13):
+    from onnx import helper
+
+    g = helper.make_graph(nodes, "t", inputs, outputs, list(inits))
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def vi(name, shape, elem=1):
+    from onnx import helper
+
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def conv_relu_sin(path: Path, with_sin: bool = True) -> Path:
+    """x[1,4,16,16] -> Conv 3x3 -> Relu -> (Sin) -> Mul -> y[1,8,16,16]."""
+    from onnx import helper, numpy_helper
+
+    rng = np.random.RandomState(0)
+    w = numpy_helper.from_array((rng.randn(8, 4, 3, 3) * 0.3).astype(np.float32), "W")
+    b = numpy_helper.from_array((rng.randn(8) * 0.1).astype(np.float32), "B")
+    nodes = [helper.make_node("Conv", ["x", "W", "B"], ["c"], name="conv0", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"], name="relu0")]
+    if with_sin:
+        nodes += [helper.make_node("Sin", ["r"], ["s"], name="sin0"),
+                  helper.make_node("Mul", ["s", "r"], ["y"], name="mul0")]
+    else:
+        nodes += [helper.make_node("Mul", ["r", "r"], ["y"], name="mul0")]
+    return save(graph(nodes, [vi("x", [1, 4, 16, 16])], [vi("y", [1, 8, 16, 16])], [w, b]), path)
+
+
+def session_rknn(tmp_path_factory) -> Path:
+    """One real rk3588 fp16 .rknn of the Conv/Relu/Sin graph per test session."""
+    if "rknn" not in _CACHE:
+        from rkspeech.rknn.convert import convert
+
+        d = tmp_path_factory.mktemp("rknn_session")
+        onnx_path = conv_relu_sin(d / "tiny.onnx")
+        res = convert(onnx_path, d / "tiny_rk3588.rknn", target="rk3588", show_progress=False,
+                      custom_string='{"format":"other-model/1","note":"not a step contract"}')
+        _CACHE["rknn"] = Path(res.rknn_path)
+        _CACHE["onnx"] = onnx_path
+        _CACHE["result"] = res  # type: ignore[assignment]
+    return _CACHE["rknn"]
+
+
+def session_result(tmp_path_factory):
+    session_rknn(tmp_path_factory)
+    return _CACHE["result"]

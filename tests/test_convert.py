@@ -1,0 +1,123 @@
+import json
+
+import pytest
+
+from rkspeech.errors import RkspeechError
+from rkspeech.rknn.convert import convert
+
+from rkfixtures import conv_relu_sin, graph, session_result, vi
+
+pytestmark = pytest.mark.rknn
+
+
+def test_convert_report_fields(tmp_path_factory):
+    res = session_result(tmp_path_factory)
+    r = res.to_report()
+    assert r["target"] == "rk3588" and r["dtype"] == "fp16"
+    assert r["rknn"]["bytes"] > 1000 and r["rknn"]["path"].endswith(".rknn")
+    assert r["build"]["seconds"] > 0 and r["build"]["peak_rss_mb"] > 50
+    assert r["build"]["regtask_overflow_lines"] == 0
+    with open(r["build"]["log"]) as f:
+        assert "Network Layer Information Table" in f.read()  # fd-level capture of the C table
+    p = r["placement"]
+    # Conv(+Relu fused) and Mul on the NPU; the Sin on the CPU, in the middle, mapped to ONNX
+    assert p["npu_ops"] == 2 and p["cpu_ops"] == 1 and p["io_ops"] == 2
+    assert p["cpu_op_types"] == {"Sin": 1}
+    (sin,) = p["cpu_op_list"]
+    assert sin["onnx_node"] == "sin0" and sin["output_shapes"] == "(1,8,16,16)"
+    assert sin["position"] == "middle"
+    assert p["crosscheck"]["status"] == "ok"  # log targets == per-node bytes in the .rknn
+    json.dumps(r)
+
+
+def test_no_sin_all_npu(tmp_path):
+    onnx_path = conv_relu_sin(tmp_path / "nosin.onnx", with_sin=False)
+    res = convert(onnx_path, tmp_path / "nosin.rknn", target="rk3588", show_progress=False)
+    assert res.to_report()["placement"]["cpu_ops"] == 0
+
+
+def test_child_signal_keeps_previous_artifact(tmp_path, monkeypatch):
+    onnx_path = conv_relu_sin(tmp_path / "m.onnx")
+    out = tmp_path / "m.rknn"
+    out.write_bytes(b"previous good artifact")
+    monkeypatch.setenv("RKSPEECH_TEST_CHILD_SIGNAL", "SIGKILL")
+    with pytest.raises(RkspeechError, match=r"SIGKILL.*build log: .*m\.rknn\.build\.log"):
+        convert(onnx_path, out, target="rk3588", show_progress=False)
+    assert out.read_bytes() == b"previous good artifact"
+    monkeypatch.setenv("RKSPEECH_TEST_CHILD_SIGNAL", "SIGSEGV")
+    with pytest.raises(RkspeechError, match="SIGSEGV"):
+        convert(onnx_path, out, target="rk3588", show_progress=False)
+    assert out.read_bytes() == b"previous good artifact"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # temp dir cleaned
+
+
+def test_timeout(tmp_path, monkeypatch):
+    onnx_path = conv_relu_sin(tmp_path / "m.onnx")
+    monkeypatch.setenv("RKSPEECH_TEST_CHILD_SLEEP", "60")
+    with pytest.raises(RkspeechError, match="timed out after 3 s"):
+        convert(onnx_path, tmp_path / "m.rknn", target="rk3588", timeout=3, show_progress=False)
+    assert not (tmp_path / "m.rknn").exists()
+
+
+def test_failed_build_is_one_error(tmp_path):
+    from onnx import helper
+
+    # an op the toolkit cannot load: a custom-domain node
+    node = helper.make_node("Frobnicate", ["x"], ["y"], domain="example.custom")
+    m = graph([node], [vi("x", [1, 4])], [vi("y", [1, 4])])
+    m.opset_import.append(helper.make_opsetid("example.custom", 1))
+    import onnx
+
+    m.ir_version = 8
+    onnx.save(m, str(tmp_path / "bad.onnx"))
+    with pytest.raises(RkspeechError, match="failed.*build log"):
+        convert(tmp_path / "bad.onnx", tmp_path / "bad.rknn", target="rk3588", show_progress=False)
+
+
+def test_argument_errors(tmp_path):
+    onnx_path = conv_relu_sin(tmp_path / "m.onnx")
+    with pytest.raises(RkspeechError, match="1024"):
+        convert(onnx_path, tmp_path / "m.rknn", target="rk3588", custom_string="x" * 1025)
+    with pytest.raises(RkspeechError, match="unknown target"):
+        convert(onnx_path, tmp_path / "m.rknn", target="rk9999")
+    with pytest.raises(RkspeechError, match="dataset"):
+        convert(onnx_path, tmp_path / "m.rknn", target="rk3588", dtype="int8")
+
+
+def test_regtask_lines_counted(tmp_path):
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    # measured: C=96, k=7, dilation 9, T=2048 -> 28,666 REGTASK lines on rk3588 fp16 (~3 s)
+    w = numpy_helper.from_array((np.random.RandomState(0).randn(96, 96, 7) * 0.1).astype(np.float32), "W")
+    node = helper.make_node("Conv", ["x", "W"], ["y"], name="dconv", dilations=[9], pads=[27, 27])
+    from rkfixtures import save
+
+    p = save(graph([node], [vi("x", [1, 96, 2048])], [vi("y", [1, 96, 2048])], [w]), tmp_path / "d.onnx")
+    res = convert(p, tmp_path / "d.rknn", target="rk3588", show_progress=False)
+    assert res.to_report()["build"]["regtask_overflow_lines"] > 1000
+
+
+def test_cli_contract_custom_string_and_fail_on_cpu(tmp_path, capsys):
+    import onnx
+
+    from rkspeech.cli import main
+    from rkspeech.streaming.contract import CONTRACT_KEY
+
+    onnx_path = conv_relu_sin(tmp_path / "m.onnx")
+    m = onnx.load(str(onnx_path))
+    contract = ('{"format":"rkspeech-step/1","model":"qwen3-tts-vocoder","formulation":"seed","B":4,'
+                '"Q":16,"codebook_size":2048,"head_dim":64,"sliding_window":72,"rope_theta":10000.0,'
+                '"samples_per_token":1920,"sample_rate":24000,"N":6,"segments":[["kv",[2,3]]]}')
+    onnx.helper.set_model_props(m, {CONTRACT_KEY: contract})
+    onnx.save(m, str(onnx_path))
+    report = tmp_path / "r.json"
+    rc = main(["convert", str(onnx_path), "--target", "rk3588", "--report", str(report), "--fail-on-cpu"])
+    assert rc == 2 and "CPU" in capsys.readouterr().err
+    data = json.loads(report.read_text())
+    assert data["rknn"]["has_contract"] is True
+    out = tmp_path / "m_rk3588.rknn"  # default output name
+    assert data["rknn"]["path"] == str(out)
+    from rkspeech.rknn.container import read_container
+
+    assert read_container(out).contract.codes_length == 4

@@ -1,0 +1,108 @@
+"""The stateful step against the full decode, over the whole signal, and the checks failing."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from rkspeech.errors import RkspeechError
+from rkspeech.runtime.streaming import Engine
+from rkspeech.streaming.step import VocoderStep
+from rkspeech.streaming.torch_runner import TorchStepRunner
+from rkspeech.verify import snr_db
+from rkspeech.vocoder_checks import check_tokens, full_decode, random_codes, require, stepwise_check
+
+
+class ZeroKvHistory:
+    """Broken cache: the KV history is wiped before every step."""
+
+    def __init__(self, runner, contract):
+        self.runner, self.kv = runner, contract.segment("kv")
+
+    def infer(self, feed):
+        cache = feed["cache_in"].copy()
+        cache[self.kv.offset:self.kv.end] = 0.0
+        return self.runner.infer({**feed, "cache_in": cache})
+
+
+class CacheValidAsFlag:
+    """Broken host: ``cache_valid`` passed as a 0/1 "has history" flag instead of a count."""
+
+    def __init__(self, runner):
+        self.runner = runner
+
+    def infer(self, feed):
+        flag = np.minimum(feed["cache_valid"], 1.0).astype(np.float32)
+        return self.runner.infer({**feed, "cache_valid": flag})
+
+
+def _setup(model, B, first):
+    main = VocoderStep(model, B)
+    first_step = VocoderStep(model, first) if first else None
+    codes = random_codes(check_tokens(B, first), 16, model.cfg.codebook_size, seed=1)
+    return main, first_step, codes, full_decode(model, codes)
+
+
+@pytest.mark.parametrize("B, first", [(16, 4), (8, None), (1, 3)])
+def test_torch_step_matches_full_decode(reduced_model, B, first):
+    main, first_step, codes, ref = _setup(reduced_model, B, first)
+    assert main.contract.cache_numel == VocoderStep(reduced_model, 3).contract.cache_numel  # N independent of B
+    res = stepwise_check(ref, codes, Engine(TorchStepRunner(main), main.contract),
+                         Engine(TorchStepRunner(first_step), first_step.contract) if first_step else None)
+    assert res.samples == ref.size  # whole signal, including the final partial step
+    assert res.snr_db >= 100.0
+    assert min(res.per_step_snr_db) >= 100.0
+
+
+@pytest.mark.parametrize("breakage", ["zero_kv", "flag"])
+def test_check_fails_on_broken_cache(reduced_model, breakage):
+    main, _, codes, ref = _setup(reduced_model, 16, None)
+    runner = TorchStepRunner(main)
+    broken = ZeroKvHistory(runner, main.contract) if breakage == "zero_kv" else CacheValidAsFlag(runner)
+    res = stepwise_check(ref, codes, Engine(broken, main.contract))
+    assert res.snr_db < 40.0
+    with pytest.raises(RkspeechError, match="does not reproduce"):
+        require(res, 100.0, "torch step")
+
+
+def test_export_and_onnxruntime_check(reduced_ckpt, tmp_path):
+    from rkspeech.export.onnx_contract import read_onnx_contract
+    from rkspeech.vocoder_export import export_vocoder
+
+    out = tmp_path / "step.onnx"
+    result = export_vocoder(reduced_ckpt, 16, output=out, first_length=4)
+    r = result.report
+    assert r["snr_db"]["torch_step"] >= 100.0 and r["snr_db"]["onnxruntime_step"] >= 100.0
+    for key in ("B", "cache_numel"):
+        assert key in r
+    assert r["onnx"]["nodes"] == sum(r["onnx"]["op_histogram"].values())
+    for banned in ("Exp", "Pad", "Shape", "ConstantOfShape"):
+        assert banned not in r["onnx"]["op_histogram"]
+    contract = read_onnx_contract(out)
+    assert contract.codes_length == 16 and contract.cache_numel == r["cache_numel"]
+    assert read_onnx_contract(result.first_onnx).codes_length == 4
+    assert not list(tmp_path.glob(".*staging*"))
+    json.dumps(r)
+
+
+def test_failed_check_leaves_previous_onnx(reduced_ckpt, tmp_path):
+    from rkspeech.vocoder_export import export_vocoder
+
+    out = tmp_path / "step.onnx"
+    out.write_bytes(b"previous artifact")
+    with pytest.raises(RkspeechError):
+        export_vocoder(reduced_ckpt, 8, output=out, min_snr_db=500.0)  # impossible threshold
+    assert out.read_bytes() == b"previous artifact"
+    assert not list(tmp_path.glob(".*staging*"))
+
+
+@pytest.mark.slow
+def test_published_config_torch_and_onnxruntime(published_ckpt, tmp_path):
+    from rkspeech.vocoder_export import export_vocoder
+
+    r = export_vocoder(published_ckpt, 16, output=tmp_path / "pub.onnx", first_length=4).report
+    assert r["cache_numel"] == 1_298_496
+    assert r["snr_db"]["torch_step"] >= 100.0
+    assert r["snr_db"]["onnxruntime_step"] >= 100.0

