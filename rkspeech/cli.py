@@ -16,6 +16,7 @@ from .errors import RkspeechError
 
 #: Sub-command modules under rkspeech.commands, in the order ``--help`` lists them.
 COMMAND_MODULES = (
+    "demo",
     "synth_checkpoint",
     "export",
     "lint",

@@ -44,7 +44,9 @@ def espeak(text: str, path, speed: int = 150) -> str:
 def pipeline():
     from rkspeech.runtime.whisper_pipeline import WhisperPipeline
 
-    return WhisperPipeline(TINY_EN, threads=2)
+    # One CTranslate2 thread: with two, OpenMP spin-waits made the decoder 4x slower whenever
+    # another process shared the 2 cores (measured here: 0.66 s vs 2.5 s for one window).
+    return WhisperPipeline(TINY_EN, threads=1)
 
 
 @pytest.fixture(scope="module")
@@ -139,28 +141,34 @@ def test_onnx_transcripts_identical_to_all_cpu(pipeline, encoder_onnx, speech):
         for name, path in speech.items():
             audio = load_audio(path)
             ref = pipeline.reference(audio)
-            ours_cpu = pipeline.transcribe(audio)  # our window loop, CTranslate2's encoder
             ours_npu = pipeline.transcribe(audio, enc)  # our window loop, ONNX encoder
             assert ref.text.strip(), f"{name}: empty reference transcript"
-            assert ours_cpu.text == ref.text and ours_cpu.tokens == ref.tokens, name
+            if name == "long":  # our window loop with CTranslate2's own encoder equals faster-whisper's
+                ours_cpu = pipeline.transcribe(audio)
+                assert ours_cpu.text == ref.text and ours_cpu.tokens == ref.tokens
+                assert len(ours_npu.windows) == 2  # > 30 s: two windows, decoded in order
             assert ours_npu.text == ref.text, f"{name}: {ours_npu.text!r} != {ref.text!r}"
             assert ours_npu.tokens == ref.tokens, name
             texts[name] = ref.text
     # the speech is really transcribed (tiny.en on espeak: not perfect, but these words survive)
-    assert "weather" in texts["s0"].lower() and "station" in texts["s2"].lower()
-    # > 30 s goes through more than one window, and windows are decoded in order
-    assert len(pipeline.transcribe(load_audio(speech["long"])).windows) == 2
+    assert "cloudy" in texts["s0"].lower() and "station" in texts["s2"].lower()
 
 
 def test_compare_detects_a_wrong_encoder(pipeline, encoder_onnx, speech):
-    """The identity check must fail when the encoder is wrong: drop the last block's effect by
-    feeding the decoder frames shifted by 25 (0.5 s)."""
+    """The identity check must fail when the encoder is wrong: here its output past 10 s is zeros
+    (what a window-geometry mistake looks like to the decoder).  A 0.5 s time shift of the
+    encoder output, by contrast, decoded to the same text here: the decoder is robust to it."""
     from rkspeech.runtime.whisper_pipeline import diff_transcripts, load_audio, open_encoder
 
     audio = load_audio(speech["all"])
     ref = pipeline.reference(audio)
     with open_encoder("ort", encoder_onnx, threads=2) as enc:
-        broken = pipeline.transcribe(audio, lambda mel: np.roll(enc(mel), 25, axis=1))
+        def broken_encoder(mel):
+            out = enc(mel)
+            out[:, 500:] = 0.0
+            return out
+
+        broken = pipeline.transcribe(audio, broken_encoder)
     assert diff_transcripts(ref.text, broken.text) is not None
 
 
@@ -168,7 +176,7 @@ def test_transcribe_cli_compare_json(encoder_onnx, speech, capsys):
     from rkspeech.cli import main
 
     rc = main(["transcribe", speech["s1"], "--model", str(TINY_EN), "--encoder", str(encoder_onnx),
-               "--backend", "ort", "--compare", "--threads", "2", "--json"])
+               "--backend", "ort", "--compare", "--threads", "1", "--json"])
     report = json.loads(capsys.readouterr().out)
     assert rc == 0
     assert report["compare"]["identical"] is True and report["compare"]["tokens_identical"] is True
@@ -183,9 +191,9 @@ def test_transcribe_cli_prints_timing_split(encoder_onnx, speech, capsys):
     from rkspeech.cli import main
 
     rc = main(["transcribe", speech["s0"], "--model", str(TINY_EN), "--encoder", str(encoder_onnx),
-               "--threads", "2"])
+               "--threads", "1"])
     out, err = capsys.readouterr()
-    assert rc == 0 and "weather" in out.lower()
+    assert rc == 0 and "cloudy with a chance of rain" in out.lower()
     assert "timing: host" in err and "encoder" in err and "decoder" in err
 
 

@@ -1,0 +1,43 @@
+"""``rkspeech demo``: the main job on the embedded default checkpoint.
+
+Writes a synthetic Qwen3-TTS speech tokenizer (real on-disk format; real weights cannot be
+downloaded here) and runs ``rkspeech build qwen3-tts-vocoder`` on it: export + checks, lint,
+conversion for the target, container inspection, simulator verification, plan.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("demo", help="build the vocoder from an embedded synthetic checkpoint, end to end")
+    p.add_argument("--config", choices=("published", "reduced"), default="published",
+                   help="synthetic checkpoint size (published: ~15 min, 8 GB peak at B=16; reduced: ~2 min)")
+    p.add_argument("--out", default="out/demo", help="output folder (default out/demo)")
+    p.add_argument("--target", default="rk3588")
+    p.add_argument("--codes-length", "-B", type=int, default=16,
+                   help="main step B (default 16; 64 needs ~21 GB to convert the published config)")
+    p.add_argument("--first-length", type=int, default=4)
+    p.add_argument("--skip-verify", action="store_true")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .. import progress
+    from ..models.qwen3_synthetic import write_checkpoint
+    from ..vocoder_build import run as build_run
+
+    out = Path(args.out)
+    ckpt = out / f"checkpoint-{args.config}"
+    if not (ckpt / "speech_tokenizer" / "model.safetensors").is_file():
+        with progress.stage(f"synthetic {args.config} checkpoint"):
+            write_checkpoint(ckpt, args.config, seed=0)
+    build_args = argparse.Namespace(
+        model_dir=str(ckpt), target=args.target, codes_length=args.codes_length, first_length=args.first_length,
+        out=str(out / f"build-{args.config}-{args.target}-B{args.codes_length}"), verify_steps=3,
+        skip_verify=args.skip_verify, timeout=None, fail_on_cpu=False, force=False,
+    )
+    return build_run(build_args)

@@ -1,0 +1,208 @@
+"""NPU-native building blocks for the vocoder step graph (``formulation="npu"``).
+
+Each block replaces a piece of the seed-style step that rknn-toolkit2 2.5.0 places on the CPU
+or compiles into REGTASK-overflowing register fields.  Placement below was measured here with
+single-block graphs (rk3588 fp16, ``rkspeech.rknn.convert``; see ``docs/npu-formulation.md``):
+
+* ``snake_sin2`` - ``sin(pi/2 * t)^2`` from Abs / Add / Relu / Mul / Clip only.  ``Sin`` runs on
+  the CPU, and so do Floor, Round, Mod and float->int Cast (field notes), so the range reduction
+  is a chain of *reflections*: ``t -> t - 2*relu(t - c)`` reflects ``t > c`` about ``c`` and
+  leaves ``t < c`` bit-exact (``relu`` of a negative is exactly 0).  ``sin(pi/2 t)^2`` is even
+  and symmetric about every integer, so reflecting about c = 2^(k-1), ..., 2, 1 maps
+  ``[0, 2^k]`` onto ``[0, 1]`` without changing the value; a degree-6 polynomial in ``t^2``
+  (least squares on Chebyshev nodes, max error 6.3e-9 in float64) finishes it.  Unlike
+  ``c - |t - c|`` the relu form never rounds a small ``t`` against a large ``c`` (which in fp16
+  would cost ulp(c), e.g. 0.06 at c = 64).  Abs compiles to an NPU LeakyRelu, Clip/Relu/Add/Mul
+  stay on the NPU, Min does not (measured: Min on the CPU).  Inputs beyond ``2^k`` are clipped,
+  so an out-of-range activation gives a bounded error instead of a polynomial blow-up.
+* ``polyphase_weight`` / ``PolyphaseTransConv`` - a stride-s ConvTranspose (k = s or 2s) as a
+  k=2 (or 1) Conv1d with ``s*cout`` output channels and a reshape/transpose interleave.  The
+  compiler turns the interleave into an NPU Gather; ConvTranspose with stride 3 or 5 pads on the
+  CPU (``exConvTransposePad``).
+* ``FoldedDilatedConv`` - a dilated k-tap conv as an undilated ``(k, 1)`` Conv2d over time folded
+  to ``[T/d, d]`` (zero right-pad to a multiple of d, slice back): 0 REGTASK lines; the seed's
+  dilation-9 convs log tens of thousands.
+* ``OneHotCodebook`` - codes -> per-codebook one-hot ``relu(1 - |code - arange|)`` -> batched
+  MatMul with the folded ``[Q, K, D]`` tables -> sum over Q.  Exact selection (codes < 2048 are
+  exact in fp16).  The int64 input still needs a Cast, which the toolkit runs on the CPU.
+* ``rope_cos_sin`` - RoPE cos/sin of host-reduced angles in ``[0, 2*pi)`` from ``snake_sin2``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import nn
+
+SIN2_DEGREE = 6
+
+
+def sin2_coefficients(degree: int = SIN2_DEGREE) -> list[float]:
+    """``c`` with ``sin(pi/2 t)^2 ~= sum_i c[i] * s^(i+1)``, ``s = t^2``, on ``t in [0, 1]``.
+
+    Least squares on 4,000 Chebyshev nodes in s, float64.  Max abs error (measured on 200,001
+    points): degree 4 2.4e-5, 5 4.6e-7, 6 6.3e-9, 7 6.5e-11.
+    """
+    j = np.arange(4000)
+    s = 0.5 - 0.5 * np.cos(np.pi * (j + 0.5) / 4000)
+    f = np.sin(np.pi * np.sqrt(s) / 2) ** 2
+    a = np.stack([s ** (i + 1) for i in range(degree)], axis=1)
+    return [float(c) for c in np.linalg.lstsq(a, f, rcond=None)[0]]
+
+
+def folds_for_bound(bound: float) -> int:
+    """Reflections needed so ``|t| <= bound`` lands in ``[0, 1]``: ``ceil(log2(bound))``, >= 0."""
+    return max(0, math.ceil(math.log2(max(float(bound), 1.0))))
+
+
+def snake_sin2(t: torch.Tensor, folds: int, coeffs: list[float]) -> torch.Tensor:
+    """``sin(pi/2 * t)^2`` for ``|t| <= 2**folds`` with NPU ops only (see module docstring)."""
+    t = torch.abs(t)
+    for j in range(folds - 1, -1, -1):
+        c = float(2**j)
+        t = t - 2.0 * torch.relu(t - c)
+    t = torch.clamp(t, -1.0, 1.0)
+    s = t * t
+    acc = s * coeffs[-1] + coeffs[-2]
+    for c in reversed(coeffs[:-2]):
+        acc = acc * s + c
+    return acc * s
+
+
+class NpuSnake(nn.Module):
+    """SnakeBeta ``x + gain * sin(freq x)^2`` with the NPU-only ``sin^2``.
+
+    ``bound`` is the largest ``|freq * x|`` the layer must handle exactly (from calibration,
+    with a margin); beyond it the result is still bounded (|error| <= gain).
+    """
+
+    def __init__(self, snake, bound: float, degree: int = SIN2_DEGREE):
+        super().__init__()
+        self.register_buffer("scale", (snake.freq * (2.0 / math.pi)).clone(), persistent=False)
+        self.register_buffer("gain", snake.gain.clone(), persistent=False)
+        self.bound = float(bound)
+        self.folds = folds_for_bound(self.bound * 2.0 / math.pi)
+        self.coeffs = sin2_coefficients(degree)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.gain * snake_sin2(x * self.scale, self.folds, self.coeffs)
+
+
+def rope_cos_sin(angles: torch.Tensor, coeffs: list[float] | None = None):
+    """cos/sin of angles in ``[0, 2*pi)`` (the host reduces them) with NPU ops only.
+
+    ``cos a = 1 - 2 sin^2(a/2)``, ``sin a = 1 - 2 sin^2(a/2 - pi/4)``; with ``t = a/pi`` both are
+    ``snake_sin2`` of ``|t| < 2``, one reflection.
+    """
+    coeffs = coeffs or sin2_coefficients()
+    t = angles * (1.0 / math.pi)
+    cos = 1.0 - 2.0 * snake_sin2(t, 1, coeffs)
+    sin = 1.0 - 2.0 * snake_sin2(t - 0.5, 1, coeffs)
+    return cos, sin
+
+
+# ---------------------------------------------------------------------------------------------
+# ConvTranspose as polyphase conv
+# ---------------------------------------------------------------------------------------------
+def polyphase_weight(weight: torch.Tensor, stride: int) -> torch.Tensor:
+    """ConvTranspose1d weight ``[cin, cout, k]`` (k = s or 2s) -> Conv1d weight
+    ``[cout*s, cin, k/s]`` whose output channel ``co*s + p`` is output phase ``p``.
+
+    Output sample ``n*s + p`` of the transposed conv is ``sum_m x[n-m] . W[:, :, m*s + p]``;
+    tap ``m`` of the conv looks ``m`` frames back, i.e. conv tap index ``taps-1-m``.
+    """
+    cin, cout, k = weight.shape
+    s = stride
+    if k % s:
+        raise ValueError(f"polyphase needs kernel % stride == 0, got k={k}, s={s}")
+    taps = k // s
+    w = weight.reshape(cin, cout, taps, s)          # [cin, cout, m, p]
+    w = w.permute(1, 3, 0, 2).reshape(cout * s, cin, taps)  # [(co, p), cin, m]
+    return w.flip(-1).contiguous()
+
+
+class PolyphaseTransConv(nn.Module):
+    """A ``CausalTransConv`` (k = s or 2s) as Conv1d + interleave; the tail is the last
+    ``taps - 1`` input frames (what the seed step keeps).  ``forward(xin)`` takes the input with
+    its tail prepended and returns ``[1, cout, L*s]`` for the L new frames.
+    """
+
+    def __init__(self, tconv):
+        super().__init__()
+        conv = tconv.conv
+        s = tconv.stride
+        cin, cout, k = conv.weight.shape
+        self.stride, self.cout, self.taps = s, cout, k // s
+        self.conv = nn.Conv1d(cin, cout * s, self.taps, bias=conv.bias is not None)
+        with torch.no_grad():
+            self.conv.weight.copy_(polyphase_weight(conv.weight.detach(), s))
+            if conv.bias is not None:
+                self.conv.bias.copy_(conv.bias.detach().repeat_interleave(s))
+        self.context = self.taps - 1
+
+    def forward(self, xin: torch.Tensor) -> torch.Tensor:
+        y = self.conv(xin)  # [1, cout*s, L]
+        n, _, L = y.shape
+        return y.reshape(n, self.cout, self.stride, L).transpose(2, 3).reshape(n, self.cout, L * self.stride)
+
+
+# ---------------------------------------------------------------------------------------------
+# Dilated conv folded over time
+# ---------------------------------------------------------------------------------------------
+class FoldedDilatedConv(nn.Module):
+    """``Conv1d(k, dilation=d)`` (no padding) as an undilated ``(k, 1)`` Conv2d over ``[T/d, d]``.
+
+    ``forward(xin)``: ``xin [1, C, T + (k-1)d] -> [1, Cout, T]``.  The input is zero-padded on the
+    right to a multiple of ``d`` (the padded outputs are sliced off); exact up to fp32 summation
+    order.
+    """
+
+    def __init__(self, conv: nn.Conv1d):
+        super().__init__()
+        cout, cin, k = conv.weight.shape
+        self.d, self.k, self.cin = conv.dilation[0], k, cin
+        self.conv = nn.Conv2d(cin, cout, (k, 1), bias=conv.bias is not None, groups=conv.groups)
+        with torch.no_grad():
+            self.conv.weight.copy_(conv.weight.detach().unsqueeze(-1))
+            if conv.bias is not None:
+                self.conv.bias.copy_(conv.bias.detach())
+
+    def forward(self, xin: torch.Tensor) -> torch.Tensor:
+        d, k = self.d, self.k
+        n, c, tin = xin.shape
+        T = tin - (k - 1) * d
+        r = (-tin) % d
+        if r:
+            xin = torch.cat([xin, torch.zeros(n, c, r, dtype=xin.dtype)], dim=-1)
+        y = self.conv(xin.reshape(n, c, (tin + r) // d, d))
+        y = y.reshape(n, y.shape[1], -1)
+        return y[..., :T] if y.shape[-1] != T else y
+
+
+# ---------------------------------------------------------------------------------------------
+# Codebook lookup as one-hot matmul
+# ---------------------------------------------------------------------------------------------
+class OneHotCodebook(nn.Module):
+    """codes ``[1, Q, L]`` int64 -> ``[1, D, L]``: per-codebook one-hot x table, summed over Q."""
+
+    def __init__(self, quantizer):
+        super().__init__()
+        q, k = quantizer.num_quantizers, quantizer.codebook_size
+        self.register_buffer("tables", quantizer.table.detach().reshape(q, k, -1).clone(), persistent=False)
+        self.register_buffer("arange", torch.arange(k, dtype=torch.float32).view(1, 1, k), persistent=False)
+
+    def forward(self, codes: torch.Tensor) -> torch.Tensor:
+        cf = codes.to(torch.float32)[0].unsqueeze(-1)            # [Q, L, 1]
+        onehot = torch.relu(1.0 - torch.abs(cf - self.arange))    # [Q, L, K], exact 0/1
+        emb = torch.matmul(onehot, self.tables).sum(0)            # [L, D]
+        return emb.transpose(0, 1).unsqueeze(0)
+
+
+def host_codebook_embedding(quantizer, codes_tq: np.ndarray) -> np.ndarray:
+    """The host-side option: ``[T, Q]`` codes -> ``[1, D, T]`` float32 summed embeddings."""
+    q, k = quantizer.num_quantizers, quantizer.codebook_size
+    table = quantizer.table.detach().cpu().numpy().reshape(q, k, -1)
+    emb = sum(table[i][codes_tq[:, i]] for i in range(q))  # [T, D]
+    return np.ascontiguousarray(emb.T[None].astype(np.float32))

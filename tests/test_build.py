@@ -1,0 +1,60 @@
+"""The one build command on a reduced checkpoint: convert, inspect, simulate, plan; re-runs skip."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+pytestmark = [pytest.mark.rknn, pytest.mark.slow]
+
+
+def _args(ckpt, out, **kw):
+    base = dict(model_dir=str(ckpt), target="rk3588", codes_length=16, first_length=4, out=str(out),
+                verify_steps=3, skip_verify=False, timeout=900, fail_on_cpu=False, force=False)
+    base.update(kw)
+    return argparse.Namespace(**base)
+
+
+@pytest.fixture(scope="module")
+def built(reduced_ckpt, tmp_path_factory):
+    from rkspeech.vocoder_build import build_vocoder
+
+    out = tmp_path_factory.mktemp("build")
+    return out, build_vocoder(_args(reduced_ckpt, out))
+
+
+def test_build_converts_and_verifies_on_simulator(built):
+    out, summary = built
+    assert summary["export"]["snr_db"]["onnxruntime_step"] >= 100.0
+    # the acceptance bar: the reduced step on the simulator, stepwise, >= 40 dB vs onnxruntime
+    assert summary["verify"]["sim_vs_onnxruntime_db"] >= 40.0
+    assert summary["verify"]["snr_db"]["rknn_sim_step"] >= 40.0
+    for role in ("main", "first"):
+        c = summary["convert"][role]
+        assert c["rknn"]["has_contract"]
+        assert c["placement"]["npu_ops"] > 0
+        assert "regtask_overflow_lines" in c["build"]
+        assert summary["inspect"][role]["target"] == "rk3588"
+    assert summary["inspect"]["first"]["B"] == 4
+    report = json.loads((out / "build-report.json").read_text())
+    assert report["plan"].endswith("plan.json")
+
+
+def test_plan_loads_and_matches_artifacts(built):
+    from rkspeech.plan import load_plan
+
+    out, _ = built
+    plan = load_plan(out / "plan.json", backend="rknnlite", expect_target="rk3588")
+    assert plan.contracts["main"].codes_length == 16 and plan.contracts["first"].codes_length == 4
+    plan_ort = load_plan(out / "plan.json", backend="ort")
+    assert plan_ort.contract == plan.contract
+
+
+def test_rerun_skips_unchanged_stages(built, reduced_ckpt):
+    from rkspeech.vocoder_build import build_vocoder
+
+    out, _ = built
+    again = build_vocoder(_args(reduced_ckpt, out))
+    assert all(s.get("skipped") for s in again["stages"].values()), again["stages"]

