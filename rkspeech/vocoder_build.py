@@ -37,6 +37,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--skip-verify", action="store_true", help="no simulator verification (it costs a rebuild)")
     p.add_argument("--timeout", type=float, default=None, help="per-conversion timeout, seconds")
     p.add_argument("--fail-on-cpu", action="store_true", help="fail when compute ops land on the CPU")
+    p.add_argument("--formulation", choices=("seed", "npu"), default="seed",
+                   help="step graph formulation (npu: no CPU fallback, no REGTASK overflow; see docs)")
     p.add_argument("--force", action="store_true", help="re-run every stage")
 
 
@@ -88,7 +90,7 @@ def build_vocoder(args: argparse.Namespace) -> dict:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     state = StageState(out, args.force)
-    summary: dict = {"target": args.target, "B": args.codes_length, "first_B": first_B, "stages": {}}
+    summary: dict = {"formulation": getattr(args, "formulation", "seed"), "target": args.target, "B": args.codes_length, "first_B": first_B, "stages": {}}
     started = time.perf_counter()
 
     def stage(name: str, arg_dict: dict, inputs: list[Path], outputs_fn, run_fn) -> dict:
@@ -107,16 +109,19 @@ def build_vocoder(args: argparse.Namespace) -> dict:
 
     ckpt_inputs = [files.config, files.weights]
     onnx_dir, rknn_dir = out / "onnx", out / "rknn"
-    main_onnx = onnx_dir / f"vocoder_step_B{args.codes_length}.onnx"
-    first_onnx = onnx_dir / f"vocoder_step_B{args.codes_length}_first_B{first_B}.onnx" if first_B else None
+    formulation = getattr(args, "formulation", "seed")
+    tag = "" if formulation == "seed" else f"_{formulation}"
+    main_onnx = onnx_dir / f"vocoder{tag}_step_B{args.codes_length}.onnx"
+    first_onnx = onnx_dir / f"vocoder{tag}_step_B{args.codes_length}_first_B{first_B}.onnx" if first_B else None
 
     def do_export():
         from .vocoder_export import export_vocoder
 
-        res = export_vocoder(files.folder, args.codes_length, output=main_onnx, first_length=first_B)
+        res = export_vocoder(files.folder, args.codes_length, output=main_onnx, first_length=first_B,
+                             formulation=formulation)
         return res.report
 
-    export_report = stage("export", {"B": args.codes_length, "first": first_B}, ckpt_inputs,
+    export_report = stage("export", {"B": args.codes_length, "first": first_B, "formulation": formulation}, ckpt_inputs,
                           lambda: [main_onnx] + ([first_onnx] if first_onnx else []), do_export)
 
     roles = {"main": main_onnx} | ({"first": first_onnx} if first_onnx else {})

@@ -31,20 +31,36 @@ class ExportResult:
     first_onnx: Path | None = None
 
 
+FORMULATIONS = ("seed", "npu")
+
+
+def step_class_for(formulation: str):
+    """The step module of a formulation: ``seed`` (VocoderStep) or ``npu`` (NpuVocoderStep)."""
+    if formulation == "seed":
+        from .streaming.step import VocoderStep
+
+        return VocoderStep
+    if formulation == "npu":
+        from .streaming.step_npu import NpuVocoderStep
+
+        return NpuVocoderStep
+    raise RkspeechError(f"unknown formulation {formulation!r}; choose one of {', '.join(FORMULATIONS)}")
+
+
 def _ort_threads() -> int:
     return int(os.environ.get("RKSPEECH_THREADS", "0")) or min(2, os.cpu_count() or 1)
 
 
 def export_vocoder(model_dir, codes_length: int, *, output: str | os.PathLike | None = None,
                    first_length: int | None = None, check_only: bool = False,
-                   min_snr_db: float = FP32_MIN_SNR_DB, seed: int = 0) -> ExportResult:
+                   min_snr_db: float = FP32_MIN_SNR_DB, seed: int = 0,
+                   formulation: str = "seed") -> ExportResult:
     import torch
 
     from .export.vocoder_onnx import export_step_onnx, graph_summary, require_clean
     from .models.qwen3_checkpoint import load_vocoder
     from .runtime.runners import OnnxRuntimeRunner
     from .runtime.streaming import Engine
-    from .streaming.step import VocoderStep
     from .streaming.torch_runner import TorchStepRunner
 
     if codes_length < 1:
@@ -54,11 +70,13 @@ def export_vocoder(model_dir, codes_length: int, *, output: str | os.PathLike | 
     torch.set_num_threads(_ort_threads())
     with progress.stage("load checkpoint"):
         model, cfg, files = load_vocoder(model_dir)
-    main_step = VocoderStep(model, codes_length)
-    first_step = VocoderStep(model, first_length) if first_length else None
+    step_class = step_class_for(formulation)
+    main_step = step_class(model, codes_length)
+    first_step = step_class(model, first_length) if first_length else None
     contract = main_step.contract
     report: dict = {
         "model": "qwen3-tts-vocoder",
+        "formulation": formulation,
         "checkpoint": str(files.folder),
         "B": codes_length,
         "first_B": first_length,

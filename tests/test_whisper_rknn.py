@@ -42,7 +42,9 @@ def build(tmp_path_factory):
 def sim_encoder(build):
     from rkspeech.runtime.whisper_pipeline import open_encoder
 
-    with open_encoder("sim", build["out"] / "encoder.onnx", target="rk3588") as enc:
+    # given the .rknn, the sim backend builds from the encoder.onnx `build` wrote beside it
+    with open_encoder("sim", build["out"] / "encoder.rknn", target="rk3588") as enc:
+        assert enc.backend == "sim"
         yield enc
 
 
@@ -96,3 +98,17 @@ def test_simulator_transcripts_identical_to_all_cpu(pipeline, sim_encoder, tmp_p
         assert ref.text.strip()
         assert sim.text == ref.text, f"{path}: {sim.text!r} != {ref.text!r}"
         assert sim.tokens == ref.tokens
+
+
+def test_rknn_encoder_defaults_to_rknnlite_and_says_it_needs_the_board(build, tmp_path, capsys):
+    import importlib.util
+
+    from rkspeech.cli import main
+    from test_whisper_transcribe import SENTENCES, espeak
+
+    if importlib.util.find_spec("rknnlite") is not None:
+        pytest.skip("rknn-toolkit-lite2 is installed (a board): this checks the host message")
+    wav = espeak(SENTENCES[0], tmp_path / "s0.wav")
+    rc = main(["transcribe", wav, "--model", str(TINY_EN), "--encoder", str(build["out"] / "encoder.rknn")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "rknn-toolkit-lite2" in err

@@ -207,3 +207,35 @@ def test_transcribe_refuses_wrong_encoder_kinds(encoder_onnx, speech, tmp_path):
     assert main(["transcribe", speech["s0"], "--model", str(TINY_EN), "--encoder", str(fake),
                  "--backend", "sim"]) == 2
     assert main(["transcribe", speech["s0"], "--model", str(tmp_path), "--encoder", str(encoder_onnx)]) == 2
+
+
+def test_decoder_refuses_encoder_output_of_wrong_geometry(pipeline):
+    with pytest.raises(RkspeechError, match=r"\[1, 1000, 384\].*\[1, 1500, 384\]"):
+        pipeline.decode(np.zeros((1, 1000, 384), np.float32))  # a 20 s window's encoder output
+    with pytest.raises(RkspeechError, match=r"\[1, 1500, 512\]"):
+        pipeline.decode(np.zeros((1, 1500, 512), np.float32))  # base's width on tiny's decoder
+
+
+def test_build_without_toolkit_steps_exports_and_checks_parity(tmp_path, capsys):
+    """``rkspeech build whisper-encoder --skip-convert``: the part that needs no rknn-toolkit2."""
+    from rkspeech.cli import main
+
+    rc = main(["build", "whisper-encoder", "--model", str(TINY_EN), "--out", str(tmp_path),
+               "--skip-convert", "--threads", "2"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "torch vs CTranslate2" in out
+    report = json.loads((tmp_path / "build_report.json").read_text())
+    assert report["parity_ctranslate2"]["cosine_min_frame"] >= 0.9999
+    assert report["onnxruntime"]["cosine_min_frame"] >= 0.9999
+    assert report["onnx"]["output"]["shape"] == [1, 1500, 384]
+    assert "conversion" not in report and (tmp_path / "encoder.onnx").is_file()
+
+
+@pytest.mark.parametrize("frames", [2999, 3001, 1500])
+def test_only_the_30s_window_is_accepted(frames):
+    from rkspeech.models.whisper_weights import load_whisper_encoder
+
+    model = load_whisper_encoder(TINY_EN).model
+    model.check_window(3000)
+    with pytest.raises(RkspeechError, match="--frames 3000"):
+        model.check_window(frames)

@@ -154,3 +154,15 @@ def test_truncated_model_bin_is_a_clear_error(tmp_path):
 def test_unknown_folder_is_a_clear_error(tmp_path):
     with pytest.raises(RkspeechError, match="no Whisper weights"):
         load_whisper_encoder(tmp_path)
+
+
+def test_transformers_sharded_folder_loads(tmp_path):
+    model = _hf_model(80)
+    model.save_pretrained(tmp_path, safe_serialization=True, max_shard_size="2MB")
+    assert (tmp_path / "model.safetensors.index.json").is_file()
+    assert len(list(tmp_path.glob("model-*.safetensors"))) > 1
+    loaded = load_whisper_encoder(tmp_path)
+    mel = torch.randn(1, 80, 3000, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        ref = model.model.encoder(mel).last_hidden_state.numpy()
+    assert cosine_per_row(ref, torch_encode(loaded.model, mel.numpy())).min() >= 0.99999

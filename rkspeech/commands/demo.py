@@ -20,6 +20,7 @@ def register(subparsers) -> None:
                    help="main step B (default 16; 64 needs ~21 GB to convert the published config)")
     p.add_argument("--first-length", type=int, default=4)
     p.add_argument("--skip-verify", action="store_true")
+    p.add_argument("--formulation", choices=("seed", "npu"), default="seed")
     p.set_defaults(func=run)
 
 
@@ -37,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
             write_checkpoint(ckpt, args.config, seed=0)
     build_args = argparse.Namespace(
         model_dir=str(ckpt), target=args.target, codes_length=args.codes_length, first_length=args.first_length,
-        out=str(out / f"build-{args.config}-{args.target}-B{args.codes_length}"), verify_steps=3,
-        skip_verify=args.skip_verify, timeout=None, fail_on_cpu=False, force=False,
+        out=str(out / f"build-{args.config}-{args.formulation}-{args.target}-B{args.codes_length}"), verify_steps=3,
+        skip_verify=args.skip_verify, formulation=args.formulation, timeout=None, fail_on_cpu=False, force=False,
     )
     return build_run(build_args)

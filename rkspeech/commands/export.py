@@ -19,6 +19,8 @@ def register(subparsers) -> None:
     v.add_argument("--output", "-o", default=None, help="ONNX path (default qwen3_tts_vocoder_step_B<B>.onnx)")
     v.add_argument("--check-only", action="store_true", help="run the torch stepwise check, export nothing")
     v.add_argument("--report", default=None, help="write the report JSON here")
+    v.add_argument("--formulation", choices=("seed", "npu"), default="seed",
+                   help="seed: the reference step graph; npu: NPU-resident rewrite (no CPU fallback, see docs)")
     v.add_argument("--seed", type=int, default=0, help="seed of the random check codes")
     v.set_defaults(func=run)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
@@ -29,7 +31,8 @@ def run(args: argparse.Namespace) -> int:
     from ..vocoder_export import export_vocoder
 
     result = export_vocoder(args.model_dir, args.codes_length, output=args.output,
-                            first_length=args.first_length, check_only=args.check_only, seed=args.seed)
+                            first_length=args.first_length, check_only=args.check_only, seed=args.seed,
+                            formulation=args.formulation)
     r = result.report
     rows = [("B", r["B"]), ("cache_numel", f"{r['cache_numel']:,}"),
             ("SNR torch step vs full decode", f"{r['snr_db']['torch_step']:.1f} dB")]

@@ -24,7 +24,10 @@ def register(subparsers) -> None:
     p.add_argument("--core-mask", default=None, help="rknnlite NPU core mask (board only)")
     p.add_argument("--compare", action="store_true", help="also run the all-CPU pipeline and diff the transcripts")
     p.add_argument("--compute-type", default="float32", help="CTranslate2 compute type (default float32)")
-    p.add_argument("--threads", type=int, default=0, help="CPU threads (0: library default)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="CPU threads for CTranslate2 and onnxruntime (default 1: on a shared 2-core host, "
+                        "2 CTranslate2 threads made the decoder 2-10x slower through OpenMP spin-waits; "
+                        "0 = library default)")
     p.add_argument("--language", default=None, help="language code for multilingual models (default en)")
     p.add_argument("--json", action="store_true", help="print the JSON report on stdout")
     p.set_defaults(func=run)

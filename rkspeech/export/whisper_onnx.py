@@ -58,6 +58,7 @@ class EncoderExport:
 def export_encoder(model, out_path: str | os.PathLike, *, n_frames: int | None = None) -> EncoderExport:
     """Export ``model`` (a :class:`WhisperEncoder`) to ``out_path`` (written via a temp name)."""
     import time
+    import warnings
 
     import onnx
     import torch
@@ -71,7 +72,9 @@ def export_encoder(model, out_path: str | os.PathLike, *, n_frames: int | None =
     start = time.perf_counter()
     dummy = torch.zeros(1, dims.n_mels, n_frames)
     try:
-        with torch.no_grad():
+        with torch.no_grad(), warnings.catch_warnings():
+            # torch 2.13 flags the TorchScript exporter as legacy; it is the one measured to work here
+            warnings.simplefilter("ignore", DeprecationWarning)
             torch.onnx.export(
                 model.eval(),
                 (dummy,),
@@ -82,7 +85,9 @@ def export_encoder(model, out_path: str | os.PathLike, *, n_frames: int | None =
                 do_constant_folding=True,
                 dynamo=False,
             )
-        proto = onnx.load(str(tmp))
+        # Graph-only edits; a > 2 GB export (large-v3 in fp32) keeps its external data files as
+        # written by torch beside the graph.  Not measured here: no large-v3 weights on this machine.
+        proto = onnx.load(str(tmp), load_external_data=False)
         _ensure_layernorm_epsilon(proto, dims.layer_norm_eps)
         meta = {"dims": dims.to_dict(), "n_frames": n_frames, "input": INPUT_NAME, "output": OUTPUT_NAME}
         del proto.metadata_props[:]

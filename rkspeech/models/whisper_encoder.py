@@ -144,12 +144,19 @@ class WhisperEncoder(nn.Module):
         stock 30 s decoder attends to 1500 frames, so such an encoder silently does not compose.
         """
         got = output_frames(n_frames)
+        # 2999 frames would also give 1500 outputs; the front end cuts 3000-frame windows, so
+        # anything but exactly 2 * n_audio_ctx is refused.
         if got != self.dims.n_audio_ctx:
             raise RkspeechError(
                 f"Whisper encoder window of {n_frames} mel frames ({n_frames / FRAMES_PER_SECOND:g} s) "
                 f"gives {got} encoder frames, but the decoder expects {self.dims.n_audio_ctx} "
                 f"(a {self.dims.window_seconds:g} s window of {self.dims.n_frames} frames); "
                 f"use --frames {self.dims.n_frames}"
+            )
+        if n_frames != self.dims.n_frames:
+            raise RkspeechError(
+                f"Whisper encoder window of {n_frames} mel frames: the front end cuts windows of exactly "
+                f"{self.dims.n_frames} frames ({self.dims.window_seconds:g} s); use --frames {self.dims.n_frames}"
             )
 
     def forward(self, mel: torch.Tensor) -> torch.Tensor:

@@ -44,6 +44,8 @@ def normalize_codes(codes, num_quantizers: int, codebook_size: int, *, allow_emp
     # trailing end padding: codebook 0 == -1 from some row to the end
     real = tq[:, 0] != -1
     length = int(np.nonzero(real)[0][-1]) + 1 if real.any() else 0
+    if length == 0 and not allow_empty:
+        raise RkspeechError("no codes (every token is -1 end padding)")
     body = tq[:length]
     bad = np.argwhere((body < 0) | (body >= codebook_size))
     if bad.size:

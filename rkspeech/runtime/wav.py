@@ -1,0 +1,68 @@
+"""Write PCM as a 16-bit mono wav, atomically (numpy + the standard library; soundfile optional).
+
+Samples are clipped to [-1, 1] and rounded to int16 here (``round(x * 32767)``), so the file is
+the same whichever writer is used: soundfile when it is installed, else the stdlib ``wave``
+module (a board needs no libsndfile).  The file is written under a temporary name in the
+target folder and renamed into place; a failure leaves an earlier file untouched.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import RkspeechError
+
+
+def to_int16(pcm) -> np.ndarray:
+    x = np.asarray(pcm, dtype=np.float32).reshape(-1)
+    if x.size and not np.all(np.isfinite(x)):
+        raise RkspeechError("audio contains NaN or inf samples; the engine output is broken")
+    return np.round(np.clip(x, -1.0, 1.0) * 32767.0).astype(np.int16)
+
+
+def write_wav(path, pcm, sample_rate: int, *, writer: str = "auto") -> Path:
+    """Write ``pcm`` (float in [-1, 1]) to ``path``; ``writer`` is "auto", "soundfile" or "wave"."""
+    out = Path(path)
+    if not out.parent.is_dir():
+        raise RkspeechError(f"cannot write {out}: folder {out.parent} does not exist")
+    data = to_int16(pcm)
+    tmp = out.with_name(f".{out.name}.tmp")
+    sf = None
+    if writer in ("auto", "soundfile"):
+        try:
+            import soundfile as sf  # noqa: F811
+        except (ImportError, OSError):  # OSError: the module is there, libsndfile is not
+            if writer == "soundfile":
+                raise RkspeechError("soundfile is not installed: pip install soundfile") from None
+            sf = None
+    try:
+        if sf is not None:
+            sf.write(str(tmp), data, int(sample_rate), subtype="PCM_16", format="WAV")
+        else:
+            import wave
+
+            with wave.open(str(tmp), "wb") as w:
+                w.setnchannels(1)
+                w.setsampwidth(2)
+                w.setframerate(int(sample_rate))
+                w.writeframes(data.astype("<i2").tobytes())
+        os.replace(tmp, out)
+    except OSError as exc:
+        raise RkspeechError(f"cannot write {out}: {exc}") from None
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return out
+
+
+def read_wav_int16(path) -> tuple[np.ndarray, int]:
+    """(int16 samples, sample rate) of a mono 16-bit wav, with the stdlib (for tests and checks)."""
+    import wave
+
+    with wave.open(str(path), "rb") as w:
+        if w.getsampwidth() != 2 or w.getnchannels() != 1:
+            raise RkspeechError(f"{path}: expected mono 16-bit PCM")
+        return np.frombuffer(w.readframes(w.getnframes()), dtype="<i2"), w.getframerate()

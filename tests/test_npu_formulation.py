@@ -1,0 +1,184 @@
+"""The NPU formulation (``formulation="npu"``): each block against the module it replaces, the
+Snake approximation's error bound, the whole step against the full decode, and (rknn) its
+placement and REGTASK count."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from rkspeech.runtime.streaming import Engine
+from rkspeech.streaming import npu_ops
+from rkspeech.streaming.step import VocoderStep, cache_segments
+from rkspeech.streaming.step_npu import NpuVocoderStep, make_step, npu_cache_segments
+from rkspeech.streaming.torch_runner import TorchStepRunner
+from rkspeech.verify import snr_db
+from rkspeech.vocoder_checks import check_tokens, full_decode, random_codes, stepwise_check
+
+#: Stepwise threshold for the npu formulation in fp32.  Snake is approximated (6.3e-9 max
+#: polynomial error), so the target is 60 dB; measured 115.1 dB (torch) and 112.4 dB
+#: (onnxruntime) on the reduced synthetic checkpoint, B=16.
+NPU_MIN_SNR_DB = 60.0
+
+
+def _snr(ref, got) -> float:
+    ref, got = np.asarray(ref, np.float64).ravel(), np.asarray(got, np.float64).ravel()
+    return snr_db(ref, got)
+
+
+@pytest.fixture(scope="module")
+def npu_step(reduced_model):
+    return NpuVocoderStep(reduced_model, 16)
+
+
+# ---- blocks ----------------------------------------------------------------------------------
+def test_sin2_error_bound():
+    coeffs = npu_ops.sin2_coefficients()
+    t = torch.linspace(-64.0, 64.0, 400_001, dtype=torch.float64)
+    got = npu_ops.snake_sin2(t, 6, coeffs)
+    want = torch.sin(math.pi / 2 * t) ** 2
+    assert float((got - want).abs().max()) < 1e-8  # polynomial error 6.3e-9 in float64
+    got32 = npu_ops.snake_sin2(t.float(), 6, coeffs).double()
+    want32 = torch.sin(math.pi / 2 * t.float().double()) ** 2  # same (fp32-rounded) argument
+    assert float((got32 - want32).abs().max()) < 2e-6
+    # beyond the bound the error stays bounded (clipped), it does not blow up
+    far = torch.linspace(70.0, 300.0, 1001, dtype=torch.float64)
+    assert float(npu_ops.snake_sin2(far, 6, coeffs).abs().max()) <= 1.0 + 1e-9
+    # too few reflections breaks it: the check can fail
+    assert float((npu_ops.snake_sin2(t, 3, coeffs) - want).abs().max()) > 0.5
+
+
+def test_npu_snake_per_layer(reduced_model, npu_step):
+    """Each Snake on the activations it sees in a full decode (fp32): >= 100 dB."""
+    from rkspeech.models.qwen3_tts_vocoder import snake_modules
+
+    seen = {}
+    hooks = [m.register_forward_hook(lambda mod, i, o, k=k: seen.setdefault(k, (i[0], o)))
+             for k, m in enumerate(snake_modules(reduced_model))]
+    codes = torch.from_numpy(random_codes(6, 16, reduced_model.cfg.codebook_size, seed=3).T[None].copy())
+    with torch.no_grad():
+        reduced_model(codes)
+        for h in hooks:
+            h.remove()
+        worst = min(_snr(o - x, npu_step.snakes[f"s{k}"](x) - x) for k, (x, o) in seen.items())
+    assert len(seen) == len(npu_step.snakes)
+    assert worst >= 100.0  # of the Snake term gain*sin^2 itself
+
+
+@pytest.mark.parametrize("stride", [2, 3, 4, 5, 8])
+def test_polyphase_transconv_exact(stride):
+    from rkspeech.models.qwen3_tts_vocoder import CausalTransConv
+
+    torch.manual_seed(stride)
+    t = CausalTransConv(12, 7, 2 * stride, stride)
+    x = torch.randn(1, 12, 20)
+    with torch.no_grad():
+        want = t(x)  # [1, 7, 20*s]
+        got = npu_ops.PolyphaseTransConv(t)(torch.cat([torch.zeros(1, 12, 1), x], -1))
+    assert got.shape == want.shape
+    assert _snr(want, got) >= 120.0
+
+
+@pytest.mark.parametrize("d, T", [(3, 64), (9, 64), (9, 81), (3, 100)])
+def test_folded_dilated_conv_exact(d, T):
+    torch.manual_seed(d + T)
+    conv = torch.nn.Conv1d(8, 6, 7, dilation=d)
+    xin = torch.randn(1, 8, T + 6 * d)
+    with torch.no_grad():
+        assert _snr(conv(xin), npu_ops.FoldedDilatedConv(conv)(xin)) >= 120.0
+
+
+def test_onehot_codebook_exact(reduced_model):
+    q = reduced_model.quantizer
+    codes = torch.from_numpy(random_codes(16, 16, q.codebook_size, seed=5).T[None].copy())
+    codes[0, 0, 0], codes[0, 1, 1] = 0, q.codebook_size - 1  # both ends of the table
+    with torch.no_grad():
+        assert _snr(q(codes), npu_ops.OneHotCodebook(q)(codes)) >= 120.0
+
+
+def test_rope_cos_sin():
+    a = torch.rand(16, 32) * (2 * math.pi)
+    cos, sin = npu_ops.rope_cos_sin(a)
+    assert float((cos - a.cos()).abs().max()) < 2e-6 and float((sin - a.sin()).abs().max()) < 2e-6
+
+
+# ---- the step --------------------------------------------------------------------------------
+def test_cache_layout(reduced_model, npu_step):
+    cfg = reduced_model.cfg
+    seed_segs, npu_segs = cache_segments(cfg), npu_cache_segments(cfg)
+    assert [s.name for s in seed_segs] == [s.name for s in npu_segs]
+    assert npu_step.contract.cache_numel == VocoderStep(reduced_model, 16).contract.cache_numel
+    for a, b in zip(seed_segs, npu_segs):
+        assert b.shape == (a.shape if a.name == "kv" else a.shape[::-1])  # tails time-major
+    assert npu_step.contract.formulation == "npu"
+    small = make_step(reduced_model, 4, "npu")
+    assert small.contract.compatible_cache(npu_step.contract)  # first -> main works
+    assert not npu_step.contract.compatible_cache(VocoderStep(reduced_model, 16).contract)
+
+
+def test_npu_step_matches_full_decode(reduced_model, npu_step):
+    codes = random_codes(check_tokens(16, 4), 16, reduced_model.cfg.codebook_size, seed=1)
+    ref = full_decode(reduced_model, codes)
+    first = make_step(reduced_model, 4, "npu")
+    res = stepwise_check(ref, codes, Engine(TorchStepRunner(npu_step), npu_step.contract),
+                         Engine(TorchStepRunner(first), first.contract))
+    assert res.samples == ref.size
+    assert res.snr_db >= NPU_MIN_SNR_DB and min(res.per_step_snr_db) >= NPU_MIN_SNR_DB
+
+    class WrongLayout:  # a seed-layout (channel-major) cache fed to the npu graph must fail
+        def __init__(self, runner, contract):
+            self.runner, self.contract = runner, contract
+
+        def infer(self, feed):
+            cache = feed["cache_in"].copy()
+            for s in self.contract.segments:
+                if s.name != "kv":
+                    cache[s.offset:s.end] = cache[s.offset:s.end].reshape(s.shape).T.reshape(-1)
+            out = self.runner.infer({**feed, "cache_in": cache})
+            return out
+
+    bad = stepwise_check(ref, codes, Engine(WrongLayout(TorchStepRunner(npu_step), npu_step.contract),
+                                            npu_step.contract))
+    assert bad.snr_db < 40.0
+
+
+def test_npu_step_onnxruntime(reduced_model, npu_step, tmp_path):
+    from rkspeech.export.vocoder_onnx import export_step_onnx, graph_summary
+    from rkspeech.runtime.runners import OnnxRuntimeRunner
+
+    path = export_step_onnx(npu_step, tmp_path / "npu.onnx")
+    ops = graph_summary(path)["op_histogram"]
+    for op in ("Sin", "Cos", "Floor", "Round", "Mod", "Shape", "ConstantOfShape", "Pad"):
+        assert op not in ops, op
+    assert ops.get("ConvTranspose", 0) == len(reduced_model.cfg.upsampling_ratios)  # only the k=s=2 ones
+    codes = random_codes(check_tokens(16, None), 16, reduced_model.cfg.codebook_size, seed=2)
+    ref = full_decode(reduced_model, codes)
+    res = stepwise_check(ref, codes, Engine(OnnxRuntimeRunner(path, threads=2), npu_step.contract))
+    assert res.snr_db >= NPU_MIN_SNR_DB
+
+
+# ---- rknn ------------------------------------------------------------------------------------
+@pytest.mark.rknn
+@pytest.mark.slow
+def test_npu_step_placement_rk3588(reduced_model, tmp_path):
+    from rkspeech.export.vocoder_onnx import export_step_onnx
+    from rkspeech.rknn.convert import convert
+
+    from .rkfixtures import have_rknn
+
+    if not have_rknn():
+        pytest.skip("rknn-toolkit2 not installed")
+    step = NpuVocoderStep(reduced_model, 16)
+    path = export_step_onnx(step, tmp_path / "npu.onnx")
+    res = convert(path, tmp_path / "npu.rknn", target="rk3588", memory_limit_mb=5000, show_progress=False)
+    rep = res.to_report()
+    assert rep["build"]["regtask_overflow_lines"] == 0
+    assert rep["placement"]["cpu_op_types"] == EXPECTED_CPU_OPS_RK3588
+
+
+#: Measured (reduced config, B=16, rk3588 fp16): the only CPU ops left sit at the graph inputs
+#: and outputs (see docs/npu-formulation.md).
+EXPECTED_CPU_OPS_RK3588: dict[str, int] = {}

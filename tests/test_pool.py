@@ -1,0 +1,116 @@
+"""EnginePool: several independent streams at once, interleaved and from threads, equal arrays."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from rkspeech.errors import RkspeechError
+from rkspeech.export.onnx_contract import read_onnx_contract
+from rkspeech.plan import load_plan
+from rkspeech.runtime.pool import EnginePool, Slot, open_pool
+from rkspeech.runtime.runners import OnnxRuntimeRunner
+from rkspeech.runtime.streaming import StreamingVocoder
+from rkspeech.vocoder_checks import random_codes
+
+from streaming_fixtures import ort_engines, step_graphs, write_ort_plan
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory, reduced_model):
+    paths = step_graphs(tmp_path_factory, reduced_model)
+    plan = load_plan(write_ort_plan(tmp_path_factory.mktemp("pool"), paths), backend="ort")
+    streams = [random_codes(n, 16, 2048, seed=20 + i) for i, n in enumerate((37, 29, 45))]
+    main, first = ort_engines(paths)
+    separate = [StreamingVocoder(main, first).decode(c) for c in streams]
+    return paths, plan, streams, separate
+
+
+def interleave(pool, streams, rng):
+    """Push pieces of every stream in turn (random sizes), then flush each."""
+    svs = [pool.open_stream() for _ in streams]
+    outs = [[] for _ in streams]
+    pos = [0] * len(streams)
+    while any(p < len(c) for p, c in zip(pos, streams)):
+        for k, (sv, c) in enumerate(zip(svs, streams)):
+            if pos[k] < len(c):
+                n = int(rng.integers(1, 13))
+                outs[k].append(sv.push(c[pos[k]:pos[k] + n]))
+                pos[k] += n
+    return [np.concatenate(o + [sv.flush()]) for o, sv in zip(outs, svs)]
+
+
+def test_interleaved_streams_equal_separate_runs(setup):
+    _, plan, streams, separate = setup
+    with open_pool(plan, "ort", size=2, threads=1) as pool:
+        got = interleave(pool, streams, np.random.default_rng(0))
+    for g, s in zip(got, separate):
+        np.testing.assert_array_equal(g, s)
+
+
+def test_threads_equal_separate_runs(setup):
+    _, plan, streams, separate = setup
+    with open_pool(plan, "ort", size=3, threads=1) as pool:
+        got = pool.decode_many(streams, piece=5)
+        # and with hand-made threads pushing random pieces
+        results = [None] * 3
+
+        def worker(k):
+            results[k] = interleave(pool, [streams[k]], np.random.default_rng(k))[0]
+
+        ts = [threading.Thread(target=worker, args=(k,)) for k in range(3)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+    for g, r, s in zip(got, results, separate):
+        np.testing.assert_array_equal(g, s)
+        np.testing.assert_array_equal(r, s)
+
+
+def test_slots_round_robin_and_bounded(setup):
+    """Three distinct contexts (as a board's three NPU cores): steps rotate over them, and no
+    more than three steps run at once."""
+    paths, _, streams, separate = setup
+    contracts = {r: read_onnx_contract(p) for r, p in paths.items()}
+    runners = [{r: OnnxRuntimeRunner(p, threads=1) for r, p in paths.items()} for _ in range(3)]
+    active, peak, lock = [0], [0], threading.Lock()
+
+    class Counting:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def infer(self, feed):
+            with lock:
+                active[0] += 1
+                peak[0] = max(peak[0], active[0])
+            try:
+                return self.inner.infer(feed)
+            finally:
+                with lock:
+                    active[0] -= 1
+
+    slots = [Slot(f"npu{i}", {r: Counting(x) for r, x in rs.items()}) for i, rs in enumerate(runners)]
+    pool = EnginePool(slots, contracts, owned=[x for rs in runners for x in rs.values()])
+    sv = pool.open_stream()
+    sv.decode(streams[0])  # 37 tokens: steps of 4, 16, 16, 1
+    assert pool.history == ["npu0", "npu1", "npu2", "npu0"]
+    pool.history.clear()
+    got = pool.decode_many(streams * 2, piece=4, workers=6)
+    assert peak[0] <= 3 and sum(s.steps for s in slots) == len(pool.history) + 4
+    assert {s.name for s in slots} == set(pool.history)
+    for g, s in zip(got, separate * 2):
+        np.testing.assert_array_equal(g, s)
+    pool.close()
+
+
+def test_pool_errors(setup):
+    _, plan, _, _ = setup
+    with pytest.raises(RkspeechError, match="at least one slot"):
+        EnginePool([], plan.contracts)
+    with pytest.raises(RkspeechError, match="no runner for"):
+        EnginePool([Slot("x", {"main": object()})], plan.contracts)
+    with pytest.raises(RkspeechError, match="unknown backend"):
+        open_pool(plan, "cuda")
