@@ -18,9 +18,9 @@ from rkspeech.streaming.torch_runner import TorchStepRunner
 from rkspeech.verify import snr_db
 from rkspeech.vocoder_checks import check_tokens, full_decode, random_codes, stepwise_check
 
-#: Stepwise threshold for the npu formulation in fp32.  Snake is approximated (6.3e-9 max
-#: polynomial error), so the target is 60 dB; measured 115.1 dB (torch) and 112.4 dB
-#: (onnxruntime) on the reduced synthetic checkpoint, B=16.
+#: Stepwise threshold for the npu formulation in fp32.  Snake is approximated (4.6e-7 max
+#: polynomial error at the default degree 5), so the target is 60 dB; measured 113.9 dB (torch)
+#: on the reduced synthetic checkpoint, B=16 (degree 6: 115.1 dB torch, 112.4 dB onnxruntime).
 NPU_MIN_SNR_DB = 60.0
 
 
@@ -40,13 +40,13 @@ def test_sin2_error_bound():
     t = torch.linspace(-64.0, 64.0, 400_001, dtype=torch.float64)
     got = npu_ops.snake_sin2(t, 6, coeffs)
     want = torch.sin(math.pi / 2 * t) ** 2
-    assert float((got - want).abs().max()) < 1e-8  # polynomial error 6.3e-9 in float64
+    assert float((got - want).abs().max()) < 1e-6  # polynomial error 4.6e-7 in float64
     got32 = npu_ops.snake_sin2(t.float(), 6, coeffs).double()
     want32 = torch.sin(math.pi / 2 * t.float().double()) ** 2  # same (fp32-rounded) argument
-    assert float((got32 - want32).abs().max()) < 2e-6
+    assert float((got32 - want32).abs().max()) < 3e-6
     # beyond the bound the error stays bounded (clipped), it does not blow up
     far = torch.linspace(70.0, 300.0, 1001, dtype=torch.float64)
-    assert float(npu_ops.snake_sin2(far, 6, coeffs).abs().max()) <= 1.0 + 1e-9
+    assert float(npu_ops.snake_sin2(far, 6, coeffs).abs().max()) <= 1.0 + 1e-6
     # too few reflections breaks it: the check can fail
     assert float((npu_ops.snake_sin2(t, 3, coeffs) - want).abs().max()) > 0.5
 
@@ -56,8 +56,13 @@ def test_npu_snake_per_layer(reduced_model, npu_step):
     from rkspeech.models.qwen3_tts_vocoder import snake_modules
 
     seen = {}
-    hooks = [m.register_forward_hook(lambda mod, i, o, k=k: seen.setdefault(k, (i[0], o)))
-             for k, m in enumerate(snake_modules(reduced_model))]
+
+    def keep(k):
+        def hook(mod, inputs, output):
+            seen.setdefault(k, (inputs[0], output))
+        return hook
+
+    hooks = [m.register_forward_hook(keep(k)) for k, m in enumerate(snake_modules(reduced_model))]
     codes = torch.from_numpy(random_codes(6, 16, reduced_model.cfg.codebook_size, seed=3).T[None].copy())
     with torch.no_grad():
         reduced_model(codes)
@@ -102,7 +107,7 @@ def test_onehot_codebook_exact(reduced_model):
 def test_rope_cos_sin():
     a = torch.rand(16, 32) * (2 * math.pi)
     cos, sin = npu_ops.rope_cos_sin(a)
-    assert float((cos - a.cos()).abs().max()) < 2e-6 and float((sin - a.sin()).abs().max()) < 2e-6
+    assert float((cos - a.cos()).abs().max()) < 2e-6 and float((sin - a.sin()).abs().max()) < 2e-6  # 2 x 4.6e-7 + fp32
 
 
 # ---- the step --------------------------------------------------------------------------------

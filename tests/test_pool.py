@@ -114,3 +114,39 @@ def test_pool_errors(setup):
         EnginePool([Slot("x", {"main": object()})], plan.contracts)
     with pytest.raises(RkspeechError, match="unknown backend"):
         open_pool(plan, "cuda")
+
+
+@pytest.mark.parametrize("target,masks", [("rk3588", ["0", "1", "2"]), ("rk3576", ["0", "1"]),
+                                          ("rk3566", ["auto"])])
+def test_rknnlite_pool_one_context_per_core(setup, monkeypatch, target, masks):
+    """The board path without a board: one RknnLite context per NPU core and role, leased round
+    robin, all closed with the pool."""
+    import dataclasses
+
+    from rkspeech.runtime import runners
+
+    _, plan, streams, separate = setup
+    paths = plan.onnx
+    made = []
+
+    class FakeLite:  # runs the ONNX graph, records the core mask it was pinned to
+        def __init__(self, rknn_path, core_mask="auto"):
+            self.core_mask, self.closed = core_mask, False
+            self.inner = OnnxRuntimeRunner(rknn_path, threads=1)
+            made.append(self)
+
+        def infer(self, feed):
+            return self.inner.infer(feed)
+
+        def close(self):
+            self.closed = True
+
+    monkeypatch.setattr(runners, "RknnLiteRunner", FakeLite)
+    board_plan = dataclasses.replace(plan, target=target, artifacts=dict(paths))
+    pool = open_pool(board_plan, "rknnlite")
+    assert sorted(r.core_mask for r in made) == sorted(masks * 2)  # main + first per core
+    assert [s.name for s in pool.slots] == [f"npu{m}" if m != "auto" else "npu-auto0" for m in masks]
+    np.testing.assert_array_equal(pool.open_stream().decode(streams[0]), separate[0])
+    assert pool.history == [pool.slots[i % len(masks)].name for i in range(4)]
+    pool.close()
+    assert all(r.closed for r in made)

@@ -69,6 +69,7 @@ class StreamingVocoder:
         self._position = 0  # tokens already decoded
         self._pending = np.zeros((0, self.contract.num_quantizers), dtype=np.int64)
         self._finished = False
+        self._padded = False
         self.timings = []
 
     @property
@@ -111,11 +112,20 @@ class StreamingVocoder:
 
     # ---- streaming API -------------------------------------------------------------------
     def push(self, codes) -> np.ndarray:
-        """Add tokens (``[T, Q]`` or ``[Q, T]``); return the PCM of every step now complete."""
+        """Add tokens (``[T, Q]`` or ``[Q, T]``); return the PCM of every step now complete.
+
+        Trailing ``-1`` rows are end padding (as in the official decode): they are dropped, and
+        the stream then accepts only ``flush()`` (further tokens raise instead of being appended
+        after what the caller marked as the end)."""
         if self._finished:
             raise RkspeechError("stream already flushed; call reset() to start a new one")
         c = self.contract
         new = normalize_codes(codes, c.num_quantizers, c.codebook_size)
+        if self._padded and new.shape[0]:
+            raise RkspeechError("tokens pushed after -1 end padding: -1 marks the end of the stream; "
+                                "call flush() (or reset() for a new stream)")
+        if np.asarray(codes).size // c.num_quantizers > new.shape[0]:
+            self._padded = True  # this push ended with -1 padding: only flush() may follow
         self._pending = np.concatenate([self._pending, new]) if self._pending.size else new
         out = []
         while True:

@@ -6,14 +6,15 @@ single-block graphs (rk3588 fp16, ``rkspeech.rknn.convert``; see ``docs/npu-form
 
 * ``snake_sin2`` - ``sin(pi/2 * t)^2`` from Abs / Add / Relu / Mul / Clip only.  ``Sin`` runs on
   the CPU, and so do Floor, Round, Mod and float->int Cast (field notes), so the range reduction
-  is a chain of *reflections*: ``t -> t - 2*relu(t - c)`` reflects ``t > c`` about ``c`` and
-  leaves ``t < c`` bit-exact (``relu`` of a negative is exactly 0).  ``sin(pi/2 t)^2`` is even
+  is a chain of *reflections*: ``t -> 2*min(t, c) - t`` (Clip, Mul, Sub) reflects ``t > c``
+  about ``c`` and leaves ``t < c`` bit-exact (``2t - t``).  ``sin(pi/2 t)^2`` is even
   and symmetric about every integer, so reflecting about c = 2^(k-1), ..., 2, 1 maps
-  ``[0, 2^k]`` onto ``[0, 1]`` without changing the value; a degree-6 polynomial in ``t^2``
-  (least squares on Chebyshev nodes, max error 6.3e-9 in float64) finishes it.  Unlike
+  ``[0, 2^k]`` onto ``[0, 1]`` without changing the value; a degree-5 polynomial in ``t^2``
+  (least squares on Chebyshev nodes, max error 4.6e-7 in float64; degree 6: 6.3e-9) finishes
+  it.  Unlike
   ``c - |t - c|`` the relu form never rounds a small ``t`` against a large ``c`` (which in fp16
   would cost ulp(c), e.g. 0.06 at c = 64).  Abs compiles to an NPU LeakyRelu, Clip/Relu/Add/Mul
-  stay on the NPU, Min does not (measured: Min on the CPU).  Inputs beyond ``2^k`` are clipped,
+  stay on the NPU, Min does not (measured: Min on the CPU), hence Clip for ``min(t, c)``.  Inputs beyond ``2^k`` are clipped,
   so an out-of-range activation gives a bounded error instead of a polynomial blow-up.
 * ``polyphase_weight`` / ``PolyphaseTransConv`` - a stride-s ConvTranspose (k = s or 2s) as a
   k=2 (or 1) Conv1d with ``s*cout`` output channels and a reshape/transpose interleave.  The
@@ -36,7 +37,7 @@ import numpy as np
 import torch
 from torch import nn
 
-SIN2_DEGREE = 6
+SIN2_DEGREE = 5
 #: Widest output (samples) of a polyphase interleave (wider ones use ``ZeroStuffTransConv``), and
 #: most folded rows per dilated-conv piece; both well under the 0x1fff register fields.
 MAX_WIDTH = 4096
@@ -65,8 +66,8 @@ def snake_sin2(t: torch.Tensor, folds: int, coeffs: list[float]) -> torch.Tensor
     """``sin(pi/2 * t)^2`` for ``|t| <= 2**folds`` with NPU ops only (see module docstring)."""
     t = torch.abs(t)
     for j in range(folds - 1, -1, -1):
-        c = float(2**j)
-        t = t - 2.0 * torch.relu(t - c)
+        # reflect about c: t < c is kept bit-exact (2t - t), t > c becomes 2c - t
+        t = 2.0 * torch.clamp(t, max=float(2**j)) - t
     t = torch.clamp(t, -1.0, 1.0)
     s = t * t
     acc = s * coeffs[-1] + coeffs[-2]
