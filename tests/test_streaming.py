@@ -158,8 +158,8 @@ def test_first_and_main_must_share_a_cache(engines):
 def test_long_stream_no_drift(tmp_path_factory, reduced_model, engines):
     """3,000 tokens (4 min of audio) through first B=4 + main B=64 against one full decode.
 
-    Measured here (2 cores shared with other jobs, load 6-7): full decode 123 s, stream 76 s,
-    the whole test 230 s; SNR 113.0 dB overall, worst 64-token segment 112.8 dB.  Most of the
+    Measured here (2 cores, 2026-11-29): 61 s at load ~3, 230 s at load 6-7 (other jobs);
+    SNR 113.0 dB overall, worst step 112.8 dB.  Most of the
     cost is the 3,000-token torch full decode (the reference), which cannot be shortened
     without weakening the check.
     """

@@ -86,13 +86,16 @@ class NpuVocoderStep(VocoderStep):
 
     def __init__(self, vocoder: Vocoder, codes_length: int, *, snake_bounds: dict[int, float] | None = None,
                  sin2_degree: int = npu_ops.SIN2_DEGREE, margin: float = DEFAULT_MARGIN,
-                 disable: tuple[str, ...] = ()):
+                 disable: tuple[str, ...] = (), tails: str = "transpose"):
         super().__init__(vocoder, codes_length)
         cfg = self.cfg
         unknown = set(disable) - set(self.PARTS)
         if unknown:
             raise ValueError(f"unknown parts {sorted(unknown)}; choose from {self.PARTS}")
         self.use = {p: p not in disable for p in self.PARTS}
+        if tails not in ("transpose", "frames"):
+            raise ValueError(f"tails must be 'transpose' or 'frames', got {tails!r}")
+        self.tails = tails
         self.contract = npu_step_contract(cfg, codes_length)
         if not self.use["time_major"]:
             self.contract = StepContract(**{**self.contract.__dict__, "segments": cache_segments(cfg)})
@@ -135,6 +138,11 @@ class NpuVocoderStep(VocoderStep):
             xin = torch.cat([tail_tm.unsqueeze(0), x], dim=-1)
             return xin, xin[0, :, -n:]
         n, c = int(tail_tm.shape[0]), int(tail_tm.shape[1])
+        if self.tails == "frames":  # one channel slice per frame in, one time column per frame out
+            tail = torch.cat([tail_tm[i].reshape(1, c, 1) for i in range(n)], dim=-1)
+            xin = torch.cat([tail, x], dim=-1)
+            t = int(xin.shape[-1])
+            return xin, torch.stack([xin[0, :, t - n + i] for i in range(n)])
         eye = self._eye(c)
         # identity 1x1 convs on the tail in and out: exact, and they cut the elementwise "mesh"
         # that otherwise joins every Snake chain through the cache Split/Concat (see the class
