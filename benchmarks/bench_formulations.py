@@ -28,7 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def run_one(model, cfg, formulation: str, B: int, targets: list[str], work: Path, sim: bool,
-            disable: tuple[str, ...], memory_limit_mb: float) -> dict:
+            disable: tuple[str, ...], memory_limit_mb: float, tails: str = "channel",
+            timeout: float | None = None) -> dict:
     from rkspeech.export.vocoder_onnx import export_step_onnx, graph_summary
     from rkspeech.rknn.convert import convert
     from rkspeech.runtime.runners import OnnxRuntimeRunner, RknnSimulatorRunner
@@ -37,10 +38,11 @@ def run_one(model, cfg, formulation: str, B: int, targets: list[str], work: Path
     from rkspeech.streaming.torch_runner import TorchStepRunner
     from rkspeech.vocoder_checks import check_tokens, full_decode, random_codes, stepwise_check
 
-    kw = {"disable": disable} if formulation == "npu" and disable else {}
+    kw = {"disable": disable, "tails": tails} if formulation == "npu" else {}
     t0 = time.perf_counter()
     step = make_step(model, B, formulation, **kw)
     row: dict = {"formulation": formulation, "B": B, "disable": list(disable),
+                 "tails": tails if formulation == "npu" else "channel",
                  "step_build_s": round(time.perf_counter() - t0, 2)}
     codes = random_codes(check_tokens(B, None), cfg.num_quantizers, cfg.codebook_size, seed=0)
     ref = full_decode(model, codes)
@@ -54,7 +56,7 @@ def run_one(model, cfg, formulation: str, B: int, targets: list[str], work: Path
     row["targets"] = {}
     for target in targets:
         res = convert(onnx_path, work / f"{formulation}_B{B}_{target}.rknn", target=target,
-                      memory_limit_mb=memory_limit_mb, show_progress=False)
+                      memory_limit_mb=memory_limit_mb, timeout=timeout, show_progress=False)
         rep = res.to_report()
         t = {
             "convert_s": rep["build"]["seconds"],
@@ -95,6 +97,9 @@ def main(argv=None) -> int:
     ap.add_argument("--target", action="append", help="rk3588 (default), rk3576, rk3566, ...; repeatable")
     ap.add_argument("--formulations", default="seed,npu")
     ap.add_argument("--disable", default="", help="npu parts to switch off (ablation), comma-separated")
+    ap.add_argument("--tails", choices=["channel", "time_major"], default="channel",
+                    help="npu cache-tail layout (time_major: see docs/npu-formulation.md)")
+    ap.add_argument("--timeout", type=float, default=1200, help="per conversion, seconds")
     ap.add_argument("--sim", action="store_true", help="also run the simulator stepwise check")
     ap.add_argument("--memory-limit-mb", type=float, default=5000)
     ap.add_argument("--out", default="bench_formulations.json")
@@ -117,7 +122,7 @@ def main(argv=None) -> int:
         model, cfg, _ = load_vocoder(ckpt)
         disable = tuple(x for x in args.disable.split(",") if x)
         rows = [run_one(model, cfg, f, args.B, args.target or ["rk3588"], work, args.sim, disable,
-                        args.memory_limit_mb)
+                        args.memory_limit_mb, args.tails, args.timeout)
                 for f in args.formulations.split(",")]
     report = {"date": datetime.date.today().isoformat(), "checkpoint": str(args.checkpoint or args.synthetic),
               "B": args.B, "host_cpus": os.cpu_count(), "rows": rows}

@@ -19,7 +19,8 @@ single-block graphs (rk3588 fp16, ``rkspeech.rknn.convert``; see ``docs/npu-form
 * ``polyphase_weight`` / ``PolyphaseTransConv`` - a stride-s ConvTranspose (k = s or 2s) as a
   k=2 (or 1) Conv1d with ``s*cout`` output channels and a reshape/transpose interleave.  The
   compiler turns the interleave into an NPU Gather; ConvTranspose with stride 3 or 5 pads on the
-  CPU (``exConvTransposePad``).
+  CPU (``exConvTransposePad``).  Above ``MAX_WIDTH`` output samples the Gather logs REGTASK
+  lines, so ``upsampler`` switches to ``ZeroStuffTransConv`` (nearest Resize + 0/1 mask + conv).
 * ``FoldedDilatedConv`` - a dilated k-tap conv as an undilated ``(k, 1)`` Conv2d over time folded
   to ``[T/d, d]`` (zero right-pad to a multiple of d, slice back): 0 REGTASK lines; the seed's
   dilation-9 convs log tens of thousands.

@@ -1,21 +1,29 @@
-"""The NPU-resident step graph (``formulation="npu"``): same I/O as ``VocoderStep``, no CPU ops
-in the decoder, no REGTASK overflow.
+"""The NPU-resident step graph (``formulation="npu"``): same I/O as ``VocoderStep``; no Sin/Cos,
+Gather or ConvTranspose pad on the CPU, and no dilated conv over a long axis.
+
+Measured (reduced synthetic checkpoint, B=16, fp16, rknn-toolkit2 2.5.0; docs/npu-formulation.md):
+rk3588 1131 NPU / 35 CPU ops (33 cache-tail Reshapes + the codes input Reshape and Cast) and 25 REGTASK lines,
+against the seed's 316 / 69 and 35,884; rk3576 1164 NPU / 2 CPU (Cast + 1 Reshape), 52 lines.
 
 What changes against the seed formulation (``rkspeech.streaming.step``), each for a measured
 reason (rk3588 fp16, rknn-toolkit2 2.5.0, reduced config B=16; ``docs/npu-formulation.md``):
 
 * SnakeBeta ``sin`` -> ``npu_ops.NpuSnake`` (reflection range reduction + polynomial on the
   NPU); RoPE cos/sin -> ``npu_ops.rope_cos_sin``.  The seed graph ran 30 Sin + 1 Cos on the CPU.
-* decoder-block ConvTransposes -> ``npu_ops.PolyphaseTransConv`` (strides 5 and 3 padded on
-  the CPU).
+* decoder-block ConvTransposes -> ``npu_ops.upsampler``: polyphase for outputs up to 4096
+  samples, zero-stuffed (Resize + mask + conv) beyond (strides 5 and 3 padded on the CPU; the
+  polyphase interleave at width 10240/30720 logged 30,720/92,160 REGTASK lines).
 * dilated residual convs (d = 3, 9) -> ``npu_ops.FoldedDilatedConv`` (the REGTASK trigger).
-* codebook Gather -> ``npu_ops.OneHotCodebook`` (the Gather and its index Add ran on the CPU).
-* conv tails are stored TIME-MAJOR in the flat cache (segment shape ``(n, C)`` instead of the
-  seed's ``(C, n)``): reshaping a flat slice straight to ``(1, C, n)`` compiled to a CPU Reshape
-  for every tail in and out (34 in the seed graph), while ``reshape(n, C).t()`` stays on the NPU.
-  The layout is ``npu_cache_segments(cfg)`` (same names, order and N as ``cache_segments``; the KV
-  segment is unchanged) and lives in the contract, so first/main graphs of this formulation share
-  caches, and a seed cache is refused by ``compatible_cache``.
+* codebook Gather -> ``npu_ops.OneHotCodebook`` (the Gather and its index Add ran on the CPU);
+  the int64 ``audio_codes`` still need a Cast, which stays on the CPU.
+* conv tails keep the seed's channel-major layout by default (``tails="channel"``: the cache
+  is interchangeable with a seed graph's).  On rk3588 its tail Reshapes (flat slice
+  ``(1, C*n, 1, 1) <-> (1, C, 1, n)``, <= 10,368 values each) stay on the CPU; on rk3576 they
+  run on the NPU.  ``tails="time_major"`` stores them as ``(n, C)`` (``npu_cache_segments``) and
+  moves them with 4-D permutes: rk3588 **1196 NPU / 4 CPU** (the codes input Reshape + Cast and
+  two Reshapes of the widest tail write), 25 REGTASK lines, but the toolkit's graph optimizer
+  takes 307 s instead of 79 s on the reduced step, so it is not (yet) the default.
+  A per-frame slice/concat variant made the converter try to allocate a 99456 x 99456 matrix.
 
 Snake bounds: each Snake is exact for ``|freq*x| <= bound``; ``calibrate_snake_bounds`` takes
 the largest value seen on a full decode of random codes and multiplies it by ``margin`` (4 by
@@ -28,7 +36,6 @@ import math
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from ..models.qwen3_tts_vocoder import RESIDUAL_DILATIONS, SnakeBeta, Vocoder, VocoderConfig, snake_modules
 from . import npu_ops
@@ -48,8 +55,12 @@ def npu_cache_segments(cfg: VocoderConfig):
     return make_segments(named)
 
 
-def npu_step_contract(cfg: VocoderConfig, codes_length: int) -> StepContract:
+def npu_step_contract(cfg: VocoderConfig, codes_length: int, tails: str = "channel") -> StepContract:
+    """The seed contract with ``formulation="npu"``; ``tails="time_major"`` swaps in
+    ``npu_cache_segments`` (the default keeps the seed layout, so caches are interchangeable)."""
     base = step_contract(cfg, codes_length, formulation=FORMULATION)
+    if tails == "channel":
+        return base
     return StepContract(**{**base.__dict__, "segments": npu_cache_segments(cfg)})
 
 
@@ -82,23 +93,21 @@ class NpuVocoderStep(VocoderStep):
     """
 
     #: Every replacement can be switched off (ablations, ``benchmarks/bench_formulations.py``).
-    PARTS = ("snake", "rope", "polyphase", "fold", "codebook", "time_major", "mesh_break")
+    PARTS = ("snake", "rope", "polyphase", "fold", "codebook")
 
     def __init__(self, vocoder: Vocoder, codes_length: int, *, snake_bounds: dict[int, float] | None = None,
                  sin2_degree: int = npu_ops.SIN2_DEGREE, margin: float = DEFAULT_MARGIN,
-                 disable: tuple[str, ...] = (), tails: str = "transpose"):
+                 disable: tuple[str, ...] = (), tails: str = "channel"):
         super().__init__(vocoder, codes_length)
         cfg = self.cfg
         unknown = set(disable) - set(self.PARTS)
         if unknown:
             raise ValueError(f"unknown parts {sorted(unknown)}; choose from {self.PARTS}")
         self.use = {p: p not in disable for p in self.PARTS}
-        if tails not in ("transpose", "frames"):
-            raise ValueError(f"tails must be 'transpose' or 'frames', got {tails!r}")
+        if tails not in ("channel", "time_major"):
+            raise ValueError(f"tails must be 'channel' or 'time_major', got {tails!r}")
         self.tails = tails
-        self.contract = npu_step_contract(cfg, codes_length)
-        if not self.use["time_major"]:
-            self.contract = StepContract(**{**self.contract.__dict__, "segments": cache_segments(cfg)})
+        self.contract = npu_step_contract(cfg, codes_length, tails)
         bounds = snake_bounds or calibrate_snake_bounds(vocoder, margin=margin)
         self.snakes = nn.ModuleDict()
         self._snake_key: dict[int, str] = {}
@@ -106,10 +115,6 @@ class NpuVocoderStep(VocoderStep):
             key = f"s{i}"
             self.snakes[key] = npu_ops.NpuSnake(m, bounds[id(m)], degree=sin2_degree)
             self._snake_key[id(m)] = key
-        for seg in self.contract.segments:
-            c = seg.shape[-1] if self.use["time_major"] else seg.shape[0]
-            if seg.name != "kv" and not hasattr(self, f"eye{c}"):
-                self.register_buffer(f"eye{c}", torch.eye(c).unsqueeze(-1), persistent=False)
         self.codebook = npu_ops.OneHotCodebook(vocoder.quantizer)
         self.coeffs = npu_ops.sin2_coefficients(sin2_degree)
         frames = codes_length * math.prod(cfg.upsampling_ratios)
@@ -131,36 +136,24 @@ class NpuVocoderStep(VocoderStep):
         return [s.folds for s in self.snakes.values()]
 
     # ---- pieces ---------------------------------------------------------------------------
-    def _with_tail(self, x: torch.Tensor, tail_tm: torch.Tensor):
-        """Prepend a time-major tail ``(n, C)``; return ``xin`` and the new time-major tail."""
-        if not self.use["time_major"]:  # seed layout (C, n)
-            n = int(tail_tm.shape[1])
-            xin = torch.cat([tail_tm.unsqueeze(0), x], dim=-1)
+    def _with_tail(self, x: torch.Tensor, tail_in: torch.Tensor):
+        """Prepend a cache tail (``(C, n)``, or ``(n, C)`` for ``tails="time_major"``); return
+        ``xin`` and the new tail in the same layout."""
+        if self.tails == "channel":  # seed layout (C, n)
+            n = int(tail_in.shape[1])
+            xin = torch.cat([tail_in.unsqueeze(0), x], dim=-1)
             return xin, xin[0, :, -n:]
-        n, c = int(tail_tm.shape[0]), int(tail_tm.shape[1])
-        if self.tails == "frames":  # one channel slice per frame in, one time column per frame out
-            tail = torch.cat([tail_tm[i].reshape(1, c, 1) for i in range(n)], dim=-1)
-            xin = torch.cat([tail, x], dim=-1)
-            t = int(xin.shape[-1])
-            return xin, torch.stack([xin[0, :, t - n + i] for i in range(n)])
-        eye = self._eye(c)
-        # identity 1x1 convs on the tail in and out: exact, and they cut the elementwise "mesh"
-        # that otherwise joins every Snake chain through the cache Split/Concat (see the class
-        # docstring: without them the toolkit's graph optimizer ran > 10 min on this graph)
-        tail = F.conv1d(tail_tm.t().unsqueeze(0), eye) if self.use["mesh_break"] else tail_tm.t().unsqueeze(0)
-        xin = torch.cat([tail, x], dim=-1)
-        out = xin[..., -n:]
-        if self.use["mesh_break"]:
-            out = F.conv1d(out, eye)
-        return xin, out[0].t()
+        # 4-D permutes on batch-1 tensors: the 2-D ``.t()`` form left the 17 reads as CPU
+        # Transposes and took the optimizer 533 s; this one leaves 2 CPU Reshapes in 307 s.
+        n, c = int(tail_in.shape[0]), int(tail_in.shape[1])
+        xin = torch.cat([tail_in.reshape(1, 1, n, c).permute(0, 3, 1, 2).reshape(1, c, n), x], dim=-1)
+        t = int(xin.shape[-1])
+        return xin, xin[..., t - n:].reshape(1, c, 1, n).permute(0, 2, 3, 1).reshape(n, c)
 
-    def _eye(self, c: int) -> torch.Tensor:
-        return getattr(self, f"eye{c}")
-
-    def _tconv(self, conv, x, tail_tm, name):
-        if tail_tm is None:
+    def _tail_conv(self, conv, x, tail_in, name):
+        if tail_in is None:
             return conv.conv(x), None
-        xin, new_tail = self._with_tail(x, tail_tm)
+        xin, new_tail = self._with_tail(x, tail_in)
         folded = self.folded[name] if name in self.folded and self.use["fold"] else None
         return (folded(xin) if folded is not None else conv.conv(xin)), new_tail
 
@@ -171,7 +164,7 @@ class NpuVocoderStep(VocoderStep):
         parts: list[torch.Tensor] = []
 
         h = self.codebook(audio_codes) if self.use["codebook"] else voc.quantizer(audio_codes)
-        h, tail = self._tconv(voc.pre_conv, h, c["pre_conv"], "pre_conv")
+        h, tail = self._tail_conv(voc.pre_conv, h, c["pre_conv"], "pre_conv")
         parts.append(tail)
 
         emb = torch.cat([freqs_in, freqs_in], dim=-1)
@@ -187,11 +180,11 @@ class NpuVocoderStep(VocoderStep):
                 raise NotImplementedError("k > s upsampler")  # the published model has k = s
             h = up(h)
             res = h
-            h, tail = self._tconv(block.dwconv, h, c[f"up{i}_dw"], f"up{i}_dw")
+            h, tail = self._tail_conv(block.dwconv, h, c[f"up{i}_dw"], f"up{i}_dw")
             parts.append(tail)
             h = res + block.pointwise(h)
 
-        h, tail = self._tconv(voc.decoder[0], h, c["dec0"], "dec0")
+        h, tail = self._tail_conv(voc.decoder[0], h, c["dec0"], "dec0")
         parts.append(tail)
         for i in range(len(cfg.upsample_rates)):
             blk = voc.decoder[1 + i].block
@@ -201,16 +194,17 @@ class NpuVocoderStep(VocoderStep):
                 h = self.polyphase[i](xin)
             else:
                 tm = c[f"b{i}_convT"]
-                h, tail = self._trans_conv(blk[1], h, tm.t() if self.use["time_major"] else tm)
-                tail = tail.t() if self.use["time_major"] else tail
+                tm_layout = self.tails == "time_major"
+                h, tail = self._trans_conv(blk[1], h, tm.t() if tm_layout else tm)
+                tail = tail.t() if tm_layout else tail
             parts.append(tail)
             for unit, d in zip(blk[2:], RESIDUAL_DILATIONS):
                 res = h
-                y, tail = self._tconv(unit.conv1, self.snake(unit.act1, h), c[f"b{i}_r{d}"], f"b{i}_r{d}")
+                y, tail = self._tail_conv(unit.conv1, self.snake(unit.act1, h), c[f"b{i}_r{d}"], f"b{i}_r{d}")
                 parts.append(tail)
                 h = res + unit.conv2.conv(self.snake(unit.act2, y))
         h = self.snake(voc.decoder[-2], h)
-        h, tail = self._tconv(voc.decoder[-1], h, c["final"], "final")
+        h, tail = self._tail_conv(voc.decoder[-1], h, c["final"], "final")
         parts.append(tail)
         audio = h.clamp(-1.0, 1.0).reshape(1, 1, -1)
         return audio, torch.cat([p.reshape(-1) for p in parts])
