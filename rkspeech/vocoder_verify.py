@@ -55,6 +55,29 @@ def load_artifact(onnx_path, rknn_path=None, expect_target: str | None = None) -
     return Artifact(Path(onnx_path), Path(rknn_path) if rknn_path else None, contract, target)
 
 
+class _LazyRunner:
+    """Builds its runner on the first ``infer``; ``before_build`` runs just before that."""
+
+    def __init__(self, factory, before_build=None):
+        self.factory, self.before_build, self.runner = factory, before_build, None
+
+    def infer(self, feed):
+        if self.runner is None:
+            if self.before_build is not None:
+                self.before_build()
+            with progress.stage("simulator: build the graph in-process"):
+                self.runner = self.factory()
+        return self.runner.infer(feed)
+
+    def close(self) -> None:
+        if self.runner is not None:
+            self.runner.close()
+            self.runner = None
+            import gc
+
+            gc.collect()
+
+
 @dataclass
 class VerifyResult:
     tokens: int
@@ -96,27 +119,30 @@ def verify_vocoder(model_dir, main: Artifact, first: Artifact | None = None, *, 
     seg = c.samples_per_step
     result = VerifyResult(tokens)
 
-    def run(stage: str, make_runner) -> np.ndarray:
-        runners = []
+    def run(stage: str, make_runner, lazy: bool = False) -> np.ndarray:
+        if lazy:
+            # Simulator: each runner holds a whole in-process build (published B=64: ~21 GB,
+            # B=16: ~7 GB), so build the first graph, run its step, free it, then build main.
+            first_r = _LazyRunner(lambda: make_runner(first)) if first else None
+            main_r = _LazyRunner(lambda: make_runner(main), before_build=first_r.close if first_r else None)
+        else:
+            main_r = make_runner(main)
+            first_r = make_runner(first) if first else None
         try:
-            with progress.stage(f"{stage}: prepare"):
-                main_r = make_runner(main)
-                runners.append(main_r)
-                first_r = make_runner(first) if first else None
-                if first_r:
-                    runners.append(first_r)
             engine_first = Engine(first_r, first.contract) if first else None
             sv = StreamingVocoder(Engine(main_r, c), engine_first)
             with progress.stage(f"{stage}: {tokens} tokens stepwise"):
                 audio = sv.decode(codes)
         finally:
-            for r in runners:
-                r.close()
+            for r in (main_r, first_r):
+                if r is not None:
+                    r.close()
         result.snr_db[stage] = round(snr_db(reference, audio), 2)
         result.per_step[stage] = [round(x, 2) for x in segment_snr_db(reference, audio, seg)]
         return audio
 
     ort_audio = run("onnxruntime_step", lambda a: OnnxRuntimeRunner(a.onnx, threads=threads))
-    sim_audio = run("rknn_sim_step", lambda a: RknnSimulatorRunner(a.onnx, target=target, dtype="fp16", log_path=sim_log))
+    sim_audio = run("rknn_sim_step", lambda a: RknnSimulatorRunner(a.onnx, target=target, dtype="fp16", log_path=sim_log),
+                    lazy=True)
     result.sim_vs_ort_db = round(snr_db(ort_audio, sim_audio), 2)
     return result
