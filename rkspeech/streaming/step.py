@@ -105,12 +105,27 @@ class VocoderStep(nn.Module):
     def _split(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
         return {s.name: flat[s.offset:s.end].reshape(s.shape) for s in self.contract.segments}
 
-    @staticmethod
-    def _conv(conv: CausalConv, x: torch.Tensor, tail: torch.Tensor | None):
+    # ---- hooks a formulation may replace (rkspeech.streaming.step_npu) -------------------
+    def embed_codes(self, audio_codes: torch.Tensor) -> torch.Tensor:
+        """[1, Q, L] int64 -> [1, codebook_dim, L]."""
+        return self.vocoder.quantizer(audio_codes)
+
+    def rope(self, emb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return emb.cos(), emb.sin()
+
+    def snake(self, module, x: torch.Tensor) -> torch.Tensor:
+        return module(x)
+
+    def conv_step(self, conv: CausalConv, x: torch.Tensor, tail: torch.Tensor | None, name: str):
+        """A causal conv over ``cat(tail, x)``; returns the output and the new tail."""
         if not conv.context:
             return conv.conv(x), None
         xin = torch.cat([tail.unsqueeze(0), x], dim=-1)
         return conv.conv(xin), xin[0, :, -conv.context:]
+
+    def block_upsample(self, index: int, tconv: CausalTransConv, x: torch.Tensor, tail: torch.Tensor):
+        """The decoder block's ConvTranspose (k=2s) with its one frame of context."""
+        return self._trans_conv(tconv, x, tail)
 
     @staticmethod
     def _trans_conv(tconv: CausalTransConv, x: torch.Tensor, tail: torch.Tensor | None):
@@ -160,12 +175,11 @@ class VocoderStep(nn.Module):
         c = self._split(cache_in)
         parts: list[torch.Tensor] = []  # new cache pieces, in segment order
 
-        h = voc.quantizer(audio_codes)  # [1, codebook_dim, L]
-        h, tail = self._conv(voc.pre_conv, h, c["pre_conv"])
+        h = self.embed_codes(audio_codes)  # [1, codebook_dim, L]
+        h, tail = self.conv_step(voc.pre_conv, h, c["pre_conv"], "pre_conv")
         parts.append(tail)
 
-        emb = torch.cat([freqs_in, freqs_in], dim=-1)
-        cos, sin = emb.cos(), emb.sin()
+        cos, sin = self.rope(torch.cat([freqs_in, freqs_in], dim=-1))
         kv_parts: list[torch.Tensor] = []
         tf = voc.pre_transformer
         h = self._attention(tf.input_proj(h.transpose(1, 2)), cos, sin, c["kv"], cache_valid, kv_parts)
@@ -177,24 +191,24 @@ class VocoderStep(nn.Module):
             if tail is not None:
                 parts.append(tail)
             res = h
-            h, tail = self._conv(block.dwconv, h, c[f"up{i}_dw"])
+            h, tail = self.conv_step(block.dwconv, h, c[f"up{i}_dw"], f"up{i}_dw")
             parts.append(tail)
             h = res + block.pointwise(h)
 
-        h, tail = self._conv(voc.decoder[0], h, c["dec0"])
+        h, tail = self.conv_step(voc.decoder[0], h, c["dec0"], "dec0")
         parts.append(tail)
         for i in range(len(cfg.upsample_rates)):
             blk = voc.decoder[1 + i].block
-            h = blk[0](h)
-            h, tail = self._trans_conv(blk[1], h, c[f"b{i}_convT"])
+            h, tail = self.block_upsample(i, blk[1], self.snake(blk[0], h), c[f"b{i}_convT"])
             parts.append(tail)
             for unit, d in zip(blk[2:], RESIDUAL_DILATIONS):
                 res = h
-                y, tail = self._conv(unit.conv1, unit.act1(h), c[f"b{i}_r{d}"])
+                name = f"b{i}_r{d}"
+                y, tail = self.conv_step(unit.conv1, self.snake(unit.act1, h), c[name], name)
                 parts.append(tail)
-                h = res + unit.conv2.conv(unit.act2(y))
-        h = voc.decoder[-2](h)
-        h, tail = self._conv(voc.decoder[-1], h, c["final"])
+                h = res + unit.conv2.conv(self.snake(unit.act2, y))
+        h = self.snake(voc.decoder[-2], h)
+        h, tail = self.conv_step(voc.decoder[-1], h, c["final"], "final")
         parts.append(tail)
         audio = h.clamp(-1.0, 1.0).reshape(1, 1, -1)
         return audio, torch.cat([p.reshape(-1) for p in parts])

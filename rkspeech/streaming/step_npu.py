@@ -150,64 +150,27 @@ class NpuVocoderStep(VocoderStep):
         t = int(xin.shape[-1])
         return xin, xin[..., t - n:].reshape(1, c, 1, n).permute(0, 2, 3, 1).reshape(n, c)
 
-    def _tail_conv(self, conv, x, tail_in, name):
+    def conv_step(self, conv, x, tail_in, name):
         if tail_in is None:
             return conv.conv(x), None
         xin, new_tail = self._with_tail(x, tail_in)
         folded = self.folded[name] if name in self.folded and self.use["fold"] else None
         return (folded(xin) if folded is not None else conv.conv(xin)), new_tail
 
-    # ---- the step -------------------------------------------------------------------------
-    def forward(self, audio_codes, freqs_in, cache_valid, cache_in):
-        voc, cfg = self.vocoder, self.cfg
-        c = self._split(cache_in)
-        parts: list[torch.Tensor] = []
+    def embed_codes(self, audio_codes):
+        return self.codebook(audio_codes) if self.use["codebook"] else self.vocoder.quantizer(audio_codes)
 
-        h = self.codebook(audio_codes) if self.use["codebook"] else voc.quantizer(audio_codes)
-        h, tail = self._tail_conv(voc.pre_conv, h, c["pre_conv"], "pre_conv")
-        parts.append(tail)
+    def rope(self, emb):
+        return npu_ops.rope_cos_sin(emb, self.coeffs) if self.use["rope"] else (emb.cos(), emb.sin())
 
-        emb = torch.cat([freqs_in, freqs_in], dim=-1)
-        cos, sin = npu_ops.rope_cos_sin(emb, self.coeffs) if self.use["rope"] else (emb.cos(), emb.sin())
-        kv_parts: list[torch.Tensor] = []
-        tf = voc.pre_transformer
-        h = self._attention(tf.input_proj(h.transpose(1, 2)), cos, sin, c["kv"], cache_valid, kv_parts)
-        parts.append(torch.stack([torch.stack(kv_parts[i:i + 2]) for i in range(0, len(kv_parts), 2)]))
-        h = h.transpose(1, 2)
-
-        for i, (up, block) in enumerate(voc.upsample):
-            if up.context:
-                raise NotImplementedError("k > s upsampler")  # the published model has k = s
-            h = up(h)
-            res = h
-            h, tail = self._tail_conv(block.dwconv, h, c[f"up{i}_dw"], f"up{i}_dw")
-            parts.append(tail)
-            h = res + block.pointwise(h)
-
-        h, tail = self._tail_conv(voc.decoder[0], h, c["dec0"], "dec0")
-        parts.append(tail)
-        for i in range(len(cfg.upsample_rates)):
-            blk = voc.decoder[1 + i].block
-            h = self.snake(blk[0], h)
-            if self.use["polyphase"]:
-                xin, tail = self._with_tail(h, c[f"b{i}_convT"])
-                h = self.polyphase[i](xin)
-            else:
-                tm = c[f"b{i}_convT"]
-                tm_layout = self.tails == "time_major"
-                h, tail = self._trans_conv(blk[1], h, tm.t() if tm_layout else tm)
-                tail = tail.t() if tm_layout else tail
-            parts.append(tail)
-            for unit, d in zip(blk[2:], RESIDUAL_DILATIONS):
-                res = h
-                y, tail = self._tail_conv(unit.conv1, self.snake(unit.act1, h), c[f"b{i}_r{d}"], f"b{i}_r{d}")
-                parts.append(tail)
-                h = res + unit.conv2.conv(self.snake(unit.act2, y))
-        h = self.snake(voc.decoder[-2], h)
-        h, tail = self._tail_conv(voc.decoder[-1], h, c["final"], "final")
-        parts.append(tail)
-        audio = h.clamp(-1.0, 1.0).reshape(1, 1, -1)
-        return audio, torch.cat([p.reshape(-1) for p in parts])
+    def block_upsample(self, index, tconv, x, tail_in):
+        if self.use["polyphase"]:
+            xin, tail = self._with_tail(x, tail_in)
+            return self.polyphase[index](xin), tail
+        if self.tails == "time_major":
+            y, tail = self._trans_conv(tconv, x, tail_in.t())
+            return y, tail.t()
+        return self._trans_conv(tconv, x, tail_in)
 
 
 def make_step(vocoder: Vocoder, codes_length: int, formulation: str = "seed", **kw) -> VocoderStep:
