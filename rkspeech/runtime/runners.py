@@ -267,19 +267,16 @@ class RknnSimulatorRunner(Runner):
     def infer(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         arrays = self._ordered_feed(feed)
         fmt = ["nchw" if a.ndim == 4 else None for a in arrays]
-        if self._warm:
-            with warnings.catch_warnings():
+        # The toolkit prints from C on every call (preparation bars on the first, a
+        # 'data_format is not set' warning for non-4-D inputs on each): keep fd 1/2 quiet.
+        cap = _FdCapture(None)
+        try:
+            with cap, warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 outs = self.rknn.inference(inputs=arrays, data_format=fmt if any(fmt) else None)
-        else:  # the first call prints preparation progress bars from the toolkit
-            cap = _FdCapture(None)
-            try:
-                with cap, warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    outs = self.rknn.inference(inputs=arrays, data_format=fmt if any(fmt) else None)
-            finally:
-                cap.close()
-            self._warm = True
+        finally:
+            cap.close()
+        self._warm = True
         return self._shape_outputs(outs)
 
     def close(self) -> None:
