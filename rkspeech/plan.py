@@ -124,8 +124,6 @@ def load_plan(path, *, backend: str | None = None, expect_target: str | None = N
         raise RkspeechError(f"plan {p}: {exc}") from None
     contracts = {role: _artifact_contract(a, role, expect_target if a.suffix == ".rknn" else None)
                  for role, a in use.items()}
-    if backend in (None, "rknnlite") and rknn and use is not rknn:
-        pass
     main = contracts["main"]
     if declared is not None and declared != main:
         raise RkspeechError(

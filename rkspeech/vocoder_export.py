@@ -31,22 +31,6 @@ class ExportResult:
     first_onnx: Path | None = None
 
 
-FORMULATIONS = ("seed", "npu")
-
-
-def step_class_for(formulation: str):
-    """The step module of a formulation: ``seed`` (VocoderStep) or ``npu`` (NpuVocoderStep)."""
-    if formulation == "seed":
-        from .streaming.step import VocoderStep
-
-        return VocoderStep
-    if formulation == "npu":
-        from .streaming.step_npu import NpuVocoderStep
-
-        return NpuVocoderStep
-    raise RkspeechError(f"unknown formulation {formulation!r}; choose one of {', '.join(FORMULATIONS)}")
-
-
 def _ort_threads() -> int:
     return int(os.environ.get("RKSPEECH_THREADS", "0")) or min(2, os.cpu_count() or 1)
 
@@ -61,6 +45,7 @@ def export_vocoder(model_dir, codes_length: int, *, output: str | os.PathLike | 
     from .models.qwen3_checkpoint import load_vocoder
     from .runtime.runners import OnnxRuntimeRunner
     from .runtime.streaming import Engine
+    from .streaming.step_npu import make_step
     from .streaming.torch_runner import TorchStepRunner
 
     if codes_length < 1:
@@ -70,9 +55,8 @@ def export_vocoder(model_dir, codes_length: int, *, output: str | os.PathLike | 
     torch.set_num_threads(_ort_threads())
     with progress.stage("load checkpoint"):
         model, cfg, files = load_vocoder(model_dir)
-    step_class = step_class_for(formulation)
-    main_step = step_class(model, codes_length)
-    first_step = step_class(model, first_length) if first_length else None
+    main_step = make_step(model, codes_length, formulation)
+    first_step = make_step(model, first_length, formulation) if first_length else None
     contract = main_step.contract
     report: dict = {
         "model": "qwen3-tts-vocoder",
