@@ -32,7 +32,8 @@ def run_one(model, cfg, formulation: str, B: int, targets: list[str], work: Path
             timeout: float | None = None) -> dict:
     from rkspeech.export.vocoder_onnx import export_step_onnx, graph_summary
     from rkspeech.rknn.convert import convert
-    from rkspeech.runtime.runners import OnnxRuntimeRunner, RknnSimulatorRunner
+    from rkspeech.runtime.runners import OnnxRuntimeRunner
+    from rkspeech.runtime.sim_process import SimulatorProcess
     from rkspeech.runtime.streaming import Engine
     from rkspeech.streaming.step_npu import make_step
     from rkspeech.streaming.torch_runner import TorchStepRunner
@@ -68,8 +69,9 @@ def run_one(model, cfg, formulation: str, B: int, targets: list[str], work: Path
             "regtask_lines": rep["build"]["regtask_overflow_lines"],
         }
         if sim:
-            with RknnSimulatorRunner(onnx_path, target=target, dtype="fp16") as rt:
+            with SimulatorProcess(onnx_path, target=target, dtype="fp16") as rt:
                 t["sim_snr_db"] = round(stepwise_check(ref, codes, Engine(rt, step.contract)).snr_db, 2)
+                t["sim_peak_rss_mb"] = round(rt.peak_rss_mb, 1)
         row["targets"][target] = t
     return row
 

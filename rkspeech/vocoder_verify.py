@@ -5,7 +5,9 @@ not support inference on the simulator", measured here), so the simulator rebuil
 from the ONNX for the target written in the ``.rknn``; the ``.rknn`` supplies the target and
 the contract, and both are checked against the ONNX before anything runs.  The simulator gives
 NPU numerics (fp16 at the graph boundary, so the cache round-trips through fp16 every step),
-not NPU speed and not board behaviour (a REGTASK overflow layer does not show here).
+not NPU speed and not board behaviour (a REGTASK overflow layer does not show here).  Each simulator build runs in
+a child process (``runtime.sim_process``): the npu B=64 graph needs more than 24 GB there, and
+that must end in an error message, not in the OOM killer taking ``verify`` along.
 """
 
 from __future__ import annotations
@@ -60,17 +62,19 @@ class _LazyRunner:
 
     def __init__(self, factory, before_build=None):
         self.factory, self.before_build, self.runner = factory, before_build, None
+        self.peak_rss_mb = 0.0
 
     def infer(self, feed):
         if self.runner is None:
             if self.before_build is not None:
                 self.before_build()
-            with progress.stage("simulator: build the graph in-process"):
+            with progress.stage("simulator: build the graph (child process)"):
                 self.runner = self.factory()
         return self.runner.infer(feed)
 
     def close(self) -> None:
         if self.runner is not None:
+            self.peak_rss_mb = max(self.peak_rss_mb, getattr(self.runner, "peak_rss_mb", 0.0))
             self.runner.close()
             self.runner = None
             import gc
@@ -84,20 +88,22 @@ class VerifyResult:
     snr_db: dict = field(default_factory=dict)  # stage -> dB against the full decode
     sim_vs_ort_db: float | None = None
     per_step: dict = field(default_factory=dict)  # stage -> [dB per main step]
+    sim_peak_rss_mb: float | None = None  # largest simulator child seen
 
     def to_report(self) -> dict:
         return {"tokens": self.tokens, "snr_db": self.snr_db, "sim_vs_onnxruntime_db": self.sim_vs_ort_db,
-                "per_step_snr_db": self.per_step}
+                "per_step_snr_db": self.per_step, "sim_peak_rss_mb": self.sim_peak_rss_mb}
 
 
 def verify_vocoder(model_dir, main: Artifact, first: Artifact | None = None, *, steps: int = 3,
                    target: str | None = None, seed: int = 0, threads: int = 2,
-                   sim_log: str | None = None) -> VerifyResult:
+                   sim_log: str | None = None, sim_memory_limit_mb: float | None = None) -> VerifyResult:
     """Full decode vs onnxruntime step vs simulator step, over ``steps`` main steps."""
     import torch
 
     from .models.qwen3_checkpoint import load_vocoder
-    from .runtime.runners import OnnxRuntimeRunner, RknnSimulatorRunner
+    from .runtime.runners import OnnxRuntimeRunner
+    from .runtime.sim_process import SimulatorProcess
 
     if steps < 1:
         raise RkspeechError(f"--steps must be >= 1, got {steps}")
@@ -121,7 +127,7 @@ def verify_vocoder(model_dir, main: Artifact, first: Artifact | None = None, *, 
 
     def run(stage: str, make_runner, lazy: bool = False) -> np.ndarray:
         if lazy:
-            # Simulator: each runner holds a whole in-process build (published B=64: ~21 GB,
+            # Simulator: each runner holds a whole build (seed published B=64: ~21 GB,
             # B=16: ~7 GB), so build the first graph, run its step, free it, then build main.
             first_r = _LazyRunner(lambda: make_runner(first)) if first else None
             main_r = _LazyRunner(lambda: make_runner(main), before_build=first_r.close if first_r else None)
@@ -137,12 +143,15 @@ def verify_vocoder(model_dir, main: Artifact, first: Artifact | None = None, *, 
             for r in (main_r, first_r):
                 if r is not None:
                     r.close()
+                    if lazy:
+                        result.sim_peak_rss_mb = round(max(result.sim_peak_rss_mb or 0.0, r.peak_rss_mb), 1)
         result.snr_db[stage] = round(snr_db(reference, audio), 2)
         result.per_step[stage] = [round(x, 2) for x in segment_snr_db(reference, audio, seg)]
         return audio
 
     ort_audio = run("onnxruntime_step", lambda a: OnnxRuntimeRunner(a.onnx, threads=threads))
-    sim_audio = run("rknn_sim_step", lambda a: RknnSimulatorRunner(a.onnx, target=target, dtype="fp16", log_path=sim_log),
+    sim_audio = run("rknn_sim_step", lambda a: SimulatorProcess(a.onnx, target=target, dtype="fp16",
+                                                                log_path=sim_log, memory_limit_mb=sim_memory_limit_mb),
                     lazy=True)
     result.sim_vs_ort_db = round(snr_db(ort_audio, sim_audio), 2)
     return result

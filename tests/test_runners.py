@@ -49,3 +49,26 @@ def test_simulator_matches_onnxruntime(tmp_path):
     assert _snr_db(ref, y) >= 40, _snr_db(ref, y)
     assert np.array_equal(y, y2)
     assert os.environ.get("TMPDIR") == tmpdir
+
+
+@pytest.mark.rknn
+def test_simulator_process_matches_in_process_and_names_its_death(tmp_path):
+    """The child-process simulator gives the in-process numbers; a killed child is a clean error."""
+    import os
+    import signal
+
+    from rkspeech.runtime.sim_process import SimulatorProcess
+
+    p = conv_relu_sin(tmp_path / "m.onnx")
+    x = np.random.RandomState(3).randn(1, 4, 16, 16).astype(np.float32)
+    with RknnSimulatorRunner(p, target="rk3588") as sim:
+        ref = sim.infer({"x": x})["y"]
+    with SimulatorProcess(p, target="rk3588") as child:
+        y = child.infer({"x": x})["y"]
+        assert child.peak_rss_mb > 100  # the toolkit alone is a few hundred MB
+        os.kill(child._proc.pid, signal.SIGKILL)  # what the OOM killer does
+        with pytest.raises(RkspeechError, match="SIGKILL.*out-of-memory.*inference of m.onnx"):
+            child.infer({"x": x})
+    assert np.array_equal(ref, y)
+    with pytest.raises(RkspeechError, match="exceeded the memory limit of 50 MB"):
+        SimulatorProcess(p, target="rk3588", memory_limit_mb=50)

@@ -47,7 +47,7 @@ def export_step_onnx(step, output: str | os.PathLike) -> Path:
     B = contract.codes_length
     inv = inverse_frequencies(contract.head_dim, contract.rope_theta)
     dummy = (
-        torch.zeros(1, contract.num_quantizers, B, dtype=torch.int64),
+        torch.zeros(1, contract.num_quantizers, B, dtype=getattr(torch, contract.codes_dtype)),
         torch.from_numpy(rope_angles(0, B, inv)),
         # traced mid-range so no branch of the slot-bias clamp degenerates into a constant
         torch.full((1,), float(min(B, contract.kv_slots // 2)), dtype=torch.float32),

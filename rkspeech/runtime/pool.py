@@ -182,10 +182,17 @@ def open_pool(plan, backend: str = "ort", *, size: int | None = None, threads: i
             raise
         return EnginePool(slots, contracts, owned=owned)
     if backend == "sim":
-        from .runners import RknnSimulatorRunner
+        from .sim_process import SimulatorProcess
 
         chip = target or plan.target or "rk3588"
         dtype = (plan.raw.get("build") or {}).get("dtype", "fp16") if isinstance(plan.raw, dict) else "fp16"
-        runners = {role: RknnSimulatorRunner(plan.onnx[role], target=chip, dtype=dtype) for role in contracts}
+        runners = {}
+        try:
+            for role in contracts:
+                runners[role] = SimulatorProcess(plan.onnx[role], target=chip, dtype=dtype)
+        except BaseException:
+            for r in runners.values():
+                r.close()
+            raise
         return EnginePool([Slot("sim0", runners)], contracts, owned=runners.values())
     raise RkspeechError(f"unknown backend {backend!r}; choose ort, sim or rknnlite")

@@ -14,7 +14,8 @@ Graph I/O (compatible with the seed's format, so its runtimes accept our artifac
 =============  ==========================  =======================================================
 name           shape / dtype                meaning
 =============  ==========================  =======================================================
-audio_codes    [1, Q, B] int64             Q=16 codebooks, B tokens
+audio_codes    [1, Q, B] ``codes_dtype``     Q=16 codebooks, B tokens; int64 (seed) or float32 (npu:
+                                           an int64 input costs a CPU Cast; codes < 2048 are exact)
 freqs_in       [B, head_dim/2] fp32        RoPE angles pos*inv_freq, reduced mod 2*pi on the host
 cache_valid    [1] fp32                    count of real KV slots: min(pos, sliding_window-1)
 cache_in       [N] fp32                    flat cache, layout = ``segments``
@@ -37,6 +38,7 @@ CONTRACT_FORMAT = "rkspeech-step/1"
 
 INPUT_NAMES = ("audio_codes", "freqs_in", "cache_valid", "cache_in")
 OUTPUT_NAMES = ("audio_values", "cache_out")
+CODES_DTYPES = ("int64", "float32")
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,7 @@ class StepContract:
     sample_rate: int
     segments: tuple[CacheSegment, ...]
     formulation: str = "seed"
+    codes_dtype: str = "int64"  # "float32" in the npu formulation; runners cast on the host
     model: str = "qwen3-tts-vocoder"
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
@@ -153,6 +156,7 @@ class StepContract:
             "rope_theta": self.rope_theta,
             "samples_per_token": self.samples_per_token,
             "sample_rate": self.sample_rate,
+            "codes_dtype": self.codes_dtype,
             "N": self.cache_numel,
             # offsets are implied by the order; shapes are enough to rebuild the layout
             "segments": [[s.name, list(s.shape)] for s in self.segments],
@@ -184,11 +188,15 @@ class StepContract:
                 sample_rate=int(d["sample_rate"]),
                 segments=segments,
                 formulation=str(d.get("formulation", "seed")),
+                codes_dtype=str(d.get("codes_dtype", "int64")),
                 model=str(d.get("model", "qwen3-tts-vocoder")),
                 extra=dict(d.get("extra", {})),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise RkspeechError(f"step contract is malformed: {exc!r}") from None
+        if contract.codes_dtype not in CODES_DTYPES:
+            raise RkspeechError(f"step contract is malformed: codes_dtype {contract.codes_dtype!r} "
+                                f"is not one of {CODES_DTYPES}")
         if "N" in d and int(d["N"]) != contract.cache_numel:
             raise RkspeechError(
                 f"step contract is inconsistent: N={d['N']} but its segments add up to "

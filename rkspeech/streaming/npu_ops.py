@@ -24,9 +24,9 @@ single-block graphs (rk3588 fp16, ``rkspeech.rknn.convert``; see ``docs/npu-form
 * ``FoldedDilatedConv`` - a dilated k-tap conv as an undilated ``(k, 1)`` Conv2d over time folded
   to ``[T/d, d]`` (zero right-pad to a multiple of d, slice back): 0 REGTASK lines; the seed's
   dilation-9 convs log tens of thousands.
-* ``OneHotCodebook`` - codes -> per-codebook one-hot ``relu(1 - |code - arange|)`` -> batched
-  MatMul with the folded ``[Q, K, D]`` tables -> sum over Q.  Exact selection (codes < 2048 are
-  exact in fp16).  The int64 input still needs a Cast, which the toolkit runs on the CPU.
+* ``OneHotCodebook`` - float codes -> 1x1 conv to ``code - k`` on Q*K channels -> one-hot
+  ``relu(1 - |.|)`` -> 1x1 conv with the folded tables (sums over Q).  Exact (codes < 2048 are
+  exact in fp16), and no Reshape or Cast, given a float32 codes input.
 * ``rope_cos_sin`` - RoPE cos/sin of host-reduced angles in ``[0, 2*pi)`` from ``snake_sin2``.
 """
 
@@ -248,19 +248,30 @@ class FoldedDilatedConv(nn.Module):
 # Codebook lookup as one-hot matmul
 # ---------------------------------------------------------------------------------------------
 class OneHotCodebook(nn.Module):
-    """codes ``[1, Q, L]`` int64 -> ``[1, D, L]``: per-codebook one-hot x table, summed over Q."""
+    """codes ``[1, Q, L]`` (float32, or int64 in torch) -> ``[1, D, L]`` with two 1x1 convs.
+
+    ``conv1`` (weight 1 at ``[q*K + k, q]``, bias ``-k``) gives ``code_q - k`` on ``Q*K``
+    channels, ``relu(1 - |.|)`` makes it an exact 0/1 one-hot, and ``conv2`` (weight = the folded
+    tables, ``[D, Q*K]``) sums the selected rows over Q.  Exact in fp16: codes and k are integers
+    below 2048.  No Reshape, Gather or Cast: with a float32 ``audio_codes`` input (the contract's
+    ``codes_dtype``) a codebook-only graph at the published size (Q=16, K=2048, D=512, B=16) is
+    29 NPU / 0 CPU ops on rk3588 (measured 2026-11-29); the earlier ``[Q, L, 1]`` view of an
+    int64 input left a Reshape and a Cast on the CPU.
+    """
 
     def __init__(self, quantizer):
         super().__init__()
         q, k = quantizer.num_quantizers, quantizer.codebook_size
-        self.register_buffer("tables", quantizer.table.detach().reshape(q, k, -1).clone(), persistent=False)
-        self.register_buffer("arange", torch.arange(k, dtype=torch.float32).view(1, 1, k), persistent=False)
+        tables = quantizer.table.detach().reshape(q * k, -1)
+        select = torch.zeros(q * k, q, 1)
+        select[torch.arange(q * k), torch.arange(q).repeat_interleave(k), 0] = 1.0
+        self.register_buffer("select", select, persistent=False)
+        self.register_buffer("offset", -torch.arange(k, dtype=torch.float32).repeat(q), persistent=False)
+        self.register_buffer("tables", tables.t().unsqueeze(-1).contiguous(), persistent=False)
 
     def forward(self, codes: torch.Tensor) -> torch.Tensor:
-        cf = codes.to(torch.float32)[0].unsqueeze(-1)            # [Q, L, 1]
-        onehot = torch.relu(1.0 - torch.abs(cf - self.arange))    # [Q, L, K], exact 0/1
-        emb = torch.matmul(onehot, self.tables).sum(0)            # [L, D]
-        return emb.transpose(0, 1).unsqueeze(0)
+        d = nn.functional.conv1d(codes.to(torch.float32), self.select, self.offset)  # [1, Q*K, L]
+        return nn.functional.conv1d(torch.relu(1.0 - torch.abs(d)), self.tables)     # [1, D, L]
 
 
 def host_codebook_embedding(quantizer, codes_tq: np.ndarray) -> np.ndarray:

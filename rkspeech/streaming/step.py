@@ -57,7 +57,8 @@ def cache_segments(cfg: VocoderConfig):
     return make_segments(named)
 
 
-def step_contract(cfg: VocoderConfig, codes_length: int, formulation: str = "seed") -> StepContract:
+def step_contract(cfg: VocoderConfig, codes_length: int, formulation: str = "seed",
+                  codes_dtype: str = "int64") -> StepContract:
     return StepContract(
         codes_length=int(codes_length),
         num_quantizers=cfg.num_quantizers,
@@ -69,6 +70,7 @@ def step_contract(cfg: VocoderConfig, codes_length: int, formulation: str = "see
         sample_rate=cfg.sample_rate,
         segments=cache_segments(cfg),
         formulation=formulation,
+        codes_dtype=codes_dtype,
     )
 
 

@@ -58,7 +58,7 @@ def npu_cache_segments(cfg: VocoderConfig):
 def npu_step_contract(cfg: VocoderConfig, codes_length: int, tails: str = "channel") -> StepContract:
     """The seed contract with ``formulation="npu"``; ``tails="time_major"`` swaps in
     ``npu_cache_segments`` (the default keeps the seed layout, so caches are interchangeable)."""
-    base = step_contract(cfg, codes_length, formulation=FORMULATION)
+    base = step_contract(cfg, codes_length, formulation=FORMULATION, codes_dtype="float32")
     if tails == "channel":
         return base
     return StepContract(**{**base.__dict__, "segments": npu_cache_segments(cfg)})
@@ -158,7 +158,7 @@ class NpuVocoderStep(VocoderStep):
         return (folded(xin) if folded is not None else conv.conv(xin)), new_tail
 
     def embed_codes(self, audio_codes):
-        return self.codebook(audio_codes) if self.use["codebook"] else self.vocoder.quantizer(audio_codes)
+        return self.codebook(audio_codes) if self.use["codebook"] else self.vocoder.quantizer(audio_codes.to(torch.int64))
 
     def rope(self, emb):
         return npu_ops.rope_cos_sin(emb, self.coeffs) if self.use["rope"] else (emb.cos(), emb.sin())

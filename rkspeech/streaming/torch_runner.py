@@ -16,7 +16,7 @@ class TorchStepRunner:
 
         with torch.no_grad():
             audio, cache = self.step(
-                torch.from_numpy(np.asarray(feed["audio_codes"], dtype=np.int64)),
+                torch.from_numpy(np.asarray(feed["audio_codes"], dtype=self.step.contract.codes_dtype)),
                 torch.from_numpy(np.asarray(feed["freqs_in"], dtype=np.float32)),
                 torch.from_numpy(np.asarray(feed["cache_valid"], dtype=np.float32)),
                 torch.from_numpy(np.asarray(feed["cache_in"], dtype=np.float32)),
