@@ -67,6 +67,8 @@ def run_one(model, cfg, formulation: str, B: int, targets: list[str], work: Path
             "cpu_ops": rep["placement"]["cpu_ops"],
             "cpu_op_types": rep["placement"]["cpu_op_types"],
             "regtask_lines": rep["build"]["regtask_overflow_lines"],
+            "conv_cycles_est": rep["placement"]["estimate"]["cycles_total"],
+            "rw_mb_est": rep["placement"]["estimate"]["rw_mb_total"],
         }
         if sim:
             with SimulatorProcess(onnx_path, target=target, dtype="fp16") as rt:
@@ -78,7 +80,7 @@ def run_one(model, cfg, formulation: str, B: int, targets: list[str], work: Path
 
 def table(rows: list[dict]) -> str:
     head = f"{'formulation':12s} {'target':7s} {'ort dB':>7s} {'sim dB':>7s} {'conv s':>7s} {'RSS MB':>7s} " \
-           f"{'rknn MB':>8s} {'NPU':>5s} {'CPU':>5s} {'REGTASK':>8s}  CPU op types"
+           f"{'rknn MB':>8s} {'NPU':>5s} {'CPU':>5s} {'REGTASK':>8s} {'Mcycles':>8s} {'RW MB':>7s}  CPU op types"
     lines = [head, "-" * len(head)]
     for r in rows:
         name = r["formulation"] + ("-" + "-".join(r["disable"]) if r["disable"] else "")
@@ -86,7 +88,8 @@ def table(rows: list[dict]) -> str:
             lines.append(
                 f"{name:12s} {tgt:7s} {r['ort_snr_db']:7.1f} {t.get('sim_snr_db', float('nan')):7.1f} "
                 f"{t['convert_s']:7.1f} {t['peak_rss_mb'] or 0:7.0f} {t['rknn_bytes'] / 2**20:8.2f} "
-                f"{t['npu_ops']:5d} {t['cpu_ops']:5d} {t['regtask_lines']:8d}  {t['cpu_op_types']}")
+                f"{t['npu_ops']:5d} {t['cpu_ops']:5d} {t['regtask_lines']:8d} {t['conv_cycles_est'] / 1e6:8.2f} "
+                f"{t['rw_mb_est']:7.1f}  {t['cpu_op_types']}")
     return "\n".join(lines)
 
 

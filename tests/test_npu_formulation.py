@@ -96,6 +96,20 @@ def test_folded_dilated_conv_exact(d, T):
         assert _snr(conv(xin), npu_ops.FoldedDilatedConv(conv)(xin)) >= 120.0
 
 
+@pytest.mark.parametrize("d, T", [(3, 30720), (9, 30720), (9, 10240), (1, 8192 + 2048)])
+def test_row_form_of_long_convs_exact(d, T):
+    """Long axes are cut into rows before any Slice (REGTASK field): same numbers as the plain form."""
+    torch.manual_seed(d)
+    conv = torch.nn.Conv1d(4, 3, 7, dilation=d)
+    x, tail = torch.randn(1, 4, T), torch.randn(1, 4, 6 * d)
+    with torch.no_grad():
+        want = conv(torch.cat([tail, x], dim=-1))
+        got = npu_ops.FoldedDilatedConv(conv).rows(x, tail)
+        assert got.shape == want.shape and _snr(want, got) >= 120.0
+    assert torch.equal(npu_ops.last_samples(x, 54), x[..., -54:])
+    assert npu_ops.row_width(30720) == 2048 and npu_ops.row_width(122880) == 2048
+
+
 def test_onehot_codebook_exact(reduced_model):
     q = reduced_model.quantizer
     codes = torch.from_numpy(random_codes(16, 16, q.codebook_size, seed=5).T[None].copy())

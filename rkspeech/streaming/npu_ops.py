@@ -43,6 +43,13 @@ SIN2_DEGREE = 5
 #: most folded rows per dilated-conv piece; both well under the 0x1fff register fields.
 MAX_WIDTH = 4096
 MAX_ROWS = 2048
+#: The register field a Slice's width difference lands in (REGTASK "limit: 0x1fff").  Measured
+#: with single-op graphs (rk3588 fp16): slicing the last 6 samples of a 30720-wide tensor logs
+#: one line (value 0x77fa = 30714), of an 8191- or 8192-wide one none; elementwise ops, k=7
+#: convs, Concat and the zero-stuffed upsampler log none at 30720.  Wider time axes are viewed
+#: as rows of ``row_width(T)`` samples before anything is sliced out of them.
+FIELD_LIMIT = 0x1FFF
+ROW_WIDTH = 2048
 
 
 def sin2_coefficients(degree: int = SIN2_DEGREE) -> list[float]:
@@ -232,6 +239,32 @@ class FoldedDilatedConv(nn.Module):
             pieces.append(self._piece(xin if (a, b) == (0, T) else xin[..., a:b + (k - 1) * d]))
         return pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=-1)
 
+    def rows(self, x: torch.Tensor, tail: torch.Tensor) -> torch.Tensor:
+        """The conv over ``cat(tail, x)`` for a long ``x`` (``[1, C, T]``, T > ``FIELD_LIMIT``).
+
+        ``x`` is viewed as P rows of S = ``row_width(T)`` samples; each row gets the ``(k-1)d``
+        samples before it as a halo (the cache tail for row 0), is zero-padded to a multiple of d
+        and folded, one ``(k, 1)`` conv runs over all rows (outputs whose window crosses into the
+        next row are cropped).  The pieces of ``forward`` slice a 30720-wide input and logged 7
+        (d=3) / 12 (d=9) REGTASK lines in the reduced step; this form logs none (single graphs,
+        C=24/48, T=10240/30720, d=3/9) and matches ``forward`` to 1.2e-6 in fp32.
+        """
+        d, k = self.d, self.k
+        h = (k - 1) * d
+        _, c, t = (int(v) for v in x.shape)
+        s = row_width(t)
+        p = t // s
+        x4 = x.reshape(1, c, p, s)
+        halo = tail.reshape(1, c, 1, h)
+        if p > 1:
+            halo = torch.cat([halo, x4[:, :, : p - 1, s - h:]], dim=2)
+        r = (-(s + h)) % d
+        parts = [halo, x4] + ([torch.zeros(1, c, p, r, dtype=x.dtype)] if r else [])
+        rows = (s + h + r) // d                           # folded rows per row
+        y = self.conv(torch.cat(parts, dim=3).reshape(1, c, p * rows, d))
+        y = torch.cat([y, torch.zeros(1, self.cout, k - 1, d, dtype=y.dtype)], dim=2)
+        return y.reshape(1, self.cout, p, rows * d)[..., :s].reshape(1, self.cout, t)
+
     def _piece(self, xin: torch.Tensor) -> torch.Tensor:
         d, k = self.d, self.k
         n, c, tin = (int(v) for v in xin.shape)
@@ -245,7 +278,27 @@ class FoldedDilatedConv(nn.Module):
 
 
 # ---------------------------------------------------------------------------------------------
-# Codebook lookup as one-hot matmul
+# Long time axes as rows: no Slice wider than the 0x1fff field
+# ---------------------------------------------------------------------------------------------
+def row_width(T: int, limit: int = ROW_WIDTH) -> int:
+    """The largest divisor of ``T`` that is ``<= limit`` (B x 1920 samples: 2048 for B = 16, 64)."""
+    return max(s for s in range(1, min(T, limit) + 1) if T % s == 0)
+
+
+def last_samples(x: torch.Tensor, n: int) -> torch.Tensor:
+    """``x[..., -n:]`` of ``[1, C, T]``; above ``FIELD_LIMIT`` samples it slices the last of
+    ``T / S`` rows instead (0 REGTASK lines where the plain slice of a 30720-wide axis logged one;
+    bit-exact)."""
+    _, c, t = (int(v) for v in x.shape)
+    if t <= FIELD_LIMIT:
+        return x[..., t - n:]
+    s = row_width(t)
+    if n > s:
+        raise ValueError(f"tail of {n} samples is longer than a row ({s})")
+    return x.reshape(1, c, t // s, s)[:, :, t // s - 1, s - n:]
+
+
+
 # ---------------------------------------------------------------------------------------------
 class OneHotCodebook(nn.Module):
     """codes ``[1, Q, L]`` (float32, or int64 in torch) -> ``[1, D, L]`` with two 1x1 convs.

@@ -136,25 +136,43 @@ class NpuVocoderStep(VocoderStep):
         return [s.folds for s in self.snakes.values()]
 
     # ---- pieces ---------------------------------------------------------------------------
-    def _with_tail(self, x: torch.Tensor, tail_in: torch.Tensor):
-        """Prepend a cache tail (``(C, n)``, or ``(n, C)`` for ``tails="time_major"``); return
-        ``xin`` and the new tail in the same layout."""
+    def _read_tail(self, tail_in: torch.Tensor) -> torch.Tensor:
+        """A cache tail (``(C, n)``, or ``(n, C)`` for ``tails="time_major"``) as ``[1, C, n]``."""
         if self.tails == "channel":  # seed layout (C, n)
-            n = int(tail_in.shape[1])
-            xin = torch.cat([tail_in.unsqueeze(0), x], dim=-1)
-            return xin, xin[0, :, -n:]
+            return tail_in.unsqueeze(0)
         # 4-D permutes on batch-1 tensors: the 2-D ``.t()`` form left the 17 reads as CPU
-        # Transposes and took the optimizer 533 s; this one leaves 2 CPU Reshapes in 307 s.
+        # Transposes and took the optimizer 533 s.
         n, c = int(tail_in.shape[0]), int(tail_in.shape[1])
-        xin = torch.cat([tail_in.reshape(1, 1, n, c).permute(0, 3, 1, 2).reshape(1, c, n), x], dim=-1)
-        t = int(xin.shape[-1])
-        return xin, xin[..., t - n:].reshape(1, c, 1, n).permute(0, 2, 3, 1).reshape(n, c)
+        return tail_in.reshape(1, 1, n, c).permute(0, 3, 1, 2).reshape(1, c, n)
+
+    def _write_tail(self, last: torch.Tensor) -> torch.Tensor:
+        """``[1, C, n]`` -> the cache layout of ``_read_tail``."""
+        _, c, n = (int(v) for v in last.shape)
+        if self.tails == "channel":
+            return last[0]
+        # a 3-D permute: the 4-D ``(1, C, 1, n) -> (1, 1, n, C)`` form left the widest tail
+        # write (C=24, n=54) as 2 CPU Reshapes in the reduced step; this one as none.
+        return last.permute(0, 2, 1).reshape(n, c)
+
+    def _tail_length(self, tail_in: torch.Tensor) -> int:
+        return int(tail_in.shape[1] if self.tails == "channel" else tail_in.shape[0])
+
+    def _with_tail(self, x: torch.Tensor, tail_in: torch.Tensor):
+        """``cat(tail, x)`` and the new tail (its last n samples), both in the cache layout."""
+        n = self._tail_length(tail_in)
+        xin = torch.cat([self._read_tail(tail_in), x], dim=-1)
+        if int(x.shape[-1]) > npu_ops.FIELD_LIMIT:  # a 30720-wide Slice logs a REGTASK line
+            return xin, self._write_tail(npu_ops.last_samples(x, n))
+        return xin, self._write_tail(xin[..., int(xin.shape[-1]) - n:])
 
     def conv_step(self, conv, x, tail_in, name):
         if tail_in is None:
             return conv.conv(x), None
-        xin, new_tail = self._with_tail(x, tail_in)
         folded = self.folded[name] if name in self.folded and self.use["fold"] else None
+        if folded is not None and int(x.shape[-1]) > npu_ops.FIELD_LIMIT:
+            new_tail = self._write_tail(npu_ops.last_samples(x, self._tail_length(tail_in)))
+            return folded.rows(x, self._read_tail(tail_in)), new_tail
+        xin, new_tail = self._with_tail(x, tail_in)
         return (folded(xin) if folded is not None else conv.conv(xin)), new_tail
 
     def embed_codes(self, audio_codes):
