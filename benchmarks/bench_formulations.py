@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def run_one(model, cfg, formulation: str, B: int, targets: list[str], work: Path, sim: bool,
-            disable: tuple[str, ...], memory_limit_mb: float, tails: str = "channel",
+            disable: tuple[str, ...], memory_limit_mb: float, tails: str = "time_major",
             timeout: float | None = None) -> dict:
     from rkspeech.export.vocoder_onnx import export_step_onnx, graph_summary
     from rkspeech.rknn.convert import convert
@@ -102,7 +102,7 @@ def main(argv=None) -> int:
     ap.add_argument("--target", action="append", help="rk3588 (default), rk3576, rk3566, ...; repeatable")
     ap.add_argument("--formulations", default="seed,npu")
     ap.add_argument("--disable", default="", help="npu parts to switch off (ablation), comma-separated")
-    ap.add_argument("--tails", choices=["channel", "time_major"], default="channel",
+    ap.add_argument("--tails", choices=["channel", "time_major"], default="time_major",
                     help="npu cache-tail layout (time_major: see docs/npu-formulation.md)")
     ap.add_argument("--timeout", type=float, default=1200, help="per conversion, seconds")
     ap.add_argument("--sim", action="store_true", help="also run the simulator stepwise check")

@@ -191,7 +191,8 @@ def build_vocoder(args: argparse.Namespace) -> dict:
     contracts = {role: read_onnx_contract(p) for role, p in roles.items()}
     plan_path = write_plan(out / "plan.json", impl="rknn", target=args.target, contracts=contracts,
                            rknn=rknn_paths, onnx=roles,
-                           extra={"checkpoint": str(files.folder), "formulation": contracts["main"].formulation})
+                           extra={"checkpoint": str(files.folder), "formulation": contracts["main"].formulation,
+                                  "dtype": "fp16"})
     summary.update({
         "plan": str(plan_path),
         "seconds": round(time.perf_counter() - started, 1),

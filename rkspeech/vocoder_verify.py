@@ -103,7 +103,7 @@ def verify_vocoder(model_dir, main: Artifact, first: Artifact | None = None, *, 
 
     from .models.qwen3_checkpoint import load_vocoder
     from .runtime.runners import OnnxRuntimeRunner
-    from .runtime.sim_process import SimulatorProcess
+    from .runtime.sim_process import SimulatorProcess, default_memory_limit_mb
 
     if steps < 1:
         raise RkspeechError(f"--steps must be >= 1, got {steps}")
@@ -149,6 +149,8 @@ def verify_vocoder(model_dir, main: Artifact, first: Artifact | None = None, *, 
         result.per_step[stage] = [round(x, 2) for x in segment_snr_db(reference, audio, seg)]
         return audio
 
+    if sim_memory_limit_mb is None:
+        sim_memory_limit_mb = default_memory_limit_mb()
     ort_audio = run("onnxruntime_step", lambda a: OnnxRuntimeRunner(a.onnx, threads=threads))
     sim_audio = run("rknn_sim_step", lambda a: SimulatorProcess(a.onnx, target=target, dtype="fp16",
                                                                 log_path=sim_log, memory_limit_mb=sim_memory_limit_mb),

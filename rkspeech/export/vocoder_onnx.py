@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import os
+import warnings
 from pathlib import Path
 
 from ..errors import RkspeechError
@@ -54,7 +55,9 @@ def export_step_onnx(step, output: str | os.PathLike) -> Path:
         torch.zeros(contract.cache_numel, dtype=torch.float32),
     )
     try:
-        with torch.no_grad():
+        with torch.no_grad(), warnings.catch_warnings():
+            # the step reads shapes as python ints on purpose (no Shape ops in the graph)
+            warnings.simplefilter("ignore", torch.jit.TracerWarning)
             torch.onnx.export(
                 step, dummy, str(tmp),
                 input_names=list(INPUT_NAMES), output_names=list(OUTPUT_NAMES),

@@ -56,6 +56,17 @@ def _serve(conn, onnx_path: str, kwargs: dict[str, Any]) -> None:
         runner.close()
 
 
+def default_memory_limit_mb(fraction: float = 0.9) -> float | None:
+    """``fraction`` of the memory available now: stop the child before the kernel's OOM killer
+    picks a victim (which need not be the simulator)."""
+    try:
+        import psutil
+
+        return fraction * psutil.virtual_memory().available / 2**20
+    except Exception:  # noqa: BLE001 - psutil missing
+        return None
+
+
 class SimulatorProcess(Runner):
     """The simulator for ``onnx_path`` in a spawned child (same arguments as ``RknnSimulatorRunner``).
 
@@ -106,7 +117,8 @@ class SimulatorProcess(Runner):
                 raise RkspeechError(
                     f"rknn simulator ({phase} of {os.path.basename(self.onnx_path)}) exceeded the memory "
                     f"limit of {self.memory_limit_mb:g} MB after {time.perf_counter() - start:.0f} s; "
-                    "the simulator keeps every intermediate tensor: verify a smaller B, or skip it")
+                    "the simulator keeps every intermediate tensor: verify a smaller B, or skip this check "
+                    "(rkspeech build --skip-verify)")
         try:
             kind, payload = self._conn.recv()
         except (EOFError, OSError):
@@ -129,7 +141,7 @@ class SimulatorProcess(Runner):
             how = f"exited with code {rc}"
         return (f"rknn simulator child {how} during {phase} of {os.path.basename(self.onnx_path)}, "
                 f"peak RSS {self.peak_rss_mb / 1024:.2f} GB; the simulator keeps every intermediate "
-                "tensor: verify a smaller B, or skip the simulator check")
+                "tensor: verify a smaller B, or skip this check (rkspeech build --skip-verify)")
 
     def infer(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         if self._proc is None:

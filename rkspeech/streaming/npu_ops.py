@@ -240,7 +240,8 @@ class FoldedDilatedConv(nn.Module):
         return pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=-1)
 
     def rows(self, x: torch.Tensor, tail: torch.Tensor) -> torch.Tensor:
-        """The conv over ``cat(tail, x)`` for a long ``x`` (``[1, C, T]``, T > ``FIELD_LIMIT``).
+        """The conv over ``cat(tail, x)`` for a long ``x`` (``[1, C, T]``, T > ``FIELD_LIMIT``;
+        ``tail`` ``[1, C, h]``).
 
         ``x`` is viewed as P rows of S = ``row_width(T)`` samples; each row gets the ``(k-1)d``
         samples before it as a halo (the cache tail for row 0), is zero-padded to a multiple of d
@@ -255,13 +256,17 @@ class FoldedDilatedConv(nn.Module):
         s = row_width(t)
         p = t // s
         x4 = x.reshape(1, c, p, s)
-        halo = tail.reshape(1, c, 1, h)
+        # row 0 joins the cache tail in 3-D, as the short convs do: a [1, C, 1, h] halo read
+        # from a time-major tail became a CPU Transpose (4 in the reduced step)
+        head = torch.cat([tail, x4[:, :, :1].reshape(1, c, s)], dim=-1).reshape(1, c, 1, h + s)
         if p > 1:
-            halo = torch.cat([halo, x4[:, :, : p - 1, s - h:]], dim=2)
+            rest = torch.cat([x4[:, :, : p - 1, s - h:], x4[:, :, 1:]], dim=3)
+            head = torch.cat([head, rest], dim=2)              # [1, C, P, h + S]
         r = (-(s + h)) % d
-        parts = [halo, x4] + ([torch.zeros(1, c, p, r, dtype=x.dtype)] if r else [])
+        if r:
+            head = torch.cat([head, torch.zeros(1, c, p, r, dtype=x.dtype)], dim=3)
         rows = (s + h + r) // d                           # folded rows per row
-        y = self.conv(torch.cat(parts, dim=3).reshape(1, c, p * rows, d))
+        y = self.conv(head.reshape(1, c, p * rows, d))
         y = torch.cat([y, torch.zeros(1, self.cout, k - 1, d, dtype=y.dtype)], dim=2)
         return y.reshape(1, self.cout, p, rows * d)[..., :s].reshape(1, self.cout, t)
 
