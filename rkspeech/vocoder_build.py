@@ -22,6 +22,7 @@ from pathlib import Path
 from . import progress
 from .errors import RkspeechError
 from .reporting import print_table, write_json
+from .streaming.formulations import DEFAULT_FORMULATION, FORMULATIONS
 
 TARGETS = ("rk3588", "rk3576", "rk3562", "rk3566", "rk3568")
 
@@ -37,7 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--skip-verify", action="store_true", help="no simulator verification (it costs a rebuild)")
     p.add_argument("--timeout", type=float, default=None, help="per-conversion timeout, seconds")
     p.add_argument("--fail-on-cpu", action="store_true", help="fail when compute ops land on the CPU")
-    p.add_argument("--formulation", choices=("seed", "npu"), default="seed",
+    p.add_argument("--formulation", choices=FORMULATIONS, default=DEFAULT_FORMULATION,
                    help="step graph formulation (npu: no CPU fallback, no REGTASK overflow; see docs)")
     p.add_argument("--force", action="store_true", help="re-run every stage")
 
@@ -90,7 +91,7 @@ def build_vocoder(args: argparse.Namespace) -> dict:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     state = StageState(out, args.force)
-    summary: dict = {"formulation": getattr(args, "formulation", "seed"), "target": args.target, "B": args.codes_length, "first_B": first_B, "stages": {}}
+    summary: dict = {"formulation": getattr(args, "formulation", DEFAULT_FORMULATION), "target": args.target, "B": args.codes_length, "first_B": first_B, "stages": {}}
     started = time.perf_counter()
 
     def stage(name: str, arg_dict: dict, inputs: list[Path], outputs_fn, run_fn) -> dict:
@@ -109,7 +110,7 @@ def build_vocoder(args: argparse.Namespace) -> dict:
 
     ckpt_inputs = [files.config, files.weights]
     onnx_dir, rknn_dir = out / "onnx", out / "rknn"
-    formulation = getattr(args, "formulation", "seed")
+    formulation = getattr(args, "formulation", DEFAULT_FORMULATION)
     tag = "" if formulation == "seed" else f"_{formulation}"
     main_onnx = onnx_dir / f"vocoder{tag}_step_B{args.codes_length}.onnx"
     first_onnx = onnx_dir / f"vocoder{tag}_step_B{args.codes_length}_first_B{first_B}.onnx" if first_B else None

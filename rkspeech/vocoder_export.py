@@ -14,6 +14,7 @@ from pathlib import Path
 
 from . import progress
 from .errors import RkspeechError
+from .streaming.formulations import DEFAULT_FORMULATION
 from .vocoder_checks import (
     FP32_MIN_SNR_DB,
     check_tokens,
@@ -38,7 +39,7 @@ def _ort_threads() -> int:
 def export_vocoder(model_dir, codes_length: int, *, output: str | os.PathLike | None = None,
                    first_length: int | None = None, check_only: bool = False,
                    min_snr_db: float = FP32_MIN_SNR_DB, seed: int = 0,
-                   formulation: str = "seed") -> ExportResult:
+                   formulation: str | None = None) -> ExportResult:
     import torch
 
     from .export.vocoder_onnx import export_step_onnx, graph_summary, require_clean
@@ -55,6 +56,7 @@ def export_vocoder(model_dir, codes_length: int, *, output: str | os.PathLike | 
     torch.set_num_threads(_ort_threads())
     with progress.stage("load checkpoint"):
         model, cfg, files = load_vocoder(model_dir)
+    formulation = formulation or DEFAULT_FORMULATION
     main_step = make_step(model, codes_length, formulation)
     first_step = make_step(model, first_length, formulation) if first_length else None
     contract = main_step.contract

@@ -121,3 +121,27 @@ def test_cli_contract_custom_string_and_fail_on_cpu(tmp_path, capsys):
     from rkspeech.rknn.container import read_container
 
     assert read_container(out).contract.codes_length == 4
+
+
+def test_layer_table_columns_by_chip():
+    """rk3588 and rk3576 tables (the latter with a SparseRatio column, blank on I/O rows)."""
+    from rkspeech.rknn.placement import parse_log_lines
+
+    head = ("D RKNN: [18:20:17.538] {}\n" * 2).format(
+        "Network Layer Information Table", "-" * 20)
+    rk3588 = head + (
+        "D RKNN: [1] ID   OpType  DataType Target InputShape OutputShape Cycles(DDR/NPU/Total) RW(KB) FullName\n"
+        "D RKNN: [1] 0    InputOperator FLOAT16 CPU \\ (1,16,16) 0/0/0 0 InputOperator:audio_codes\n"
+        "D RKNN: [1] 1    Conv FLOAT16 NPU (1,16,1,16),(8,16,1,1) (1,8,1,16) 4158/4096/4158 64 Conv:/codebook/Conv\n"
+        "D RKNN: [1] " + "-" * 20 + "\n")
+    rk3576 = head + (
+        "D RKNN: [1] ID   OpType  DataType Target InputShape OutputShape Cycles(DDR/NPU/Total) SparseRatio RW(KB) FullName\n"
+        "D RKNN: [1] 0    InputOperator FLOAT16 CPU \\ (1,16,16) 0/0/0 0 InputOperator:audio_codes\n"
+        "D RKNN: [1] 1    ConvAdd FLOAT16 NPU (1,3072,1,16),(512,3072,1,1),... (1,512,1,16) 438956/49152/438956 0% 3184 Conv:/codebook/Conv_1_tile0_ConvAdd\n"
+        "D RKNN: [1] " + "-" * 20 + "\n")
+    (t88,), _ = parse_log_lines(rk3588.splitlines(True))
+    (t76,), _ = parse_log_lines(rk3576.splitlines(True))
+    assert [la.full_name for la in t88] == ["InputOperator:audio_codes", "Conv:/codebook/Conv"]
+    assert (t88[1].cycles, t88[1].rw_kb) == (4158, 64.0)
+    assert [la.full_name for la in t76] == ["InputOperator:audio_codes", "Conv:/codebook/Conv_1_tile0_ConvAdd"]
+    assert (t76[1].cycles, t76[1].rw_kb, t76[1].target) == (438956, 3184.0, "NPU")

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 
+from ..streaming.formulations import DEFAULT_FORMULATION, FORMULATIONS
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("demo", help="build the vocoder from an embedded synthetic checkpoint, end to end")
@@ -20,7 +22,7 @@ def register(subparsers) -> None:
                    help="main step B (default 16; 64 needs ~21 GB to convert the published config)")
     p.add_argument("--first-length", type=int, default=4)
     p.add_argument("--skip-verify", action="store_true")
-    p.add_argument("--formulation", choices=("seed", "npu"), default="seed")
+    p.add_argument("--formulation", choices=FORMULATIONS, default=DEFAULT_FORMULATION)
     p.set_defaults(func=run)
 
 

@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+from ..streaming.formulations import DEFAULT_FORMULATION, FORMULATIONS
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("export", help="export a model's NPU graph to ONNX, checked at every stage")
@@ -19,7 +21,7 @@ def register(subparsers) -> None:
     v.add_argument("--output", "-o", default=None, help="ONNX path (default qwen3_tts_vocoder_step_B<B>.onnx)")
     v.add_argument("--check-only", action="store_true", help="run the torch stepwise check, export nothing")
     v.add_argument("--report", default=None, help="write the report JSON here")
-    v.add_argument("--formulation", choices=("seed", "npu"), default="seed",
+    v.add_argument("--formulation", choices=FORMULATIONS, default=DEFAULT_FORMULATION,
                    help="seed: the reference step graph; npu: NPU-resident rewrite (no CPU fallback, see docs)")
     v.add_argument("--seed", type=int, default=0, help="seed of the random check codes")
     v.set_defaults(func=run)

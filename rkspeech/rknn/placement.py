@@ -28,6 +28,9 @@ IO_OP_TYPES = ("InputOperator", "OutputOperator")
 _PREFIX = re.compile(r"^(?:[DIWE] RKNN: \[[^\]]*\]\s?)")
 _ROW = re.compile(r"^\s*(\d+)\s+(\S+)\s+(\S+)\s+(CPU|NPU|GPU|\S+)\s+(.*)$")
 REGTASK_MARK = "exceeds the limit"
+#: InputShape OutputShape Cycles [SparseRatio] RW(KB) FullName: rk3576 tables have a SparseRatio
+#: column ("0%"), left blank on I/O rows (measured, rknn-toolkit2 2.5.0).
+_COLUMNS = re.compile(r"^(\S+)\s+(\S+)\s+(\d+/\d+/\d+)\s+(?:\d+%\s+)?([\d.]+)\s+(.*)$")
 
 
 @dataclass
@@ -152,9 +155,12 @@ def parse_log_lines(lines: Iterable[str]) -> tuple[list[list[Layer]], int]:
                 tables.append(current)
             state = "scan"
             continue
-        rest = m.group(5).split(None, 4)
-        rest += [""] * (5 - len(rest))
-        in_shape, out_shape, cycles, rw, full = rest
+        cols = _COLUMNS.match(m.group(5))
+        if cols:
+            in_shape, out_shape, cycles, rw, full = cols.groups()
+        else:
+            rest = m.group(5).split(None, 4) + [""] * 5
+            in_shape, out_shape, cycles, rw, full = rest[:5]
         current.append(Layer(id=int(m.group(1)), op_type=m.group(2), dtype=m.group(3),
                              target=m.group(4), input_shapes=in_shape, output_shapes=out_shape,
                              full_name=full.strip(), cycles=_number(cycles.split("/")[-1], int),

@@ -2,8 +2,7 @@
 Gather or ConvTranspose pad on the CPU, and no dilated conv over a long axis.
 
 Measured (reduced synthetic checkpoint, B=16, fp16, rknn-toolkit2 2.5.0; docs/npu-formulation.md):
-rk3588 1131 NPU / 35 CPU ops (33 cache-tail Reshapes + the codes input Reshape and Cast) and 25 REGTASK lines,
-against the seed's 316 / 69 and 35,884; rk3576 1164 NPU / 2 CPU (Cast + 1 Reshape), 52 lines.
+rk3588 1228 NPU / 0 CPU ops and 0 REGTASK lines, against the seed's 316 / 69 and 35,884.
 
 What changes against the seed formulation (``rkspeech.streaming.step``), each for a measured
 reason (rk3588 fp16, rknn-toolkit2 2.5.0, reduced config B=16; ``docs/npu-formulation.md``):
@@ -13,17 +12,17 @@ reason (rk3588 fp16, rknn-toolkit2 2.5.0, reduced config B=16; ``docs/npu-formul
 * decoder-block ConvTransposes -> ``npu_ops.upsampler``: polyphase for outputs up to 4096
   samples, zero-stuffed (Resize + mask + conv) beyond (strides 5 and 3 padded on the CPU; the
   polyphase interleave at width 10240/30720 logged 30,720/92,160 REGTASK lines).
-* dilated residual convs (d = 3, 9) -> ``npu_ops.FoldedDilatedConv`` (the REGTASK trigger).
-* codebook Gather -> ``npu_ops.OneHotCodebook`` (the Gather and its index Add ran on the CPU);
-  the int64 ``audio_codes`` still need a Cast, which stays on the CPU.
-* conv tails keep the seed's channel-major layout by default (``tails="channel"``: the cache
-  is interchangeable with a seed graph's).  On rk3588 its tail Reshapes (flat slice
-  ``(1, C*n, 1, 1) <-> (1, C, 1, n)``, <= 10,368 values each) stay on the CPU; on rk3576 they
-  run on the NPU.  ``tails="time_major"`` stores them as ``(n, C)`` (``npu_cache_segments``) and
-  moves them with 4-D permutes: rk3588 **1196 NPU / 4 CPU** (the codes input Reshape + Cast and
-  two Reshapes of the widest tail write), 25 REGTASK lines, but the toolkit's graph optimizer
-  takes 307 s instead of 79 s on the reduced step, so it is not (yet) the default.
-  A per-frame slice/concat variant made the converter try to allocate a 99456 x 99456 matrix.
+* dilated residual convs (d = 3, 9) -> ``npu_ops.FoldedDilatedConv`` (the REGTASK trigger);
+  above 0x1fff samples its ``rows`` form, and tails are cut from rows (``npu_ops.last_samples``):
+  a Slice whose input is more than 0x1fff samples wider than its output logs a REGTASK line.
+* codebook Gather -> ``npu_ops.OneHotCodebook`` (two 1x1 convs) on a float32 ``audio_codes``
+  input (the contract's ``codes_dtype``; an int64 input costs a CPU Cast).
+* conv tails stored time-major ``(n, C)`` (``npu_cache_segments``, ``tails="time_major"``,
+  the default), read with a 4-D permute and written with a 3-D one: all on the NPU.  The seed's
+  channel-major layout (``tails="channel"``, caches interchangeable with a seed graph's) leaves
+  33 tail Reshapes (flat slice ``(1, C*n, 1, 1) <-> (1, C, 1, n)``) on the rk3588 CPU; on rk3576
+  they run on the NPU.  A per-frame slice/concat variant made the converter try to allocate a
+  99456 x 99456 matrix; 2-D ``.t()`` moves took the graph optimizer 533 s.
 
 Snake bounds: each Snake is exact for ``|freq*x| <= bound``; ``calibrate_snake_bounds`` takes
 the largest value seen on a full decode of random codes and multiplies it by ``margin`` (4 by
@@ -40,9 +39,10 @@ from torch import nn
 from ..models.qwen3_tts_vocoder import RESIDUAL_DILATIONS, SnakeBeta, Vocoder, VocoderConfig, snake_modules
 from . import npu_ops
 from .contract import StepContract, make_segments
+from .formulations import DEFAULT_FORMULATION, NPU, SEED
 from .step import VocoderStep, cache_segments, step_contract
 
-FORMULATION = "npu"
+FORMULATION = NPU
 DEFAULT_MARGIN = 4.0
 #: Cache-tail layout: "time_major" puts every tail read and write on the NPU (reduced step,
 #: rk3588: 0 CPU ops; "channel", the seed layout: 33 CPU Reshapes).
@@ -194,9 +194,9 @@ class NpuVocoderStep(VocoderStep):
         return self._trans_conv(tconv, x, tail_in)
 
 
-def make_step(vocoder: Vocoder, codes_length: int, formulation: str = "seed", **kw) -> VocoderStep:
+def make_step(vocoder: Vocoder, codes_length: int, formulation: str = DEFAULT_FORMULATION, **kw) -> VocoderStep:
     """``VocoderStep`` (``"seed"``) or ``NpuVocoderStep`` (``"npu"``)."""
-    if formulation == "seed":
+    if formulation == SEED:
         return VocoderStep(vocoder, codes_length)
     if formulation == FORMULATION:
         return NpuVocoderStep(vocoder, codes_length, **kw)
