@@ -73,6 +73,21 @@ def test_npu_snake_per_layer(reduced_model, npu_step):
     assert worst >= 100.0  # of the Snake term gain*sin^2 itself
 
 
+@pytest.mark.parametrize("stride, frames", [(3, 2048), (4, 1536), (5, 7)])
+def test_zero_stuffed_transconv_rows_exact(stride, frames):
+    """Rows of <= 2048 output samples, each with the frame before it: the model's ConvTranspose."""
+    from rkspeech.models.qwen3_tts_vocoder import CausalTransConv
+
+    torch.manual_seed(stride)
+    t = CausalTransConv(6, 5, 2 * stride, stride)
+    x, tail = torch.randn(1, 6, frames), torch.randn(1, 6, 1)
+    with torch.no_grad():
+        y = t.conv(torch.cat([tail, x], -1))  # the step's context handling (VocoderStep._trans_conv)
+        want = y[..., stride: stride + frames * stride]
+        got = npu_ops.ZeroStuffTransConv(t).rows(x, tail)
+    assert got.shape == want.shape and _snr(want, got) >= 120.0
+
+
 @pytest.mark.parametrize("stride", [2, 3, 4, 5, 8])
 def test_polyphase_transconv_exact(stride):
     from rkspeech.models.qwen3_tts_vocoder import CausalTransConv

@@ -186,8 +186,12 @@ class NpuVocoderStep(VocoderStep):
 
     def block_upsample(self, index, tconv, x, tail_in):
         if self.use["polyphase"]:
+            up = self.polyphase[index]
+            if isinstance(up, npu_ops.ZeroStuffTransConv):  # long: rows, no wide Slice
+                new_tail = self._write_tail(npu_ops.last_samples(x, self._tail_length(tail_in)))
+                return up.rows(x, self._read_tail(tail_in)), new_tail
             xin, tail = self._with_tail(x, tail_in)
-            return self.polyphase[index](xin), tail
+            return up(xin), tail
         if self.tails == "time_major":
             y, tail = self._trans_conv(tconv, x, tail_in.t())
             return y, tail.t()
