@@ -36,6 +36,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--verify-steps", type=int, default=3, help="main steps run on the simulator (default 3)")
     p.add_argument("--skip-verify", action="store_true", help="no simulator verification (it costs a rebuild)")
+    p.add_argument("--sim-pieces", type=int, default=1,
+                   help="verify on the simulator in N graph pieces, one at a time (bounded memory, N builds per step)")
     p.add_argument("--timeout", type=float, default=None, help="per-conversion timeout, seconds")
     p.add_argument("--fail-on-cpu", action="store_true", help="fail when compute ops land on the CPU")
     p.add_argument("--formulation", choices=FORMULATIONS, default=DEFAULT_FORMULATION,
@@ -180,10 +182,12 @@ def build_vocoder(args: argparse.Namespace) -> dict:
             main_a = load_artifact(main_onnx, rknn_paths["main"], args.target)
             first_a = load_artifact(first_onnx, rknn_paths["first"], args.target) if first_onnx else None
             res = verify_vocoder(files.folder, main_a, first_a, steps=args.verify_steps, target=args.target,
+                                 sim_pieces=getattr(args, "sim_pieces", 1),
                                  sim_log=str(out / "simulator.log"))
             return res.to_report()
 
-        verify_report = stage("verify", {"steps": args.verify_steps, "target": args.target},
+        verify_report = stage("verify", {"steps": args.verify_steps, "target": args.target,
+                                         "sim_pieces": getattr(args, "sim_pieces", 1)},
                               ckpt_inputs + list(roles.values()) + list(rknn_paths.values()), lambda: [], do_verify)
 
     from .export.onnx_contract import read_onnx_contract

@@ -97,7 +97,8 @@ class VerifyResult:
 
 def verify_vocoder(model_dir, main: Artifact, first: Artifact | None = None, *, steps: int = 3,
                    target: str | None = None, seed: int = 0, threads: int = 2,
-                   sim_log: str | None = None, sim_memory_limit_mb: float | None = None) -> VerifyResult:
+                   sim_log: str | None = None, sim_memory_limit_mb: float | None = None,
+                   sim_pieces: int = 1) -> VerifyResult:
     """Full decode vs onnxruntime step vs simulator step, over ``steps`` main steps."""
     import torch
 
@@ -107,6 +108,8 @@ def verify_vocoder(model_dir, main: Artifact, first: Artifact | None = None, *, 
 
     if steps < 1:
         raise RkspeechError(f"--steps must be >= 1, got {steps}")
+    if sim_pieces < 1:
+        raise RkspeechError(f"--sim-pieces must be >= 1, got {sim_pieces}")
     c = main.contract
     if first is not None and not c.compatible_cache(first.contract):
         raise RkspeechError("first and main graphs do not share one cache layout")
@@ -152,8 +155,14 @@ def verify_vocoder(model_dir, main: Artifact, first: Artifact | None = None, *, 
     if sim_memory_limit_mb is None:
         sim_memory_limit_mb = default_memory_limit_mb()
     ort_audio = run("onnxruntime_step", lambda a: OnnxRuntimeRunner(a.onnx, threads=threads))
-    sim_audio = run("rknn_sim_step", lambda a: SimulatorProcess(a.onnx, target=target, dtype="fp16",
-                                                                log_path=sim_log, memory_limit_mb=sim_memory_limit_mb),
-                    lazy=True)
+    def simulator(a: Artifact):
+        if sim_pieces > 1:
+            from .runtime.sim_segments import SegmentedSimulator
+
+            return SegmentedSimulator(a.onnx, parts=sim_pieces, target=target, memory_limit_mb=sim_memory_limit_mb)
+        return SimulatorProcess(a.onnx, target=target, dtype="fp16", log_path=sim_log,
+                                memory_limit_mb=sim_memory_limit_mb)
+
+    sim_audio = run("rknn_sim_step", simulator, lazy=True)
     result.sim_vs_ort_db = round(snr_db(ort_audio, sim_audio), 2)
     return result

@@ -14,6 +14,9 @@ def register(subparsers) -> None:
     p.add_argument("--first-rknn", default=None)
     p.add_argument("--target", default=None, help="chip to simulate (default: the .rknn's, else rk3588)")
     p.add_argument("--steps", type=int, default=3, help="main steps to run (the last one partial)")
+    p.add_argument("--sim-pieces", type=int, default=1,
+                   help="simulate the graph in N consecutive pieces, one child at a time: for graphs whose "
+                        "simulator does not fit in memory (npu B=64 on 24 GB: 4); each step costs N builds")
     p.add_argument("--min-snr", type=float, default=40.0, help="fail below this simulator SNR (dB)")
     p.add_argument("--report", default=None, help="write the report JSON here")
     p.set_defaults(func=run)
@@ -26,7 +29,8 @@ def run(args: argparse.Namespace) -> int:
 
     main = load_artifact(args.onnx, args.rknn, args.target)
     first = load_artifact(args.first_onnx, args.first_rknn, args.target) if args.first_onnx else None
-    res = verify_vocoder(args.model_dir, main, first, steps=args.steps, target=args.target or main.target)
+    res = verify_vocoder(args.model_dir, main, first, steps=args.steps, target=args.target or main.target,
+                         sim_pieces=args.sim_pieces)
     rep = res.to_report()
     rows = [(stage, f"{db:.1f} dB", " ".join(f"{x:.1f}" for x in res.per_step[stage])) for stage, db in res.snr_db.items()]
     rows.append(("simulator vs onnxruntime", f"{res.sim_vs_ort_db:.1f} dB", ""))

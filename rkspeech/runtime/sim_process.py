@@ -138,7 +138,9 @@ class SimulatorProcess(Runner):
             if rc == -signal.SIGKILL:
                 how += " (often the kernel's out-of-memory killer)"
         else:
-            how = f"exited with code {rc}"
+            return (f"rknn simulator child exited with code {rc} during {phase} of "
+                    f"{os.path.basename(self.onnx_path)} (its error is on stderr; a script that starts "
+                    "it needs an `if __name__ == \"__main__\":` guard, as for any spawned process)")
         return (f"rknn simulator child {how} during {phase} of {os.path.basename(self.onnx_path)}, "
                 f"peak RSS {self.peak_rss_mb / 1024:.2f} GB; the simulator keeps every intermediate "
                 "tensor: verify a smaller B, or skip this check (rkspeech build --skip-verify)")
