@@ -15,7 +15,7 @@ from ..streaming.formulations import DEFAULT_FORMULATION, FORMULATIONS
 def register(subparsers) -> None:
     p = subparsers.add_parser("demo", help="build the vocoder from an embedded synthetic checkpoint, end to end")
     p.add_argument("--config", choices=("published", "reduced"), default="published",
-                   help="synthetic checkpoint size (published: ~15 min, 8 GB peak at B=16; reduced: ~2 min)")
+                   help="synthetic checkpoint size (published: ~15-20 min, 8.6 GB peak at B=16; reduced: a few min)")
     p.add_argument("--out", default="out/demo", help="output folder (default out/demo)")
     p.add_argument("--target", default="rk3588")
     p.add_argument("--codes-length", "-B", type=int, default=16,

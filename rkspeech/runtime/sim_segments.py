@@ -131,14 +131,18 @@ class SegmentedSimulator(Runner):
         self.paths = split_onnx(onnx_path, parts, work_dir)
         self.target, self.dtype, self.memory_limit_mb = target, dtype, memory_limit_mb
         self.peak_rss_mb = 0.0
+        self.calls = 0
 
     def infer(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        from .. import progress
         from .sim_process import SimulatorProcess
 
         env = dict(zip(self._inputs, self._ordered_feed(feed)))
-        for path in self.paths:
-            with SimulatorProcess(path, target=self.target, dtype=self.dtype,
-                                  memory_limit_mb=self.memory_limit_mb) as sim:
+        self.calls += 1
+        for k, path in enumerate(self.paths):
+            with progress.stage(f"simulator call {self.calls}, piece {k + 1}/{len(self.paths)}: build and run"), \
+                    SimulatorProcess(path, target=self.target, dtype=self.dtype,
+                                     memory_limit_mb=self.memory_limit_mb) as sim:
                 wanted = sim.input_specs()
                 out = sim.infer({n: env[n] for n in wanted})
                 self.peak_rss_mb = max(self.peak_rss_mb, sim.peak_rss_mb)
