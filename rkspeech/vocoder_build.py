@@ -22,7 +22,7 @@ from pathlib import Path
 from . import progress
 from .errors import RkspeechError
 from .reporting import print_table, write_json
-from .streaming.formulations import DEFAULT_FORMULATION, FORMULATIONS
+from .streaming.formulations import DEFAULT_FORMULATION, FORMULATIONS, SEED
 
 TARGETS = ("rk3588", "rk3576", "rk3562", "rk3566", "rk3568")
 
@@ -113,7 +113,7 @@ def build_vocoder(args: argparse.Namespace) -> dict:
     ckpt_inputs = [files.config, files.weights]
     onnx_dir, rknn_dir = out / "onnx", out / "rknn"
     formulation = getattr(args, "formulation", DEFAULT_FORMULATION)
-    tag = "" if formulation == "seed" else f"_{formulation}"
+    tag = "" if formulation == SEED else f"_{formulation}"
     main_onnx = onnx_dir / f"vocoder{tag}_step_B{args.codes_length}.onnx"
     first_onnx = onnx_dir / f"vocoder{tag}_step_B{args.codes_length}_first_B{first_B}.onnx" if first_B else None
 

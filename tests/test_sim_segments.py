@@ -39,7 +39,7 @@ def test_pieces_chain_to_the_whole_graph(step_onnx, tmp_path):
     for p in paths:
         with OnnxRuntimeRunner(p) as piece:
             out = piece.infer({n: env[n] for n in piece.input_specs()})
-        env.update({(n[:-4] if n.endswith(FLAT_SUFFIX + "_out") else n): v for n, v in out.items()})
+        env.update(out)
     for name, value in ref.items():
         assert np.array_equal(value, env[name]), name
     # the KV history (rank 5) crosses a cut flattened
@@ -60,7 +60,8 @@ def test_segmented_simulator_matches_whole(step_onnx):
         assert pieces.peak_rss_mb > 0
     with SimulatorProcess(step_onnx) as sim:
         want = sim.infer(feed)
-    # fp16 numerics either way; measured on the reduced B=16 step: pieces 49.0 dB, whole 48.8 dB
+    # fp16 numerics either way; measured on the reduced B=16 step (3 pieces, one call): pieces and
+    # whole both 48.97 dB against onnxruntime, bit-identical outputs
     for name in ref:
         assert _snr(ref[name], got[name]) >= 40.0, name
         assert abs(_snr(ref[name], got[name]) - _snr(ref[name], want[name])) < 3.0, name

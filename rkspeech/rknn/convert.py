@@ -95,14 +95,15 @@ def default_output(onnx_path: str | os.PathLike, target: str) -> Path:
     return p.with_name(f"{p.stem}_{target}.rknn")
 
 
-def _signal_name(rc: int) -> str:
+def signal_name(rc: int) -> str:
+    """The signal behind a negative exit code (-9 -> 'SIGKILL')."""
     try:
         return signal.Signals(-rc).name
     except ValueError:
         return f"signal {-rc}"
 
 
-def _tree_rss(proc) -> int:
+def tree_rss(proc) -> int:
     """RSS in bytes of a psutil.Process and all its descendants (0 for vanished ones)."""
     import psutil
 
@@ -283,7 +284,7 @@ def convert(onnx_path, output_path, *, target: str, dtype: str = "fp16", dataset
                 rc = popen.poll()
                 elapsed = time.perf_counter() - start
                 if ps is not None:
-                    peak = max(peak, _tree_rss(ps))
+                    peak = max(peak, tree_rss(ps))
                 rss_mb = peak / 2**20 if ps is not None else None
                 if rc is not None:
                     break
@@ -320,7 +321,7 @@ def convert(onnx_path, output_path, *, target: str, dtype: str = "fp16", dataset
             raise RkspeechError(f"conversion of {onnx_path.name} {killed_for} (in {step}{mem}); "
                                 f"build log: {log_path}")
         if rc < 0:
-            name = _signal_name(rc)
+            name = signal_name(rc)
             hint = " (often the kernel's out-of-memory killer)" if name == "SIGKILL" else ""
             raise RkspeechError(f"conversion of {onnx_path.name} crashed: the rknn-toolkit2 child was "
                                 f"killed by {name}{hint} in {step} after {seconds:.1f} s{mem}; build log: {log_path}")

@@ -81,7 +81,7 @@ class Placement:
     def estimate(self) -> dict[str, Any]:
         """The layer table's compiler estimates, summed.  rknn-toolkit2 2.5.0 fills Cycles only
         for conv-family layers (Conv, ConvAdd, ConvTranspose, exMatMul, ...): measured on the
-        reduced npu step, 77 of 1166 layers; elementwise, reshape and CPU layers print
+        reduced npu step of this session, 77 of 1166 layers; elementwise, reshape and CPU layers print
         ``0/0/0``.  So ``cycles_total`` is the convolutions' estimate, not the graph's time;
         ``rw_mb_*`` (RW(KB), filled for every layer) is the memory traffic the compiler plans."""
         return {"cycles_total": sum(la.cycles for la in self.compute),

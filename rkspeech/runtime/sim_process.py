@@ -99,10 +99,13 @@ class SimulatorProcess(Runner):
     def _rss_mb(self) -> float:
         try:
             import psutil
+        except ImportError:
+            return 0.0
+        from ..rknn.convert import tree_rss
 
-            proc = psutil.Process(self._proc.pid)
-            return sum(p.memory_info().rss for p in [proc] + proc.children(recursive=True)) / 2**20
-        except Exception:  # noqa: BLE001 - psutil missing or the child is gone
+        try:
+            return tree_rss(psutil.Process(self._proc.pid)) / 2**20
+        except psutil.Error:  # the child is gone
             return 0.0
 
     def _wait(self, phase: str):
@@ -131,10 +134,9 @@ class SimulatorProcess(Runner):
     def _death_message(self, phase: str) -> str:
         rc = self._proc.exitcode
         if rc is not None and rc < 0:
-            try:
-                how = f"killed by {signal.Signals(-rc).name}"
-            except ValueError:
-                how = f"killed by signal {-rc}"
+            from ..rknn.convert import signal_name
+
+            how = f"killed by {signal_name(rc)}"
             if rc == -signal.SIGKILL:
                 how += " (often the kernel's out-of-memory killer)"
         else:

@@ -38,78 +38,69 @@ def _size(vi) -> int:
 
 
 def split_onnx(onnx_path, parts: int, out_dir) -> list[Path]:
-    """Write ``parts`` consecutive pieces of ``onnx_path`` to ``out_dir``; return their paths."""
+    """Write ``parts`` consecutive pieces of ``onnx_path`` to ``out_dir``; return their paths.
+
+    A tensor ``t`` crossing a cut is the output ``t + FLAT_SUFFIX`` (1-D) of its piece and the
+    input of the same name of every later piece that reads it."""
     import onnx
-    from onnx import helper, numpy_helper  # noqa: F401 - numpy_helper keeps initializers typed
+    from onnx import TensorProto, helper
 
     if parts < 2:
         raise RkspeechError(f"split into >= 2 pieces, got {parts}")
     model = onnx.load(os.fspath(onnx_path))
-    inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
     g = model.graph
-    info = {vi.name: vi for vi in list(inferred.graph.value_info) + list(g.input) + list(g.output)}
+    inferred = onnx.shape_inference.infer_shapes(model, data_prop=True).graph
+    info = {vi.name: vi for vi in list(inferred.value_info) + list(g.input) + list(g.output)}
     inits = {t.name: t for t in g.initializer}
-    graph_inputs = [vi.name for vi in g.input if vi.name not in inits]
-    graph_outputs = [vi.name for vi in g.output]
+    graph_outputs = {vi.name for vi in g.output}
     consts = {o: n for n in g.node if n.op_type == "Constant" for o in n.output}
     work = [n for n in g.node if n.op_type != "Constant"]
     volume = [sum(_size(info[o]) for o in n.output if o in info) for n in work]
-    total, cuts, acc = sum(volume), [], 0
+    cuts, acc, total = [0], 0, sum(volume)
     for i, v in enumerate(volume):
         acc += v
-        if len(cuts) < parts - 1 and acc >= total * (len(cuts) + 1) / parts:
+        if len(cuts) < parts and acc >= total * len(cuts) / parts:
             cuts.append(i + 1)
-    bounds = [0] + cuts + [len(work)]
-    pieces = [work[a:b] for a, b in zip(bounds, bounds[1:]) if b > a]
+    pieces = [work[a:b] for a, b in zip(cuts, cuts[1:] + [len(work)]) if b > a]
     produced_in = {o: k for k, nodes in enumerate(pieces) for n in nodes for o in n.output}
-    used_later: dict[str, int] = {}
-    for k, nodes in enumerate(pieces):
-        for n in nodes:
-            for i in n.input:
-                if i in produced_in and produced_in[i] < k:
-                    used_later[i] = max(used_later.get(i, -1), k)
+    crossing = {i for k, nodes in enumerate(pieces) for n in nodes for i in n.input
+                if produced_in.get(i, k) < k}
+    missing = sorted(t for t in crossing if t not in info)
+    if missing:
+        raise RkspeechError(f"{onnx_path}: no static shape for {missing[:3]}; cannot cut the graph there")
+
+    def reshape(src: str, dst: str, dims: list[int]) -> list:
+        shape = f"{dst}__shape"
+        return [helper.make_node("Constant", [], [shape], value=helper.make_tensor(
+                    shape, TensorProto.INT64, [len(dims)], dims)),
+                helper.make_node("Reshape", [src, shape], [dst])]
+
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     for k, nodes in enumerate(pieces):
-        needed = {i for n in nodes for i in n.input if i}
-        body = [consts[i] for i in sorted(needed) if i in consts]
-        inputs, extra = [], []
-        for name in graph_inputs:
-            if name in needed:
-                inputs.append(info[name])
-        for name in sorted(needed):
-            if name in produced_in and produced_in[name] < k:
+        needed = sorted({i for n in nodes for i in n.input if i})
+        inputs = [vi for vi in g.input if vi.name in needed and vi.name not in inits]
+        head = [consts[i] for i in needed if i in consts]
+        for name in needed:
+            if produced_in.get(name, k) < k:
                 vi = info[name]
-                dims = [int(d.dim_value) for d in vi.type.tensor_type.shape.dim]
-                flat = helper.make_tensor_value_info(name + FLAT_SUFFIX, vi.type.tensor_type.elem_type, [_size(vi)])
-                inputs.append(flat)
-                shape_name = f"{name}{FLAT_SUFFIX}_shape"
-                extra.append(helper.make_node("Constant", [], [shape_name], value=helper.make_tensor(
-                    shape_name, onnx.TensorProto.INT64, [len(dims)], dims)))
-                extra.append(helper.make_node("Reshape", [name + FLAT_SUFFIX, shape_name], [name]))
-        outputs = []
-        for n in nodes:
-            for o in n.output:
-                if o in graph_outputs:
-                    outputs.append(info[o])
-                elif used_later.get(o, -1) > k:
-                    vi = info[o]
-                    flat_shape = f"{o}{FLAT_SUFFIX}_outshape"
-                    extra.append(helper.make_node("Constant", [], [flat_shape], value=helper.make_tensor(
-                        flat_shape, onnx.TensorProto.INT64, [1], [_size(vi)])))
-                    extra.append(helper.make_node("Reshape", [o, flat_shape], [o + FLAT_SUFFIX + "_out"]))
-                    outputs.append(helper.make_tensor_value_info(o + FLAT_SUFFIX + "_out",
-                                                                 vi.type.tensor_type.elem_type, [_size(vi)]))
-        nodes_out = [n for n in extra if n.op_type == "Constant"] + body + \
-            [n for n in extra if n.op_type == "Reshape" and n.output[0] in needed] + list(nodes) + \
-            [n for n in extra if n.op_type == "Reshape" and n.output[0].endswith("_out")]
-        sub = helper.make_graph(nodes_out, f"{g.name}_part{k}", inputs, outputs,
-                                initializer=[inits[i] for i in sorted(needed) if i in inits])
-        sub_model = helper.make_model(sub, opset_imports=model.opset_import, producer_name="rkspeech",
-                                      ir_version=model.ir_version)
+                elem = vi.type.tensor_type.elem_type
+                inputs.append(helper.make_tensor_value_info(name + FLAT_SUFFIX, elem, [_size(vi)]))
+                head += reshape(name + FLAT_SUFFIX, name, [int(d.dim_value) for d in vi.type.tensor_type.shape.dim])
+        outputs, tail = [], []
+        for o in (o for n in nodes for o in n.output):
+            if o in graph_outputs:
+                outputs.append(info[o])
+            elif o in crossing:
+                vi = info[o]
+                outputs.append(helper.make_tensor_value_info(o + FLAT_SUFFIX, vi.type.tensor_type.elem_type, [_size(vi)]))
+                tail += reshape(o, o + FLAT_SUFFIX, [_size(vi)])
+        sub = helper.make_graph(head + list(nodes) + tail, f"{g.name}_part{k}", inputs, outputs,
+                                initializer=[inits[i] for i in needed if i in inits])
         path = out_dir / f"part{k}.onnx"
-        onnx.save(sub_model, os.fspath(path))
+        onnx.save(helper.make_model(sub, opset_imports=model.opset_import, producer_name="rkspeech",
+                                    ir_version=model.ir_version), os.fspath(path))
         paths.append(path)
     return paths
 
@@ -146,11 +137,7 @@ class SegmentedSimulator(Runner):
                 wanted = sim.input_specs()
                 out = sim.infer({n: env[n] for n in wanted})
                 self.peak_rss_mb = max(self.peak_rss_mb, sim.peak_rss_mb)
-            for name, value in out.items():
-                if name.endswith(FLAT_SUFFIX + "_out"):
-                    env[name[: -len("_out")]] = value.reshape(-1)
-                else:
-                    env[name] = value
+            env.update(out)
         return self._shape_outputs([env[n] for n in self._outputs])
 
     def close(self) -> None:

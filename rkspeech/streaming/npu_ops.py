@@ -320,7 +320,6 @@ def last_samples(x: torch.Tensor, n: int) -> torch.Tensor:
     return x.reshape(1, c, t // s, s)[:, :, t // s - 1, s - n:]
 
 
-
 # ---------------------------------------------------------------------------------------------
 class OneHotCodebook(nn.Module):
     """codes ``[1, Q, L]`` (float32, or int64 in torch) -> ``[1, D, L]`` with two 1x1 convs.

@@ -59,8 +59,9 @@ def npu_cache_segments(cfg: VocoderConfig):
 
 
 def npu_step_contract(cfg: VocoderConfig, codes_length: int, tails: str = DEFAULT_TAILS) -> StepContract:
-    """The seed contract with ``formulation="npu"``; ``tails="time_major"`` swaps in
-    ``npu_cache_segments`` (the default keeps the seed layout, so caches are interchangeable)."""
+    """The seed contract with ``formulation="npu"`` and float32 codes; ``tails="time_major"`` (the
+    default) swaps in ``npu_cache_segments``, ``"channel"`` keeps the seed layout (interchangeable
+    caches)."""
     base = step_contract(cfg, codes_length, formulation=FORMULATION, codes_dtype="float32")
     if tails == "channel":
         return base
@@ -160,21 +161,26 @@ class NpuVocoderStep(VocoderStep):
     def _tail_length(self, tail_in: torch.Tensor) -> int:
         return int(tail_in.shape[1] if self.tails == "channel" else tail_in.shape[0])
 
-    def _with_tail(self, x: torch.Tensor, tail_in: torch.Tensor):
-        """``cat(tail, x)`` and the new tail (its last n samples), both in the cache layout."""
+    def _new_tail(self, x: torch.Tensor, tail_in: torch.Tensor, xin: torch.Tensor | None = None):
+        """The last n samples of ``cat(tail, x)`` in the cache layout: from ``xin`` on short axes
+        (x may be shorter than n there), from rows of ``x`` above ``FIELD_LIMIT`` (a Slice out of
+        a 30720-wide axis logs a REGTASK line)."""
         n = self._tail_length(tail_in)
+        if xin is None or int(x.shape[-1]) > npu_ops.FIELD_LIMIT:
+            return self._write_tail(npu_ops.last_samples(x, n))
+        return self._write_tail(xin[..., int(xin.shape[-1]) - n:])
+
+    def _with_tail(self, x: torch.Tensor, tail_in: torch.Tensor):
+        """``cat(tail, x)`` and the new tail in the cache layout."""
         xin = torch.cat([self._read_tail(tail_in), x], dim=-1)
-        if int(x.shape[-1]) > npu_ops.FIELD_LIMIT:  # a 30720-wide Slice logs a REGTASK line
-            return xin, self._write_tail(npu_ops.last_samples(x, n))
-        return xin, self._write_tail(xin[..., int(xin.shape[-1]) - n:])
+        return xin, self._new_tail(x, tail_in, xin)
 
     def conv_step(self, conv, x, tail_in, name):
         if tail_in is None:
             return conv.conv(x), None
         folded = self.folded[name] if name in self.folded and self.use["fold"] else None
         if folded is not None and int(x.shape[-1]) > npu_ops.FIELD_LIMIT:
-            new_tail = self._write_tail(npu_ops.last_samples(x, self._tail_length(tail_in)))
-            return folded.rows(x, self._read_tail(tail_in)), new_tail
+            return folded.rows(x, self._read_tail(tail_in)), self._new_tail(x, tail_in)
         xin, new_tail = self._with_tail(x, tail_in)
         return (folded(xin) if folded is not None else conv.conv(xin)), new_tail
 
@@ -188,8 +194,7 @@ class NpuVocoderStep(VocoderStep):
         if self.use["polyphase"]:
             up = self.polyphase[index]
             if isinstance(up, npu_ops.ZeroStuffTransConv):  # long: rows, no wide Slice
-                new_tail = self._write_tail(npu_ops.last_samples(x, self._tail_length(tail_in)))
-                return up.rows(x, self._read_tail(tail_in)), new_tail
+                return up.rows(x, self._read_tail(tail_in)), self._new_tail(x, tail_in)
             xin, tail = self._with_tail(x, tail_in)
             return up(xin), tail
         if self.tails == "time_major":
