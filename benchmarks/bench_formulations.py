@@ -31,13 +31,13 @@ def run_one(model, cfg, formulation: str, B: int, targets: list[str], work: Path
             disable: tuple[str, ...], memory_limit_mb: float, tails: str = "time_major",
             timeout: float | None = None) -> dict:
     from rkspeech.export.vocoder_onnx import export_step_onnx, graph_summary
-    from rkspeech.rknn.convert import convert
-    from rkspeech.runtime.runners import OnnxRuntimeRunner
-    from rkspeech.runtime.sim_process import SimulatorProcess
+    from rkspeech.convert.conversion import convert
+    from rkspeech.runtime.runners.onnxruntime import OnnxRuntimeRunner
+    from rkspeech.runtime.runners.sim_process import SimulatorProcess
     from rkspeech.runtime.streaming import Engine
-    from rkspeech.streaming.step_npu import make_step
-    from rkspeech.streaming.torch_runner import TorchStepRunner
-    from rkspeech.vocoder_checks import check_tokens, full_decode, random_codes, stepwise_check
+    from rkspeech.stepgraph.step_npu import make_step
+    from rkspeech.runtime.runners.torch_step import TorchStepRunner
+    from rkspeech.verify.stepwise import check_tokens, full_decode, random_codes, stepwise_check
 
     kw = {"disable": disable, "tails": tails} if formulation == "npu" else {}
     t0 = time.perf_counter()
@@ -113,13 +113,13 @@ def main(argv=None) -> int:
     import torch
 
     torch.set_num_threads(2)
-    from rkspeech.models.qwen3_checkpoint import load_vocoder
+    from rkspeech.models.qwen3_tts.checkpoint import load_vocoder
 
     with tempfile.TemporaryDirectory(prefix="bench_form_") as tmp:
         work = Path(tmp)
         ckpt = args.checkpoint
         if args.synthetic:
-            from rkspeech.models.qwen3_synthetic import write_checkpoint
+            from rkspeech.models.qwen3_tts.synthetic import write_checkpoint
 
             ckpt = work / "ckpt"
             ckpt.mkdir()

@@ -46,9 +46,9 @@ def prepare(workdir: Path, main_B: int, first_B: int, threads: int, config: str 
 
     torch.set_num_threads(threads)
     from rkspeech.export.vocoder_onnx import export_step_onnx
-    from rkspeech.models.qwen3_checkpoint import load_vocoder
-    from rkspeech.models.qwen3_synthetic import write_checkpoint
-    from rkspeech.streaming.step import VocoderStep
+    from rkspeech.models.qwen3_tts.checkpoint import load_vocoder
+    from rkspeech.models.qwen3_tts.synthetic import write_checkpoint
+    from rkspeech.stepgraph.step import VocoderStep
 
     workdir.mkdir(parents=True, exist_ok=True)
     ckpt = workdir / f"ckpt_{config}"
@@ -155,9 +155,9 @@ def main(argv=None) -> int:
     paths = prepare(Path(args.workdir), args.main_B, args.first_B, args.threads, args.config)
 
     from rkspeech.export.onnx_contract import read_onnx_contract
-    from rkspeech.runtime.runners import OnnxRuntimeRunner
+    from rkspeech.runtime.runners.onnxruntime import OnnxRuntimeRunner
     from rkspeech.runtime.streaming import Engine
-    from rkspeech.vocoder_checks import random_codes
+    from rkspeech.verify.stepwise import random_codes
 
     main = Engine(OnnxRuntimeRunner(paths["main"], threads=args.threads), read_onnx_contract(paths["main"]))
     first = Engine(OnnxRuntimeRunner(paths["first"], threads=args.threads), read_onnx_contract(paths["first"]))
@@ -174,7 +174,8 @@ def main(argv=None) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-        from rkspeech.official_reference import load_official_decoder
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/official_reference.py
+        from tests.official_reference import load_official_decoder
 
         decoder = load_official_decoder(paths["ckpt"])
         configs.append((f"official chunked_decode({args.main_B}, left {args.left_context})",
@@ -187,7 +188,7 @@ def main(argv=None) -> int:
             print(f"  rep {rep + 1} {name}: {r['decode_s']:.2f} s, RTF {r['rtf']:.3f}, "
                   f"TTFA {r['ttfa_s']:.3f} s", file=sys.stderr, flush=True)
     streams = [runs[name][-1]["audio"] for name, _ in configs[:2]]
-    from rkspeech.verify import snr_db
+    from rkspeech.verify.compare import snr_db
 
     first_vs_main_db = round(snr_db(streams[1], streams[0]), 1)
     for name, _ in configs:

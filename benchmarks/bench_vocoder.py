@@ -38,16 +38,17 @@ def main() -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    from rkspeech.models.qwen3_checkpoint import load_vocoder
-    from rkspeech.models.qwen3_synthetic import write_checkpoint
-    from rkspeech.official_reference import load_official_decoder
-    from rkspeech.runtime.runners import OnnxRuntimeRunner
+    from rkspeech.models.qwen3_tts.checkpoint import load_vocoder
+    from rkspeech.models.qwen3_tts.synthetic import write_checkpoint
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/official_reference.py
+    from tests.official_reference import load_official_decoder
+    from rkspeech.runtime.runners.onnxruntime import OnnxRuntimeRunner
     from rkspeech.runtime.streaming import Engine, StreamingVocoder
-    from rkspeech.streaming.step import VocoderStep
-    from rkspeech.streaming.torch_runner import TorchStepRunner
+    from rkspeech.stepgraph.step import VocoderStep
+    from rkspeech.runtime.runners.torch_step import TorchStepRunner
     from rkspeech.export.vocoder_onnx import export_step_onnx
-    from rkspeech.verify import snr_db
-    from rkspeech.vocoder_checks import random_codes
+    from rkspeech.verify.compare import snr_db
+    from rkspeech.verify.stepwise import random_codes
 
     load_start = os.getloadavg()
     work = Path(tempfile.mkdtemp(prefix="rkspeech-bench-"))

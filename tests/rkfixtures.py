@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +10,7 @@ _CACHE: dict[str, Path] = {}
 
 
 def have_rknn() -> bool:
-    from rkspeech.rknn.toolkit import have_toolkit
+    from rkspeech.convert.toolkit import have_toolkit
 
     return have_toolkit()
 
@@ -58,7 +57,7 @@ def conv_relu_sin(path: Path, with_sin: bool = True) -> Path:
 def session_rknn(tmp_path_factory) -> Path:
     """One real rk3588 fp16 .rknn of the Conv/Relu/Sin graph per test session."""
     if "rknn" not in _CACHE:
-        from rkspeech.rknn.convert import convert
+        from rkspeech.convert.conversion import convert
 
         d = tmp_path_factory.mktemp("rknn_session")
         onnx_path = conv_relu_sin(d / "tiny.onnx")

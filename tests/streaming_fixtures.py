@@ -14,7 +14,7 @@ _CACHE: dict[str, object] = {}
 
 def _export(model, B: int, out: Path) -> Path:
     from rkspeech.export.vocoder_onnx import export_step_onnx
-    from rkspeech.streaming.step import VocoderStep
+    from rkspeech.stepgraph.step import VocoderStep
 
     if not out.exists():
         export_step_onnx(VocoderStep(model, B), out)
@@ -40,7 +40,7 @@ def step_graph_b64(tmp_path_factory, reduced_model) -> Path:
 def ort_engines(paths: dict[str, Path], threads: int = 2):
     """(main Engine, first Engine) over onnxruntime for ``step_graphs`` output."""
     from rkspeech.export.onnx_contract import read_onnx_contract
-    from rkspeech.runtime.runners import OnnxRuntimeRunner
+    from rkspeech.runtime.runners.onnxruntime import OnnxRuntimeRunner
     from rkspeech.runtime.streaming import Engine
 
     main = Engine(OnnxRuntimeRunner(paths["main"], threads=threads), read_onnx_contract(paths["main"]))
@@ -53,7 +53,7 @@ def ort_engines(paths: dict[str, Path], threads: int = 2):
 def write_ort_plan(folder: Path, paths: dict[str, Path]) -> Path:
     """A plan.json (impl onnx) next to copies-by-reference of the graphs."""
     from rkspeech.export.onnx_contract import read_onnx_contract
-    from rkspeech.plan import write_plan
+    from rkspeech.plan.plan import write_plan
 
     contracts = {role: read_onnx_contract(p) for role, p in paths.items()}
     return write_plan(Path(folder) / "plan.json", impl="onnx", target=None, contracts=contracts, onnx=paths)

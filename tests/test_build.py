@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import pytest
@@ -10,19 +9,19 @@ import pytest
 pytestmark = [pytest.mark.rknn, pytest.mark.slow]
 
 
-def _args(ckpt, out, **kw):
-    base = dict(model_dir=str(ckpt), target="rk3588", codes_length=16, first_length=4, out=str(out),
-                verify_steps=3, skip_verify=False, timeout=900, fail_on_cpu=False, force=False)
-    base.update(kw)
-    return argparse.Namespace(**base)
+def _options(ckpt, out, **kw):
+    from rkspeech.pipelines.vocoder_build import VocoderBuildOptions
+
+    return VocoderBuildOptions(**{"model_dir": ckpt, "target": "rk3588", "codes_length": 16, "first_length": 4,
+                                  "out": out, "verify_steps": 3, "timeout": 900, **kw})
 
 
 @pytest.fixture(scope="module")
 def built(reduced_ckpt, tmp_path_factory):
-    from rkspeech.vocoder_build import build_vocoder
+    from rkspeech.pipelines.vocoder_build import build_vocoder
 
     out = tmp_path_factory.mktemp("build")
-    return out, build_vocoder(_args(reduced_ckpt, out))
+    return out, build_vocoder(_options(reduced_ckpt, out))
 
 
 def test_build_converts_and_verifies_on_simulator(built):
@@ -43,7 +42,7 @@ def test_build_converts_and_verifies_on_simulator(built):
 
 
 def test_plan_loads_and_matches_artifacts(built):
-    from rkspeech.plan import load_plan
+    from rkspeech.plan.plan import load_plan
 
     out, _ = built
     plan = load_plan(out / "plan.json", backend="rknnlite", expect_target="rk3588")
@@ -53,8 +52,8 @@ def test_plan_loads_and_matches_artifacts(built):
 
 
 def test_rerun_skips_unchanged_stages(built, reduced_ckpt):
-    from rkspeech.vocoder_build import build_vocoder
+    from rkspeech.pipelines.vocoder_build import build_vocoder
 
     out, _ = built
-    again = build_vocoder(_args(reduced_ckpt, out))
+    again = build_vocoder(_options(reduced_ckpt, out))
     assert all(s.get("skipped") for s in again["stages"].values()), again["stages"]

@@ -11,8 +11,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from rkspeech.errors import RkspeechError
-from rkspeech.models.qwen3_checkpoint import load_vocoder, resolve_checkpoint
+from rkspeech.core.errors import RkspeechError
+from rkspeech.models.qwen3_tts.checkpoint import load_vocoder, resolve_checkpoint
 
 
 def _copy(src_root, dst):

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from rkspeech.errors import RkspeechError
+from rkspeech.core.errors import RkspeechError
 from rkspeech.runtime.codes import load_codes_file, normalize_codes
 
 Q, K = 16, 2048

@@ -5,8 +5,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rkspeech.errors import RkspeechError
-from rkspeech.rknn.container import parse_bytes, read_container
+from rkspeech.core.errors import RkspeechError
+from rkspeech.inspect.container import parse_bytes, read_container
 
 from rkfixtures import session_rknn
 
@@ -44,8 +44,8 @@ def test_parse_real_file(rknn_file):
 
 def test_step_contract_in_custom_string(rknn_bytes):
     # Swap the custom string for a step contract of the same length? Simpler: parse the JSON path.
-    from rkspeech.rknn import container as C
-    from rkspeech.streaming.contract import StepContract, make_segments
+    from rkspeech.inspect import container as C
+    from rkspeech.stepgraph.contract import StepContract, make_segments
 
     k = StepContract(codes_length=4, num_quantizers=16, codebook_size=2048, head_dim=64,
                      sliding_window=72, rope_theta=10000.0, samples_per_token=1920,
@@ -134,4 +134,6 @@ def test_fuzz_only_rkspeech_error(rknn_bytes, mutation):
         parse_bytes(bytes(data))
     except RkspeechError as exc:
         assert "\n" not in str(exc)
-    assert time.perf_counter() - start < 0.5
+    # a hang guard (a loop over a lying length or offset), not a speed goal: a parse takes
+    # milliseconds, and 0.5 s failed once on a loaded 2-core machine with a correct parser
+    assert time.perf_counter() - start < 10.0

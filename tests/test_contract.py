@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from rkspeech.errors import RkspeechError
-from rkspeech.models.qwen3_synthetic import CONFIGS
-from rkspeech.streaming.contract import StepContract
-from rkspeech.streaming.step import step_contract
+from rkspeech.core.errors import RkspeechError
+from rkspeech.models.qwen3_tts.synthetic import CONFIGS
+from rkspeech.stepgraph.contract import StepContract
+from rkspeech.stepgraph.step import stateful_modules, step_contract
 
 
 def test_published_layout_and_size():
@@ -20,6 +20,33 @@ def test_published_layout_and_size():
     assert StepContract.from_json(c.to_json()) == c
     assert c.with_codes_length(16).compatible_cache(c)
     assert not step_contract(CONFIGS["reduced"], 64).compatible_cache(c)
+
+
+#: The reduced config's cache layout as plans and .rknn files record it: names, shapes, order.
+REDUCED_LAYOUT = [
+    ("pre_conv", (128, 2)), ("kv", (2, 2, 2, 71, 64)), ("up0_dw", (256, 6)), ("up1_dw", (256, 6)),
+    ("dec0", (256, 6)),
+    ("b0_convT", (384, 1)), ("b0_r1", (192, 6)), ("b0_r3", (192, 18)), ("b0_r9", (192, 54)),
+    ("b1_convT", (192, 1)), ("b1_r1", (96, 6)), ("b1_r3", (96, 18)), ("b1_r9", (96, 54)),
+    ("b2_convT", (96, 1)), ("b2_r1", (48, 6)), ("b2_r3", (48, 18)), ("b2_r9", (48, 54)),
+    ("b3_convT", (48, 1)), ("b3_r1", (24, 6)), ("b3_r3", (24, 18)), ("b3_r9", (24, 54)),
+    ("final", (24, 6)),
+]
+
+
+def test_layout_from_the_modules(reduced_model):
+    """The segments come from the modules' own state: the recorded layout, from a config or a
+    model, and every module that carries state has a segment."""
+    from rkspeech.models.qwen3_tts.transformer import Attention
+
+    for source in (CONFIGS["reduced"], reduced_model):
+        assert [(s.name, s.shape) for s in step_contract(source, 16).segments] == REDUCED_LAYOUT
+    walked = {id(m) for _, m in stateful_modules(reduced_model)}
+    stateful = [name for name, m in reduced_model.named_modules()
+                if getattr(m, "state_shape", None) and 0 not in m.state_shape
+                and not isinstance(m, Attention)]  # the attention's state is the pre-transformer's
+    assert stateful and all(id(reduced_model.get_submodule(n)) in walked for n in stateful)
+    assert len(stateful) == len(REDUCED_LAYOUT)
 
 
 def test_segments_are_contiguous():

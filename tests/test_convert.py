@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from rkspeech.errors import RkspeechError
-from rkspeech.rknn.convert import convert
+from rkspeech.core.errors import RkspeechError
+from rkspeech.convert.conversion import convert
 
 from rkfixtures import conv_relu_sin, graph, session_result, vi
 
@@ -59,6 +59,29 @@ def test_timeout(tmp_path, monkeypatch):
     assert not (tmp_path / "m.rknn").exists()
 
 
+def test_memory_limit(tmp_path):
+    onnx_path = conv_relu_sin(tmp_path / "m.onnx")
+    with pytest.raises(RkspeechError, match=r"exceeded the memory limit of 50 MB \(in .*peak RSS.*build log"):
+        convert(onnx_path, tmp_path / "m.rknn", target="rk3588", memory_limit_mb=50, show_progress=False)
+    assert not (tmp_path / "m.rknn").exists()
+
+
+def test_child_helpers_name_the_death_and_the_error():
+    import signal
+
+    from rkspeech.core.child import death_message, last_error_line
+
+    assert death_message(-signal.SIGKILL) == "killed by SIGKILL (often the kernel's out-of-memory killer)"
+    assert death_message(-signal.SIGSEGV) == "killed by SIGSEGV"
+    assert death_message(3) == "exited with code 3"
+    log = ("E RKNN: [1] load_onnx: unsupported op Frobnicate\n"
+           "\x1b[1;31mE RKNN: REGTASK: The bit width of field value exceeds the limit\x1b[0m\n"
+           "I RKNN: done\n")
+    assert last_error_line(log) == "E RKNN: [1] load_onnx: unsupported op Frobnicate"
+    assert last_error_line("ValueError: bad shape\nI fine") == "ValueError: bad shape"
+    assert last_error_line("I all good") is None
+
+
 def test_failed_build_is_one_error(tmp_path):
     from onnx import helper
 
@@ -102,7 +125,7 @@ def test_cli_contract_custom_string_and_fail_on_cpu(tmp_path, capsys):
     import onnx
 
     from rkspeech.cli import main
-    from rkspeech.streaming.contract import CONTRACT_KEY
+    from rkspeech.stepgraph.contract import CONTRACT_KEY
 
     onnx_path = conv_relu_sin(tmp_path / "m.onnx")
     m = onnx.load(str(onnx_path))
@@ -118,14 +141,14 @@ def test_cli_contract_custom_string_and_fail_on_cpu(tmp_path, capsys):
     assert data["rknn"]["has_contract"] is True
     out = tmp_path / "m_rk3588.rknn"  # default output name
     assert data["rknn"]["path"] == str(out)
-    from rkspeech.rknn.container import read_container
+    from rkspeech.inspect.container import read_container
 
     assert read_container(out).contract.codes_length == 4
 
 
 def test_layer_table_columns_by_chip():
     """rk3588 and rk3576 tables (the latter with a SparseRatio column, blank on I/O rows)."""
-    from rkspeech.rknn.placement import parse_log_lines
+    from rkspeech.convert.placement import parse_log_lines
 
     head = ("D RKNN: [18:20:17.538] {}\n" * 2).format(
         "Network Layer Information Table", "-" * 20)

@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from rkspeech.export.lint import lint_model
-from rkspeech.export.lint_rules import RULES
+from rkspeech.lint.checker import lint_model
+from rkspeech.lint.rules import RULES
 
 from rkfixtures import graph, save, vi
 

@@ -10,13 +10,18 @@ import numpy as np
 import pytest
 import torch
 
+from rkspeech.runtime.runners.torch_step import TorchStepRunner
 from rkspeech.runtime.streaming import Engine
-from rkspeech.streaming import npu_ops
-from rkspeech.streaming.step import VocoderStep, cache_segments
-from rkspeech.streaming.step_npu import NpuVocoderStep, make_step, npu_cache_segments
-from rkspeech.streaming.torch_runner import TorchStepRunner
-from rkspeech.verify import snr_db
-from rkspeech.vocoder_checks import check_tokens, full_decode, random_codes, stepwise_check
+from rkspeech.stepgraph import npu_ops
+from rkspeech.stepgraph.step import VocoderStep
+from rkspeech.stepgraph.step_npu import NpuVocoderStep, make_step, npu_cache_segments
+from rkspeech.verify.compare import snr_db
+from rkspeech.verify.stepwise import (
+    check_tokens,
+    full_decode,
+    random_codes,
+    stepwise_check,
+)
 
 #: Stepwise threshold for the npu formulation in fp32.  Snake is approximated (4.6e-7 max
 #: polynomial error at the default degree 5), so the target is 60 dB; measured 113.9 dB (torch)
@@ -53,7 +58,7 @@ def test_sin2_error_bound():
 
 def test_npu_snake_per_layer(reduced_model, npu_step):
     """Each Snake on the activations it sees in a full decode (fp32): >= 100 dB."""
-    from rkspeech.models.qwen3_tts_vocoder import snake_modules
+    from rkspeech.models.qwen3_tts.vocoder import snake_modules
 
     seen = {}
 
@@ -76,7 +81,7 @@ def test_npu_snake_per_layer(reduced_model, npu_step):
 @pytest.mark.parametrize("stride, frames", [(3, 2048), (4, 1536), (5, 7)])
 def test_zero_stuffed_transconv_rows_exact(stride, frames):
     """Rows of <= 2048 output samples, each with the frame before it: the model's ConvTranspose."""
-    from rkspeech.models.qwen3_tts_vocoder import CausalTransConv
+    from rkspeech.models.qwen3_tts.vocoder import CausalTransConv
 
     torch.manual_seed(stride)
     t = CausalTransConv(6, 5, 2 * stride, stride)
@@ -90,7 +95,7 @@ def test_zero_stuffed_transconv_rows_exact(stride, frames):
 
 @pytest.mark.parametrize("stride", [2, 3, 4, 5, 8])
 def test_polyphase_transconv_exact(stride):
-    from rkspeech.models.qwen3_tts_vocoder import CausalTransConv
+    from rkspeech.models.qwen3_tts.vocoder import CausalTransConv
 
     torch.manual_seed(stride)
     t = CausalTransConv(12, 7, 2 * stride, stride)
@@ -142,16 +147,17 @@ def test_rope_cos_sin():
 # ---- the step --------------------------------------------------------------------------------
 def test_cache_layout(reduced_model, npu_step):
     cfg = reduced_model.cfg
-    seed = VocoderStep(reduced_model, 16).contract
+    ref = VocoderStep(reduced_model, 16).contract
     assert npu_step.contract.formulation == "npu" and npu_step.contract.codes_dtype == "float32"
     tm = npu_cache_segments(cfg)
     assert npu_step.contract.segments == tm  # default: time-major tails
-    assert [s.name for s in tm] == [s.name for s in seed.segments] and tm[-1].end == seed.cache_numel
-    for a, b in zip(seed.segments, tm):
+    assert npu_cache_segments(reduced_model) == tm  # from the model or its config
+    assert [s.name for s in tm] == [s.name for s in ref.segments] and tm[-1].end == ref.cache_numel
+    for a, b in zip(ref.segments, tm):
         assert b.shape == (a.shape if a.name == "kv" else a.shape[::-1])
-    assert not npu_step.contract.compatible_cache(seed)
-    # tails="channel" keeps the seed layout: its caches are interchangeable with a seed graph's
-    assert NpuVocoderStep(reduced_model, 16, tails="channel").contract.compatible_cache(seed)
+    assert not npu_step.contract.compatible_cache(ref)
+    # tails="channel" keeps the reference layout: its caches are interchangeable with a reference graph's
+    assert NpuVocoderStep(reduced_model, 16, tails="channel").contract.compatible_cache(ref)
 
 
 class ZeroConvTails:
@@ -181,7 +187,7 @@ def test_npu_step_matches_full_decode(reduced_model, npu_step):
 
 
 def test_channel_tails_match(reduced_model):
-    """The seed cache layout (``tails="channel"``), at B=8 (15,360 samples: the row forms)."""
+    """The reference cache layout (``tails="channel"``), at B=8 (15,360 samples: the row forms)."""
     step = NpuVocoderStep(reduced_model, 8, tails="channel")
     codes = random_codes(20, 16, reduced_model.cfg.codebook_size, seed=4)
     res = stepwise_check(full_decode(reduced_model, codes), codes, Engine(TorchStepRunner(step), step.contract))
@@ -190,7 +196,7 @@ def test_channel_tails_match(reduced_model):
 
 def test_npu_step_onnxruntime(reduced_model, npu_step, tmp_path):
     from rkspeech.export.vocoder_onnx import export_step_onnx, graph_summary
-    from rkspeech.runtime.runners import OnnxRuntimeRunner
+    from rkspeech.runtime.runners.onnxruntime import OnnxRuntimeRunner
 
     path = export_step_onnx(npu_step, tmp_path / "npu.onnx")
     ops = graph_summary(path)["op_histogram"]
@@ -207,10 +213,10 @@ def test_npu_step_onnxruntime(reduced_model, npu_step, tmp_path):
 @pytest.mark.rknn
 @pytest.mark.slow
 def test_npu_step_placement_rk3588(reduced_model, tmp_path):
-    from rkspeech.export.vocoder_onnx import export_step_onnx
-    from rkspeech.rknn.convert import convert
-
     from rkfixtures import have_rknn
+
+    from rkspeech.convert.conversion import convert
+    from rkspeech.export.vocoder_onnx import export_step_onnx
 
     if not have_rknn():
         pytest.skip("rknn-toolkit2 not installed")
@@ -219,7 +225,7 @@ def test_npu_step_placement_rk3588(reduced_model, tmp_path):
     res = convert(path, tmp_path / "npu.rknn", target="rk3588", memory_limit_mb=5000, show_progress=False)
     rep = res.to_report()
     # Measured 2026-11-29 (reduced config, B=16, rk3588 fp16): 1228 NPU / 0 CPU ops, 0 REGTASK
-    # lines.  The seed graph of the same size: 316 / 69 (30 Sin, 1 Cos, 2 exConvTransposePad,
+    # lines.  The reference graph of the same size: 316 / 69 (30 Sin, 1 Cos, 2 exConvTransposePad,
     # Gather, Add, 34 Reshape) and 35,884 lines.
     assert rep["build"]["regtask_overflow_lines"] == 0
     assert rep["placement"]["cpu_op_types"] == {}

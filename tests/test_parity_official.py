@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
+from official_reference import load_official_decoder
 
-from rkspeech.models.qwen3_checkpoint import load_vocoder
-from rkspeech.official_reference import load_official_decoder
-from rkspeech.verify import snr_db
-from rkspeech.vocoder_checks import random_codes
+from rkspeech.models.qwen3_tts.checkpoint import load_vocoder
+from rkspeech.verify.compare import snr_db
+from rkspeech.verify.stepwise import random_codes
 
 
 @pytest.mark.parametrize("which, tokens", [("reduced", 150), ("published", 100)])

@@ -9,9 +9,9 @@ import struct
 
 import pytest
 
-from rkspeech.errors import RkspeechError
+from rkspeech.core.errors import RkspeechError
 from rkspeech.export.onnx_contract import read_onnx_contract
-from rkspeech.plan import load_plan, write_plan
+from rkspeech.plan.plan import load_plan, write_plan
 
 from streaming_fixtures import step_graphs, write_ort_plan
 
@@ -43,8 +43,8 @@ def graphs(tmp_path_factory, reduced_model):
 def other_first(tmp_path_factory):
     """A B=4 first graph of a reduced config with ONE transformer layer: a different cache."""
     from rkspeech.export.vocoder_onnx import export_step_onnx
-    from rkspeech.models.qwen3_synthetic import CONFIGS, make_checkpoint_state
-    from rkspeech.streaming.step import VocoderStep
+    from rkspeech.models.qwen3_tts.synthetic import CONFIGS, make_checkpoint_state
+    from rkspeech.stepgraph.step import VocoderStep
 
     cfg = dataclasses.replace(CONFIGS["reduced"], num_hidden_layers=1)
     out = tmp_path_factory.mktemp("other") / "first_1layer_B4.onnx"

@@ -7,13 +7,14 @@ import threading
 import numpy as np
 import pytest
 
-from rkspeech.errors import RkspeechError
+from rkspeech.core.errors import RkspeechError
 from rkspeech.export.onnx_contract import read_onnx_contract
-from rkspeech.plan import load_plan
+from rkspeech.plan.plan import load_plan
 from rkspeech.runtime.pool import EnginePool, Slot, open_pool
-from rkspeech.runtime.runners import OnnxRuntimeRunner
+from rkspeech.runtime.runners.base import Runner
+from rkspeech.runtime.runners.onnxruntime import OnnxRuntimeRunner
 from rkspeech.runtime.streaming import StreamingVocoder
-from rkspeech.vocoder_checks import random_codes
+from rkspeech.verify.stepwise import random_codes
 
 from streaming_fixtures import ort_engines, step_graphs, write_ort_plan
 
@@ -78,16 +79,18 @@ def test_slots_round_robin_and_bounded(setup):
     runners = [{r: OnnxRuntimeRunner(p, threads=1) for r, p in paths.items()} for _ in range(3)]
     active, peak, lock = [0], [0], threading.Lock()
 
-    class Counting:
+    class Counting(Runner):
         def __init__(self, inner):
+            super().__init__()
             self.inner = inner
+            self._inputs, self._outputs = inner.input_specs(), inner.output_specs()
 
-        def infer(self, feed):
+        def _infer(self, arrays):
             with lock:
                 active[0] += 1
                 peak[0] = max(peak[0], active[0])
             try:
-                return self.inner.infer(feed)
+                return self.inner.infer(arrays)
             finally:
                 with lock:
                     active[0] -= 1
@@ -116,33 +119,64 @@ def test_pool_errors(setup):
         open_pool(plan, "cuda")
 
 
+def test_lease_checks_the_feed_before_leasing(setup):
+    """A stream's engine is a Runner with the role's specs: a bad feed is one line, and no slot
+    is taken for it."""
+    _, plan, _, _ = setup
+    with open_pool(plan, "ort", size=2, threads=1) as pool:
+        lease = pool.open_stream().main.runner
+        assert lease.input_specs() == pool.slots[0].runners["main"].input_specs()
+        good = {n: np.zeros(shape, dtype) for n, (shape, dtype) in lease.input_specs().items()}
+        assert set(lease.infer(good)) == {"audio_values", "cache_out"}
+        pool.history.clear()
+        cases = [({**good, "cache_in": good["cache_in"][:-1]}, "input cache_in has shape"),
+                 ({n: a for n, a in good.items() if n != "freqs_in"}, r"missing \['freqs_in'\]"),
+                 ({**good, "extra": np.zeros(1)}, r"unknown \['extra'\]"),
+                 ({**good, "audio_codes": good["audio_codes"] + 0.5}, "non-integral")]
+        for feed, msg in cases:
+            with pytest.raises(RkspeechError, match=msg) as err:
+                lease.infer(feed)
+            assert str(err.value).startswith("pool:main: ") and "\n" not in str(err.value)
+        assert pool.history == []
+
+
+def test_slots_of_one_role_run_one_graph(setup):
+    paths, plan, _, _ = setup
+    contracts = {"main": plan.contracts["main"]}
+    with OnnxRuntimeRunner(paths["main"], threads=1) as main, OnnxRuntimeRunner(paths["first"], threads=1) as first:
+        with pytest.raises(RkspeechError, match="slot b runs a different main graph than slot a"):
+            EnginePool([Slot("a", {"main": main}), Slot("b", {"main": first})], contracts)
+    with pytest.raises(TypeError, match="not a Runner"):
+        EnginePool([Slot("a", {"main": object()})], contracts)
+
+
 @pytest.mark.parametrize("target,masks", [("rk3588", ["0", "1", "2"]), ("rk3576", ["0", "1"]),
                                           ("rk3566", ["auto"])])
-def test_rknnlite_pool_one_context_per_core(setup, monkeypatch, target, masks):
+def test_rknnlite_pool_one_context_per_core(setup, monkeypatch, tmp_path, target, masks):
     """The board path without a board: one RknnLite context per NPU core and role, leased round
     robin, all closed with the pool."""
     import dataclasses
 
-    from rkspeech.runtime import runners
+    from rkspeech.runtime.runners import rknnlite
 
     _, plan, streams, separate = setup
-    paths = plan.onnx
     made = []
 
-    class FakeLite:  # runs the ONNX graph, records the core mask it was pinned to
+    class FakeLite(OnnxRuntimeRunner):  # runs the ONNX graph, records the core mask it was pinned to
         def __init__(self, rknn_path, core_mask="auto"):
+            super().__init__(rknn_path, threads=1)
             self.core_mask, self.closed = core_mask, False
-            self.inner = OnnxRuntimeRunner(rknn_path, threads=1)
             made.append(self)
-
-        def infer(self, feed):
-            return self.inner.infer(feed)
 
         def close(self):
             self.closed = True
 
-    monkeypatch.setattr(runners, "RknnLiteRunner", FakeLite)
-    board_plan = dataclasses.replace(plan, target=target, artifacts=dict(paths))
+    monkeypatch.setattr(rknnlite, "RknnLiteRunner", FakeLite)
+    artifacts = {}
+    for role, p in plan.onnx.items():  # the rknnlite backend opens .rknn files only
+        artifacts[role] = tmp_path / f"{role}.rknn"
+        artifacts[role].symlink_to(p)
+    board_plan = dataclasses.replace(plan, target=target, artifacts=artifacts)
     pool = open_pool(board_plan, "rknnlite")
     assert sorted(r.core_mask for r in made) == sorted(masks * 2)  # main + first per core
     assert [s.name for s in pool.slots] == [f"npu{m}" if m != "auto" else "npu-auto0" for m in masks]

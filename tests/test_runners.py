@@ -3,10 +3,12 @@ import sys
 import numpy as np
 import pytest
 
-from rkspeech.errors import RkspeechError
-from rkspeech.runtime.runners import OnnxRuntimeRunner, RknnSimulatorRunner
+from rkspeech.core.errors import RkspeechError
+from rkspeech.runtime.runners import open_runner
+from rkspeech.runtime.runners.onnxruntime import OnnxRuntimeRunner
+from rkspeech.runtime.runners.simulator import RknnSimulatorRunner
 
-from rkfixtures import conv_relu_sin
+from rkfixtures import conv_relu_sin, graph, save, vi
 
 
 def _snr_db(ref, x):
@@ -16,10 +18,24 @@ def _snr_db(ref, x):
 def test_import_is_light():
     import subprocess
 
-    code = ("import sys; import rkspeech.runtime.runners; "
-            "bad=[m for m in ('torch','onnx','onnxruntime','rknn') if m in sys.modules]; "
+    modules = ", ".join(f"rkspeech.runtime.runners.{m}" for m in (
+        "base", "onnxruntime", "simulator", "sim_process", "segmented", "rknnlite", "torch_step", "lazy"))
+    code = (f"import sys; import {modules}; "
+            "bad=[m for m in ('torch','onnx','onnxruntime','rknn','rknnlite') if m in sys.modules]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
+    # the package itself (open_runner, BACKENDS) is what the CLI imports: not even numpy
+    code = ("import sys; import rkspeech.runtime.runners; "
+            "bad=[m for m in ('numpy','torch','onnx','onnxruntime','rknn') if m in sys.modules]; "
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def _refuses(runner, feed, msg):
+    with pytest.raises(RkspeechError, match=msg) as err:
+        runner.infer(feed)
+    text = str(err.value)
+    assert text.startswith(f"{runner.name}: ") and "\n" not in text, text
 
 
 def test_onnxruntime_runner(tmp_path):
@@ -28,9 +44,101 @@ def test_onnxruntime_runner(tmp_path):
     with OnnxRuntimeRunner(p, threads=1) as r:
         assert r.input_specs() == {"x": ((1, 4, 16, 16), np.dtype(np.float32))}
         y = r.infer({"x": x})["y"]
+        # int64 values are cast to the declared float32, to the same result
+        xi = np.round(x * 4).astype(np.int64)
+        np.testing.assert_array_equal(r.infer({"x": xi})["y"], r.infer({"x": xi.astype(np.float32)})["y"])
+        _refuses(r, {}, r"missing \['x'\]")
+        _refuses(r, {"x": x, "z": x}, r"unknown \['z'\]")
+        _refuses(r, {"x": x[:, :, :8]}, r"input x has shape \[1, 4, 8, 16\], the graph wants \[1, 4, 16, 16\]")
+        _refuses(r, {"x": x[0]}, "input x has shape")
+        _refuses(r, {"x": np.full(x.shape, "a")}, "not a real number type")
+        _refuses(r, {"x": np.full(x.shape, 1e300)}, "too large")
     assert y.shape == (1, 8, 16, 16) and np.all(np.isfinite(y)) and np.abs(y).max() > 0
-    with OnnxRuntimeRunner(p) as r, pytest.raises(RkspeechError, match="missing"):
-        r.infer({})
+
+
+def _codes_graph(path, dims):
+    """codes int64 ``dims`` -> Cast float -> y (a symbolic dim where ``dims`` has a name)."""
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("Cast", ["codes"], ["y"], to=TensorProto.FLOAT)
+    return save(graph([node], [vi("codes", dims, TensorProto.INT64)], [vi("y", dims)]), path)
+
+
+def test_casts_into_an_integer_input_and_symbolic_dims(tmp_path):
+    with OnnxRuntimeRunner(_codes_graph(tmp_path / "c.onnx", [1, "T"]), threads=1) as r:
+        assert r.input_specs()["codes"] == ((1, "T"), np.dtype(np.int64))
+        # float codes with integral values are what the graph means; any length T is accepted
+        assert r.infer({"codes": np.array([[3.0, 7.0, 2047.0]], np.float32)})["y"].tolist() == [[3, 7, 2047]]
+        assert r.infer({"codes": np.arange(5)[None]})["y"].shape == (1, 5)
+        _refuses(r, {"codes": np.array([[2.5]])}, "non-integral")
+        _refuses(r, {"codes": np.array([[np.nan]])}, "non-integral")
+        _refuses(r, {"codes": np.arange(5)}, r"input codes has shape \[5\], the graph wants \[1, 'T'\]")
+
+
+def test_torch_step_runner_checks_like_the_graphs(reduced_model):
+    from rkspeech.runtime.runners.torch_step import TorchStepRunner
+    from rkspeech.stepgraph.step import VocoderStep
+
+    step = VocoderStep(reduced_model, 4)
+    r = TorchStepRunner(step)
+    c = step.contract
+    assert {n: list(s) for n, (s, _) in r.input_specs().items()} == c.input_shapes()
+    assert r.input_specs()["audio_codes"][1] == np.dtype(c.codes_dtype)
+    feed = {n: np.zeros(s, np.float32) for n, s in c.input_shapes().items()}
+    out = r.infer(feed)  # float32 codes cast to the contract's int64
+    assert {n: list(a.shape) for n, a in out.items()} == c.output_shapes()
+    _refuses(r, {**feed, "cache_in": feed["cache_in"][:-1]}, "input cache_in has shape")
+    _refuses(r, {n: a for n, a in feed.items() if n != "cache_valid"}, r"missing \['cache_valid'\]")
+    _refuses(r, {**feed, "audio_values": feed["cache_in"]}, r"unknown \['audio_values'\]")
+    _refuses(r, {**feed, "audio_codes": feed["audio_codes"] + 0.5}, "non-integral")
+
+
+def test_open_runner_refuses_wrong_files(tmp_path):
+    onnx_path = conv_relu_sin(tmp_path / "m.onnx")
+    fake = tmp_path / "m.rknn"
+    fake.write_bytes(b"RKNN")
+    cases = [("ort", fake, "backend ort needs a .onnx file, got m.rknn"),
+             ("sim", fake, "backend sim needs a .onnx file, got m.rknn .*cannot run a .rknn"),
+             ("rknnlite", onnx_path, "backend rknnlite needs a .rknn file, got m.onnx"),
+             ("ort", tmp_path / "gone.onnx", "gone.onnx: no such file"),
+             ("sim", tmp_path, "no such file"),
+             ("cuda", onnx_path, "unknown backend 'cuda'; choose one of ort, sim, rknnlite")]
+    for backend, path, msg in cases:
+        with pytest.raises(RkspeechError, match=msg) as err:
+            open_runner(backend, path)
+        assert "\n" not in str(err.value)
+    with pytest.raises(RkspeechError, match="unknown target 'rk9999'"):
+        open_runner("sim", onnx_path, target="rk9999")
+    with open_runner("ort", onnx_path, threads=1) as r:
+        assert isinstance(r, OnnxRuntimeRunner)
+
+
+def test_open_runner_sim_in_pieces_is_segmented(tmp_path):
+    """pieces > 1: the graph is split when opened; nothing is built until the first call."""
+    from rkspeech.runtime.runners.segmented import SegmentedSimulator
+
+    with open_runner("sim", conv_relu_sin(tmp_path / "m.onnx"), pieces=2, memory_limit_mb=None) as r:
+        assert isinstance(r, SegmentedSimulator) and len(r.paths) == 2
+        assert r.input_specs() == {"x": ((1, 4, 16, 16), np.dtype(np.float32))}
+        _refuses(r, {"x": np.zeros((1, 4, 16, 8), np.float32)}, "input x has shape")
+        assert r.calls == 0
+
+
+@pytest.mark.rknn
+def test_open_runner_sim_is_a_child_process(tmp_path):
+    from rkspeech.runtime.runners.sim_process import SimulatorProcess
+
+    p = conv_relu_sin(tmp_path / "m.onnx")
+    x = np.random.RandomState(4).randn(1, 4, 16, 16).astype(np.float32)
+    with OnnxRuntimeRunner(p, threads=1) as r:
+        ref = r.infer({"x": x})["y"]
+    with open_runner("sim", p, target="rk3588") as sim:
+        assert isinstance(sim, SimulatorProcess) and sim._proc.pid != __import__("os").getpid()
+        assert sim.memory_limit_mb is None or sim.memory_limit_mb > 0  # 90 % of available memory
+        y = sim.infer({"x": x})["y"]
+        _refuses(sim, {"x": x[..., :8]}, "input x has shape")
+        assert sim._proc.is_alive()  # a refused feed never reached the child
+    assert _snr_db(ref, y) >= 40
 
 
 @pytest.mark.rknn
@@ -57,7 +165,7 @@ def test_simulator_process_matches_in_process_and_names_its_death(tmp_path):
     import os
     import signal
 
-    from rkspeech.runtime.sim_process import SimulatorProcess
+    from rkspeech.runtime.runners.sim_process import SimulatorProcess
 
     p = conv_relu_sin(tmp_path / "m.onnx")
     x = np.random.RandomState(3).randn(1, 4, 16, 16).astype(np.float32)
@@ -72,3 +180,50 @@ def test_simulator_process_matches_in_process_and_names_its_death(tmp_path):
     assert np.array_equal(ref, y)
     with pytest.raises(RkspeechError, match="exceeded the memory limit of 50 MB"):
         SimulatorProcess(p, target="rk3588", memory_limit_mb=50)
+
+
+def _whisper_like(path, frames_out: int = 1500, n_mels: int = 4, d: int = 8):
+    """An encoder's I/O on a tiny graph: mel [1, n_mels, 2*frames_out] -> stride-2 Conv ->
+    Transpose -> [1, frames_out, d]."""
+    from onnx import helper, numpy_helper
+
+    w = numpy_helper.from_array((np.random.RandomState(0).randn(d, n_mels, 3) * 0.3).astype(np.float32), "W")
+    nodes = [helper.make_node("Conv", ["mel", "W"], ["c"], strides=[2], pads=[1, 1]),
+             helper.make_node("Transpose", ["c"], ["encoder_output"], perm=[0, 2, 1])]
+    return save(graph(nodes, [vi("mel", [1, n_mels, 2 * frames_out])],
+                      [vi("encoder_output", [1, frames_out, d])], [w]), path)
+
+
+def test_whisper_encoder_refuses_wrong_geometry_before_opening(tmp_path):
+    from rkspeech.runtime.whisper import open_encoder
+
+    p = _whisper_like(tmp_path / "enc20.onnx", frames_out=1000)
+    for backend in ("ort", "sim"):
+        with pytest.raises(RkspeechError, match=r"encoder output shape \[1, 1000, 8\]"):
+            open_encoder(backend, p)
+
+
+@pytest.mark.rknn
+def test_whisper_encoder_on_the_simulator_child(tmp_path):
+    """The Whisper encoder's simulator runs in a child: its numbers match onnxruntime, and a
+    memory limit or a killed child is an RkspeechError, not the end of this process."""
+    import os
+    import signal
+
+    from rkspeech.runtime.runners.sim_process import SimulatorProcess
+    from rkspeech.runtime.whisper import open_encoder
+
+    p = _whisper_like(tmp_path / "encoder.onnx")
+    mel = np.random.RandomState(5).randn(1, 4, 3000).astype(np.float32)
+    with open_encoder("ort", p, threads=1) as enc:
+        ref = enc(mel)
+    with open_encoder("sim", p, target="rk3588") as enc:
+        assert isinstance(enc.runner, SimulatorProcess) and enc.input_name == "mel"
+        out = enc(mel)
+        os.kill(enc.runner._proc.pid, signal.SIGKILL)
+        with pytest.raises(RkspeechError, match="SIGKILL.*inference of encoder.onnx"):
+            enc(mel)
+    assert out.shape == (1, 1500, 8) and out.dtype == np.float32
+    assert _snr_db(ref, out) >= 40, _snr_db(ref, out)
+    with pytest.raises(RkspeechError, match="build of encoder.onnx.*exceeded the memory limit of 50 MB"):
+        open_encoder("sim", p, memory_limit_mb=50)

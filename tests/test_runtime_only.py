@@ -11,7 +11,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from rkspeech.errors import RkspeechError
+from rkspeech.core.errors import RkspeechError
 from rkspeech.runtime.wav import read_wav_int16, to_int16, write_wav
 
 from streaming_fixtures import ort_engines, step_graphs, write_ort_plan
@@ -43,8 +43,8 @@ def plan_and_codes(tmp_path_factory, reduced_model):
 
 def test_imports_stay_light():
     code = BLOCKER + textwrap.dedent("""
-        import rkspeech.runtime.streaming, rkspeech.runtime.runners, rkspeech.runtime.pool
-        import rkspeech.runtime.wav, rkspeech.runtime.codes, rkspeech.plan, rkspeech.cli
+        import rkspeech.runtime.streaming, rkspeech.runtime.runners.onnxruntime, rkspeech.runtime.pool
+        import rkspeech.runtime.wav, rkspeech.runtime.codes, rkspeech.plan.plan, rkspeech.cli
         import rkspeech.export.onnx_contract
         rkspeech.cli.build_parser()
         bad = [m for m in sys.modules if m.split(".")[0] in BLOCKED + ("onnxruntime",)]
@@ -83,7 +83,6 @@ def test_decode_ort_without_torch_or_onnx(plan_and_codes, tmp_path):
 
 
 def test_decode_errors(plan_and_codes, tmp_path):
-    from rkspeech.cli import main
 
     plan, codes_file, _, _ = plan_and_codes
     bad = tmp_path / "bad.npy"
@@ -133,8 +132,8 @@ def test_decode_sim_backend(plan_and_codes, tmp_path):
         pytest.skip("rknn-toolkit2 is not installed")
     from rkspeech.cli import main
     from rkspeech.export.onnx_contract import read_onnx_contract
-    from rkspeech.plan import write_plan
-    from rkspeech.verify import snr_db
+    from rkspeech.plan.plan import write_plan
+    from rkspeech.verify.compare import snr_db
 
     _, _, codes, paths = plan_and_codes
     B4 = paths["first"]

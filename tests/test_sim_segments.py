@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from rkspeech.runtime.runners import OnnxRuntimeRunner
-from rkspeech.runtime.sim_segments import FLAT_SUFFIX, split_onnx
+from rkspeech.export.split import FLAT_SUFFIX, split_onnx
+from rkspeech.runtime.runners.onnxruntime import OnnxRuntimeRunner
 
 
 def _snr(ref, x):
@@ -15,7 +15,7 @@ def _snr(ref, x):
 @pytest.fixture(scope="module")
 def step_onnx(reduced_model, tmp_path_factory):
     from rkspeech.export.vocoder_onnx import export_step_onnx
-    from rkspeech.streaming.step_npu import make_step
+    from rkspeech.stepgraph.step_npu import make_step
 
     return export_step_onnx(make_step(reduced_model, 4, "npu"), tmp_path_factory.mktemp("pieces") / "step.onnx")
 
@@ -49,8 +49,8 @@ def test_pieces_chain_to_the_whole_graph(step_onnx, tmp_path):
 @pytest.mark.rknn
 @pytest.mark.slow
 def test_segmented_simulator_matches_whole(step_onnx):
-    from rkspeech.runtime.sim_process import SimulatorProcess
-    from rkspeech.runtime.sim_segments import SegmentedSimulator
+    from rkspeech.runtime.runners.sim_process import SimulatorProcess
+    from rkspeech.runtime.runners.segmented import SegmentedSimulator
 
     with OnnxRuntimeRunner(step_onnx) as whole:
         feed = _feed(whole)

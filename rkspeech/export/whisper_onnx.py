@@ -22,12 +22,13 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import RkspeechError
+from rkspeech.core.atomic import atomic_path
+from rkspeech.core.errors import RkspeechError
+from rkspeech.export.opset import OPSET
 
 METADATA_KEY = "rkspeech.whisper_encoder"
 INPUT_NAME = "mel"
 OUTPUT_NAME = "encoder_output"
-OPSET = 17
 
 
 @dataclass
@@ -67,11 +68,9 @@ def export_encoder(model, out_path: str | os.PathLike, *, n_frames: int | None =
     n_frames = dims.n_frames if n_frames is None else int(n_frames)
     model.check_window(n_frames)  # the 20 s trap: refuse before spending time on export
     out_path = Path(out_path)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_path.with_name(f".{out_path.name}.tmp-{os.getpid()}")
     start = time.perf_counter()
     dummy = torch.zeros(1, dims.n_mels, n_frames)
-    try:
+    with atomic_path(out_path, suffix=".onnx") as tmp:
         with torch.no_grad(), warnings.catch_warnings():
             # torch 2.13 flags the TorchScript exporter as legacy; it is the one measured to work here
             warnings.simplefilter("ignore", DeprecationWarning)
@@ -95,10 +94,6 @@ def export_encoder(model, out_path: str | os.PathLike, *, n_frames: int | None =
         entry.key, entry.value = METADATA_KEY, json.dumps(meta, sort_keys=True)
         onnx.save(proto, str(tmp))
         check = check_encoder_onnx(tmp)
-        os.replace(tmp, out_path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
     return EncoderExport(
         path=out_path,
         dims=dims.to_dict(),
@@ -164,7 +159,7 @@ def check_encoder_onnx(onnx_path: str | os.PathLike) -> dict:
     want_out = [1, dims["n_audio_ctx"], dims["n_audio_state"]]
     if in_shape != want_in or out_shape != want_out:
         raise RkspeechError(f"{onnx_path}: shapes {in_shape} -> {out_shape}, expected {want_in} -> {want_out}")
-    from ..models.whisper_encoder import output_frames
+    from rkspeech.models.whisper.encoder import output_frames
 
     if output_frames(meta["n_frames"]) != dims["n_audio_ctx"]:
         raise RkspeechError(

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import RkspeechError
+from rkspeech.core.errors import RkspeechError
 
 
 def normalize_codes(codes, num_quantizers: int, codebook_size: int, *, allow_empty: bool = True) -> np.ndarray:

@@ -22,9 +22,14 @@ What a slot is, per backend (see :func:`open_pool`):
   ``InferenceSession.run`` as safe to call from several threads, and the session holds no
   stream state (the cache is a graph input/output owned by each StreamingVocoder), so sharing
   is safe and costs one copy of the weights.  The slots only bound how many runs overlap (each
-  run already uses ``threads`` intra-op threads; the default is ``cpu_count // threads``, at
-  least 1, so the cores are not oversubscribed).
-* ``sim``: one simulator build per role (a conversion each), one slot.
+  run already uses ``threads`` intra-op threads, default ``core.threads.default_threads()``;
+  the default slot count is ``cpu_count // threads``, at least 1, so the cores are not
+  oversubscribed).
+* ``sim``: one simulator build per role (a conversion each, in a child process), one slot.
+
+A stream's engines are runners (:class:`~rkspeech.runtime.runners.base.Runner`) with the specs
+of the role's runners (every slot must run the same graph per role), so a bad feed is refused
+before a slot is leased.
 
 ``engine_s`` in a stream's timings includes the time spent waiting for a slot.
 """
@@ -36,17 +41,16 @@ import os
 import queue
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 import numpy as np
 
-from ..errors import RkspeechError
-from ..streaming.contract import StepContract
-from .streaming import Engine, StreamingVocoder
-
-#: NPU core masks per chip for one context per core (rknn-toolkit-lite2 names)
-CORES_BY_TARGET = {"rk3588": ("0", "1", "2"), "rk3576": ("0", "1")}
+from rkspeech.core.errors import RkspeechError
+from rkspeech.runtime.runners import BACKENDS, open_runner
+from rkspeech.runtime.runners.base import Runner
+from rkspeech.runtime.streaming import Engine, StreamingVocoder
+from rkspeech.stepgraph.contract import StepContract
 
 
 @dataclass
@@ -54,22 +58,23 @@ class Slot:
     """One execution context: ``runners[role]`` for ``main`` (and ``first``)."""
 
     name: str
-    runners: dict[str, object]
+    runners: dict[str, Runner]
     steps: int = 0
 
 
-@dataclass
-class _Lease:
-    role: str
-    pool: "EnginePool"
-    name: str = field(init=False)
+class _Lease(Runner):
+    """One role of the pool as a runner: the feed is checked against the role's specs, then
+    runs on whichever slot is free."""
 
-    def __post_init__(self) -> None:
-        self.name = f"pool:{self.role}"
+    def __init__(self, role: str, pool: "EnginePool"):
+        super().__init__()
+        self.role, self.pool = role, pool
+        self.name = f"pool:{role}"
+        self._inputs, self._outputs = pool.specs[role]
 
-    def infer(self, feed):
+    def _infer(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         with self.pool.lease() as slot:
-            return slot.runners[self.role].infer(feed)
+            return slot.runners[self.role].infer(arrays)
 
 
 class EnginePool:
@@ -84,6 +89,16 @@ class EnginePool:
             missing = set(contracts) - set(s.runners)
             if missing:
                 raise RkspeechError(f"slot {s.name} has no runner for {sorted(missing)}")
+        self.specs: dict[str, tuple[dict, dict]] = {}
+        for role in contracts:
+            for s in slots:
+                r = s.runners[role]
+                if not isinstance(r, Runner):
+                    raise TypeError(f"slot {s.name}: the {role} runner is a {type(r).__name__}, not a Runner")
+                specs = (r.input_specs(), r.output_specs())
+                if self.specs.setdefault(role, specs) != specs:
+                    raise RkspeechError(f"slot {s.name} runs a different {role} graph than slot "
+                                        f"{slots[0].name} (input/output specs differ)")
         self.slots = list(slots)
         self.contracts = dict(contracts)
         self._free: queue.Queue[Slot] = queue.Queue()
@@ -153,46 +168,48 @@ class EnginePool:
 
 def open_pool(plan, backend: str = "ort", *, size: int | None = None, threads: int | None = None,
               core_masks: Sequence[str] | None = None, target: str | None = None) -> EnginePool:
-    """An :class:`EnginePool` over a loaded :class:`~rkspeech.plan.Plan` (see module docstring)."""
+    """An :class:`EnginePool` over a loaded :class:`~rkspeech.plan.plan.Plan` (see module docstring)."""
+    if backend not in BACKENDS:
+        raise RkspeechError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     contracts = {role: plan.contracts[role] for role in plan.roles()}
-    if backend == "ort":
-        from .runners import OnnxRuntimeRunner
+    owned: list[Runner] = []
+    try:
+        if backend == "ort":
+            from rkspeech.core.threads import default_threads
 
-        threads = threads or int(os.environ.get("RKSPEECH_THREADS", "0")) or None
-        shared = {role: OnnxRuntimeRunner(plan.onnx[role], threads=threads) for role in contracts}
-        n = size or max(1, (os.cpu_count() or 1) // (threads or (os.cpu_count() or 1)))
-        slots = [Slot(f"ort{i}", dict(shared)) for i in range(n)]
-        return EnginePool(slots, contracts, owned=shared.values())
-    if backend == "rknnlite":
-        from .runners import RknnLiteRunner
-
-        chip = (target or plan.target or "").lower()
-        masks = tuple(core_masks) if core_masks else CORES_BY_TARGET.get(chip, ("auto",))
-        if size:
-            masks = tuple(masks[i % len(masks)] for i in range(size))
-        slots, owned = [], []
-        try:
-            for i, mask in enumerate(masks):
-                runners = {role: RknnLiteRunner(plan.artifacts[role], core_mask=mask) for role in contracts}
-                owned += runners.values()
-                slots.append(Slot(f"npu{mask}" if mask != "auto" else f"npu-auto{i}", runners))
-        except BaseException:
-            for r in owned:
-                r.close()
-            raise
-        return EnginePool(slots, contracts, owned=owned)
-    if backend == "sim":
-        from .sim_process import SimulatorProcess
-
-        chip = target or plan.target or "rk3588"
-        dtype = (plan.raw.get("build") or {}).get("dtype", "fp16") if isinstance(plan.raw, dict) else "fp16"
-        runners = {}
-        try:
+            threads = threads or default_threads()
+            shared = {}
             for role in contracts:
-                runners[role] = SimulatorProcess(plan.onnx[role], target=chip, dtype=dtype)
-        except BaseException:
-            for r in runners.values():
+                shared[role] = open_runner("ort", plan.onnx[role], threads=threads)
+                owned.append(shared[role])
+            n = size or max(1, (os.cpu_count() or 1) // threads)
+            slots = [Slot(f"ort{i}", dict(shared)) for i in range(n)]
+        elif backend == "rknnlite":
+            from rkspeech.core.targets import cores_for
+
+            masks = tuple(core_masks) if core_masks else cores_for(target or plan.target)
+            if size:
+                masks = tuple(masks[i % len(masks)] for i in range(size))
+            slots = []
+            for i, mask in enumerate(masks):
+                runners = {}
+                for role in contracts:
+                    runners[role] = open_runner("rknnlite", plan.artifacts[role], core_mask=mask)
+                    owned.append(runners[role])
+                slots.append(Slot(f"npu{mask}" if mask != "auto" else f"npu-auto{i}", runners))
+        else:
+            raw = plan.raw if isinstance(plan.raw, dict) else {}
+            dtype = (raw.get("build") or {}).get("dtype", "fp16")
+            runners = {}
+            for role in contracts:
+                runners[role] = open_runner("sim", plan.onnx[role], target=target or plan.target, dtype=dtype)
+                owned.append(runners[role])
+            slots = [Slot("sim0", runners)]
+        return EnginePool(slots, contracts, owned=owned)
+    except BaseException:
+        for r in owned:
+            try:
                 r.close()
-            raise
-        return EnginePool([Slot("sim0", runners)], contracts, owned=runners.values())
-    raise RkspeechError(f"unknown backend {backend!r}; choose ort, sim or rknnlite")
+            except Exception:  # noqa: BLE001 - the original error matters more
+                pass
+        raise

@@ -2,7 +2,7 @@
 
 The engine is any *runner* (``infer(feed) -> outputs``): onnxruntime, the rknn-toolkit2
 simulator, rknn-toolkit-lite2 on a board, or the torch step for checks.  The host computes
-``freqs_in`` and ``cache_valid`` (``rkspeech.streaming.host``) and threads the one flat cache
+``freqs_in`` and ``cache_valid`` (``rkspeech.stepgraph.host``) and threads the one flat cache
 from step to step.  An optional small-B ``first`` graph shortens the time to first audio;
 its cache feeds the ``main`` graph (N does not depend on B).  ``flush()`` pads the last
 partial step with code 0 and trims exactly the padding: the graph is causal, so the padded
@@ -14,14 +14,14 @@ Each instance owns its cache and position: streams never share state.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import RkspeechError
-from ..streaming.contract import StepContract
-from ..streaming.host import cache_valid, inverse_frequencies, rope_angles
-from .codes import normalize_codes
+from rkspeech.core.errors import RkspeechError
+from rkspeech.stepgraph.contract import StepContract
+from rkspeech.stepgraph.host import cache_valid, inverse_frequencies, rope_angles
+from rkspeech.runtime.codes import normalize_codes
 
 
 @dataclass

@@ -8,12 +8,12 @@ target folder and renamed into place; a failure leaves an earlier file untouched
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 
-from ..errors import RkspeechError
+from rkspeech.core.atomic import atomic_path
+from rkspeech.core.errors import RkspeechError
 
 
 def to_int16(pcm) -> np.ndarray:
@@ -29,7 +29,6 @@ def write_wav(path, pcm, sample_rate: int, *, writer: str = "auto") -> Path:
     if not out.parent.is_dir():
         raise RkspeechError(f"cannot write {out}: folder {out.parent} does not exist")
     data = to_int16(pcm)
-    tmp = out.with_name(f".{out.name}.tmp")
     sf = None
     if writer in ("auto", "soundfile"):
         try:
@@ -39,22 +38,19 @@ def write_wav(path, pcm, sample_rate: int, *, writer: str = "auto") -> Path:
                 raise RkspeechError("soundfile is not installed: pip install soundfile") from None
             sf = None
     try:
-        if sf is not None:
-            sf.write(str(tmp), data, int(sample_rate), subtype="PCM_16", format="WAV")
-        else:
-            import wave
+        with atomic_path(out, suffix=".wav") as tmp:
+            if sf is not None:
+                sf.write(str(tmp), data, int(sample_rate), subtype="PCM_16", format="WAV")
+            else:
+                import wave
 
-            with wave.open(str(tmp), "wb") as w:
-                w.setnchannels(1)
-                w.setsampwidth(2)
-                w.setframerate(int(sample_rate))
-                w.writeframes(data.astype("<i2").tobytes())
-        os.replace(tmp, out)
+                with wave.open(str(tmp), "wb") as w:
+                    w.setnchannels(1)
+                    w.setsampwidth(2)
+                    w.setframerate(int(sample_rate))
+                    w.writeframes(data.astype("<i2").tobytes())
     except OSError as exc:
         raise RkspeechError(f"cannot write {out}: {exc}") from None
-    finally:
-        if tmp.exists():
-            tmp.unlink()
     return out
 
 

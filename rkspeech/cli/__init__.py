@@ -1,0 +1,61 @@
+"""The ``rkspeech`` command.
+
+Each sub-command lives in ``rkspeech/cli/<name>.py`` with ``register(subparsers)``; those
+modules import only argparse at load time so ``rkspeech --help`` stays fast and works on a
+runtime-only install.  ``RkspeechError`` is printed on one line and exits 2; anything else is
+a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from rkspeech.core.errors import RkspeechError
+
+#: Sub-command modules under rkspeech.cli, in the order ``--help`` lists them.
+COMMAND_MODULES = (
+    "demo",
+    "synth_checkpoint",
+    "export",
+    "lint",
+    "convert",
+    "inspect",
+    "verify",
+    "build",
+    "decode",
+    "transcribe",
+    "doctor",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rkspeech",
+        description="Speech models onto the Rockchip NPU: export, check, convert, run.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(f"rkspeech.cli.{name}").register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except RkspeechError as exc:
+        print(f"rkspeech {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"rkspeech {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""``rkspeech build qwen3-tts-vocoder``: flags -> ``VocoderBuildOptions``, summary table."""
+
+from __future__ import annotations
+
+import argparse
+
+from rkspeech.core.targets import DEFAULT_TARGET, TARGETS
+from rkspeech.stepgraph.formulations import CHOICES, DEFAULT_FORMULATION
+from rkspeech.verify.thresholds import SIM_MIN_SNR_DB
+
+HELP = "Qwen3-TTS 12 Hz vocoder step graph -> .rknn"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model-dir", default=None, help="checkpoint (default $QWEN3_TTS_MODEL)")
+    p.add_argument("--target", default=DEFAULT_TARGET, choices=TARGETS)
+    p.add_argument("--codes-length", "-B", type=int, default=64, help="tokens per main step (default 64)")
+    p.add_argument("--first-length", type=int, default=16,
+                   help="tokens of the first step (small B: earlier first audio); 0 = main only")
+    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--verify-steps", type=int, default=3, help="main steps run on the simulator (default 3)")
+    p.add_argument("--skip-verify", action="store_true", help="no simulator verification (it costs a rebuild)")
+    p.add_argument("--sim-pieces", type=int, default=1,
+                   help="verify on the simulator in N graph pieces, one at a time (bounded memory, N builds per step)")
+    p.add_argument("--timeout", type=float, default=None, help="per-conversion timeout, seconds")
+    p.add_argument("--fail-on-cpu", action="store_true", help="fail when compute ops land on the CPU")
+    p.add_argument("--formulation", choices=CHOICES, default=DEFAULT_FORMULATION,
+                   help="step graph formulation (npu: no CPU fallback, no REGTASK overflow; reference "
+                        "(alias seed): the model's own ops; see docs)")
+    p.add_argument("--force", action="store_true", help="re-run every stage")
+
+
+def options_from(args: argparse.Namespace):
+    from rkspeech.pipelines.vocoder_build import VocoderBuildOptions
+
+    return VocoderBuildOptions(
+        out=args.out, model_dir=args.model_dir, target=args.target, codes_length=args.codes_length,
+        first_length=args.first_length, verify_steps=args.verify_steps, skip_verify=args.skip_verify,
+        sim_pieces=args.sim_pieces, timeout=args.timeout, fail_on_cpu=args.fail_on_cpu,
+        formulation=args.formulation, force=args.force)
+
+
+def summary_rows(summary: dict) -> list[tuple]:
+    rows = [("target", summary["target"]), ("B main / first", f"{summary['B']} / {summary['first_B'] or '-'}")]
+    e = summary["export"]
+    rows.append(("SNR torch step / onnxruntime step",
+                 f"{e['snr_db']['torch_step']:.1f} / {e['snr_db']['onnxruntime_step']:.1f} dB"))
+    rows.append(("ONNX nodes (main)", e["onnx"]["nodes"]))
+    for role, c in summary["convert"].items():
+        pl, b = c["placement"], c["build"]
+        types = ", ".join(f"{k} x{v}" for k, v in sorted(pl.get("cpu_op_types", {}).items(), key=lambda kv: -kv[1])[:6])
+        rows.append((f"{role}: NPU / CPU ops", f"{pl.get('npu_ops')} / {pl.get('cpu_ops')}" + (f"  ({types})" if types else "")))
+        rows.append((f"{role}: build", f"{b['seconds']:.0f} s, peak {b['peak_rss_mb']} MB, "
+                                       f"REGTASK lines {b['regtask_overflow_lines']:,}"))
+        rows.append((f"{role}: .rknn", f"{c['rknn']['bytes'] / 1e6:.1f} MB"))
+    v = summary.get("verify")
+    if v:
+        s = v["snr_db"]
+        rows.append(("simulator step vs full decode",
+                     f"{s['rknn_sim_step']:.1f} dB (onnxruntime {s['onnxruntime_step']:.1f} dB)"))
+        rows.append(("simulator vs onnxruntime", f"{v['sim_vs_onnxruntime_db']:.1f} dB"))
+    skipped = [k for k, st in summary["stages"].items() if st.get("skipped")]
+    if skipped:
+        rows.append(("skipped (unchanged)", ", ".join(skipped)))
+    rows.append(("plan", summary["plan"]))
+    rows.append(("total", f"{summary['seconds']:.0f} s"))
+    return rows
+
+
+def print_summary(summary: dict) -> None:
+    from rkspeech.core import progress
+    from rkspeech.core.reporting import print_table
+
+    print_table("qwen3-tts-vocoder build (NPU numerics from the x86 simulator; no board here)", summary_rows(summary))
+    v = summary.get("verify")
+    if v and v["snr_db"]["rknn_sim_step"] < SIM_MIN_SNR_DB:
+        progress.info(f"warning: simulator SNR {v['snr_db']['rknn_sim_step']:.1f} dB is below {SIM_MIN_SNR_DB:.0f} dB")
+
+
+def run(args: argparse.Namespace) -> int:
+    from rkspeech.pipelines.vocoder_build import build_vocoder
+
+    print_summary(build_vocoder(options_from(args)))
+    return 0

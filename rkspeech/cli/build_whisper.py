@@ -1,0 +1,73 @@
+"""``rkspeech build whisper-encoder``: flags -> ``WhisperEncoderBuildOptions``, report table."""
+
+from __future__ import annotations
+
+import argparse
+
+from rkspeech.core.targets import DEFAULT_TARGET, TARGETS
+
+HELP = "Whisper encoder: fixed 30 s window -> .rknn"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True,
+                        help="CTranslate2/faster-whisper folder, openai-whisper .pt, or transformers folder")
+    parser.add_argument("--target", default=DEFAULT_TARGET, choices=TARGETS, help="Rockchip chip (default rk3588)")
+    parser.add_argument("--out", required=True, help="output folder (encoder.onnx, encoder.rknn, build-report.json)")
+    parser.add_argument("--frames", type=int, default=None,
+                        help="mel frames per window (default: 2 * n_audio_ctx = 3000, 30 s)")
+    parser.add_argument("--verify-audio", default=None, help="audio file for the checks (default: synthetic)")
+    parser.add_argument("--skip-convert", action="store_true", help="stop after the ONNX export and checks")
+    parser.add_argument("--skip-sim", action="store_true", help="do not run the simulator check")
+    parser.add_argument("--timeout", type=float, default=None, help="conversion timeout in seconds")
+    parser.add_argument("--threads", type=int, default=0, help="CPU threads for torch/ctranslate2/onnxruntime")
+    parser.add_argument("--json", action="store_true", help="print the report JSON on stdout")
+
+
+def _fmt(value, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def format_table(report: dict) -> str:
+    d = report["dims"]
+    lines = [f"Whisper encoder  {report['source']['format']} ({report['source']['stored_dtype']})  "
+             f"n_mels={d['n_mels']} d={d['n_audio_state']} layers={d['n_audio_layer']} heads={d['n_audio_head']}"]
+    onnx = report["onnx"]
+    lines.append(f"ONNX             {onnx['path']}  {onnx['input']['shape']} -> {onnx['output']['shape']}  "
+                 f"opset {onnx['opset']}, {onnx['nodes']} nodes")
+    rows = []
+    if "parity_ctranslate2" in report:
+        rows.append(("torch vs CTranslate2", report["parity_ctranslate2"]))
+    rows.append(("onnxruntime vs torch", report["onnxruntime"]))
+    if "simulator" in report:
+        rows.append(("simulator vs torch", report["simulator"]))
+    lines.append(f"{'check':<22} {'cosine':>10} {'min frame':>10} {'SNR dB':>8}")
+    for name, r in rows:
+        lines.append(f"{name:<22} {r['cosine']:>10.7f} {r['cosine_min_frame']:>10.7f} {r['snr_db']:>8.1f}")
+    conv = report.get("conversion")
+    if conv:
+        pl = conv.get("placement", {})
+        build = conv.get("build", {})
+        lines.append(f"placement        NPU {pl.get('npu_ops')}  CPU {pl.get('cpu_ops')}  "
+                     f"CPU types {pl.get('cpu_op_types') or {}}")
+        lines.append(f"conversion       {_fmt(build.get('seconds'), '.1f')} s, peak RSS "
+                     f"{_fmt(build.get('peak_rss_mb'), '.0f')} MB, .rknn {conv.get('rknn', {}).get('bytes')} bytes")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+
+    from rkspeech.pipelines.whisper_encoder import (
+        WhisperEncoderBuildOptions,
+        build_whisper_encoder,
+    )
+
+    report = build_whisper_encoder(WhisperEncoderBuildOptions(
+        model=args.model, out=args.out, target=args.target, frames=args.frames, verify_audio=args.verify_audio,
+        skip_convert=args.skip_convert, skip_sim=args.skip_sim, timeout=args.timeout, threads=args.threads))
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+    else:
+        print(format_table(report))
+    return 0

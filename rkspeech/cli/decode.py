@@ -1,0 +1,119 @@
+"""``rkspeech decode --plan plan.json CODES -o out.wav``: codec tokens -> 24 kHz 16-bit wav.
+
+Backends: ``ort`` (onnxruntime over the plan's ONNX step graphs), ``sim`` (rknn-toolkit2's x86
+simulator, which builds from the plan's ONNX: it costs one conversion per graph), ``rknnlite``
+(the plan's .rknn on a board).  With ``ort`` nothing imports torch or onnx (tested), so a
+runtime-only install decodes.  Codes are pushed one step at a time, as a streaming caller
+would, so the time to first audio is the time of the first (small-B) step.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from rkspeech.core.targets import CORE_MASKS
+from rkspeech.runtime.runners import BACKENDS
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("decode", help="decode codec tokens to a 24 kHz wav through a plan's step graphs")
+    p.add_argument("codes", help="codes file: .npy, .json or .pt, [T,16] or [16,T] integers (-1 = end padding)")
+    p.add_argument("--plan", required=True, help="plan.json written by `rkspeech build qwen3-tts-vocoder`")
+    p.add_argument("-o", "--output", required=True, help="output .wav (16-bit PCM)")
+    p.add_argument("--backend", choices=BACKENDS, default="ort",
+                   help="ort = onnxruntime (default); sim = rknn-toolkit2 simulator (builds from ONNX: "
+                        "slow); rknnlite = the .rknn on a board")
+    p.add_argument("--core-mask", default="auto", choices=CORE_MASKS,
+                   help="rknnlite NPU core(s): " + ", ".join(CORE_MASKS))
+    p.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads")
+    p.add_argument("--target", default=None, help="chip for sim/rknnlite (default: the plan's target)")
+    p.add_argument("--report", default=None, help="write the timing report JSON here")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import time
+    from pathlib import Path
+
+    import numpy as np
+
+    from rkspeech.core import progress
+    from rkspeech.core.errors import RkspeechError
+    from rkspeech.core.targets import board_target
+    from rkspeech.plan.plan import load_plan
+    from rkspeech.core.atomic import write_json
+    from rkspeech.core.reporting import print_table
+    from rkspeech.runtime.codes import load_codes_file, normalize_codes
+    from rkspeech.runtime.pool import open_pool
+    from rkspeech.runtime.wav import write_wav
+
+    out = Path(args.output)
+    if out.suffix.lower() != ".wav":
+        raise RkspeechError(f"output {out} must end in .wav")
+    if not out.parent.is_dir():
+        raise RkspeechError(f"output folder {out.parent} does not exist")
+    if args.threads is not None and args.threads < 1:
+        raise RkspeechError(f"--threads must be >= 1, got {args.threads}")
+    target = args.target
+    if args.backend == "rknnlite" and target is None:
+        target = board_target()
+    plan = load_plan(args.plan, backend=args.backend,
+                     expect_target=target if args.backend == "rknnlite" else None)
+    c = plan.contract
+    codes = normalize_codes(load_codes_file(args.codes), c.num_quantizers, c.codebook_size, allow_empty=False)
+    roles = ", ".join(f"{r} B={plan.contracts[r].codes_length}" for r in plan.roles())
+    what = {"ort": "onnxruntime sessions", "sim": "simulator builds (one conversion per graph)",
+            "rknnlite": "rknn-lite contexts"}[args.backend]
+    with progress.stage(f"load {what}: {roles}"):
+        pool = open_pool(plan, args.backend, size=1, threads=args.threads,
+                         core_masks=[args.core_mask], target=target)
+    try:
+        sv = pool.open_stream()
+        pieces, i = [], 0
+        first_B = plan.contracts["first"].codes_length if "first" in plan.contracts else None
+        if first_B:
+            pieces.append(codes[:first_B])
+            i = first_B
+        B = c.codes_length
+        pieces += [codes[j:j + B] for j in range(i, len(codes), B)]
+        chunks, first_audio = [], None
+        start = time.perf_counter()
+        for piece in progress.track(pieces, f"decode {len(codes)} tokens"):
+            pcm = sv.push(piece)
+            if pcm.size and first_audio is None:
+                first_audio = time.perf_counter() - start
+            chunks.append(pcm)
+        tail = sv.flush()
+        if tail.size and first_audio is None:
+            first_audio = time.perf_counter() - start
+        chunks.append(tail)
+        seconds = time.perf_counter() - start
+        timings = list(sv.timings)
+    finally:
+        pool.close()
+    audio = np.concatenate(chunks)
+    write_wav(out, audio, c.sample_rate)
+    audio_s = audio.size / c.sample_rate
+    engine_s = sum(t.engine_s for t in timings)
+    report = {
+        "plan": str(plan.path), "backend": args.backend, "output": str(out),
+        "tokens": int(len(codes)), "samples": int(audio.size), "sample_rate": c.sample_rate,
+        "audio_seconds": round(audio_s, 4), "decode_seconds": round(seconds, 4),
+        "realtime_factor": round(seconds / audio_s, 4) if audio_s else None,
+        "time_to_first_audio_s": round(first_audio, 4) if first_audio is not None else None,
+        "steps": len(timings), "engine_seconds": round(engine_s, 4),
+        "host_share": round(1 - engine_s / seconds, 5) if seconds else None,
+        "steps_B": [t.tokens for t in timings],
+    }
+    if args.report:
+        write_json(args.report, report)
+    print_table("rkspeech decode", [
+        ("output", f"{out} ({audio_s:.2f} s of audio, {c.sample_rate} Hz, 16-bit)"),
+        ("backend / steps", f"{args.backend}, {len(timings)} steps ({roles})"),
+        ("decode time", f"{seconds:.2f} s"),
+        ("realtime factor", f"{report['realtime_factor']} (decode time / audio time; "
+                            f"{audio_s / seconds:.2f}x realtime)" if seconds else "-"),
+        ("time to first audio", f"{first_audio:.3f} s" if first_audio is not None else "-"),
+        ("host share of step time", f"{100 * report['host_share']:.2f} %" if seconds else "-"),
+    ])
+    return 0

@@ -1,0 +1,52 @@
+"""``rkspeech export qwen3-tts-vocoder``: checkpoint -> checked step graph -> checked ONNX."""
+
+from __future__ import annotations
+
+import argparse
+
+from rkspeech.stepgraph.formulations import CHOICES, DEFAULT_FORMULATION
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("export", help="export a model's NPU graph to ONNX, checked at every stage")
+    models = p.add_subparsers(dest="model_kind", metavar="MODEL")
+    v = models.add_parser("qwen3-tts-vocoder", help="the 12 Hz speech-tokenizer decoder as a stateful step graph")
+    v.add_argument("--model-dir", default=None,
+                   help="model root, its speech_tokenizer/ folder, or a HF cache snapshot (default: $QWEN3_TTS_MODEL)")
+    v.add_argument("--codes-length", "-B", type=int, required=True, help="tokens per step (B); one graph per value")
+    v.add_argument("--first-length", type=int, default=None,
+                   help="also export a small-B first-step graph (its cache feeds the main graph)")
+    v.add_argument("--output", "-o", default=None, help="ONNX path (default qwen3_tts_vocoder_step_B<B>.onnx)")
+    v.add_argument("--check-only", action="store_true", help="run the torch stepwise check, export nothing")
+    v.add_argument("--report", default=None, help="write the report JSON here")
+    v.add_argument("--formulation", choices=CHOICES, default=DEFAULT_FORMULATION,
+                   help="reference: the model's own ops (alias: seed); npu: every op on the NPU (default; see docs)")
+    v.add_argument("--seed", type=int, default=0, help="seed of the random check codes")
+    v.set_defaults(func=run)
+    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+
+
+def run(args: argparse.Namespace) -> int:
+    from rkspeech.core.atomic import write_json
+    from rkspeech.core.reporting import print_table
+    from rkspeech.pipelines.vocoder_export import ExportOptions, export_vocoder
+
+    result = export_vocoder(ExportOptions(
+        model_dir=args.model_dir, codes_length=args.codes_length, output=args.output,
+        first_length=args.first_length, check_only=args.check_only, seed=args.seed,
+        formulation=args.formulation))
+    r = result.report
+    rows = [("B", r["B"]), ("cache_numel", f"{r['cache_numel']:,}"),
+            ("SNR torch step vs full decode", f"{r['snr_db']['torch_step']:.1f} dB")]
+    if "onnxruntime_step" in r["snr_db"]:
+        rows.append(("SNR onnxruntime step vs full decode", f"{r['snr_db']['onnxruntime_step']:.1f} dB"))
+    if "onnx" in r:
+        o = r["onnx"]
+        rows += [("ONNX", o["path"]), ("nodes", o["nodes"]),
+                 ("risky ops for rknn-toolkit2", ", ".join(f"{k} x{v['count']}" for k, v in o["risky_ops"].items()) or "none")]
+        if o.get("first_path"):
+            rows.append(("ONNX first step", o["first_path"]))
+    print_table("qwen3-tts-vocoder export", rows)
+    if args.report:
+        write_json(args.report, r)
+    return 0

@@ -1,0 +1,27 @@
+"""``rkspeech synth-checkpoint qwen3-tts-vocoder``: a synthetic checkpoint in the real format."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("synth-checkpoint", help="write a synthetic checkpoint in the real on-disk format")
+    models = p.add_subparsers(dest="model_kind", metavar="MODEL")
+    v = models.add_parser("qwen3-tts-vocoder", help="Qwen3-TTS 12 Hz speech tokenizer (decoder weights)")
+    v.add_argument("--config", choices=("published", "reduced"), default="reduced")
+    v.add_argument("--seed", type=int, default=0)
+    v.add_argument("--out", required=True, help="model root to write (gets speech_tokenizer/)")
+    v.add_argument("--no-encoder-keys", action="store_true", help="write decoder keys only")
+    v.set_defaults(func=run)
+    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+
+
+def run(args: argparse.Namespace) -> int:
+    from rkspeech.core import progress
+    from rkspeech.models.qwen3_tts.synthetic import write_checkpoint
+
+    with progress.stage(f"synthetic {args.config} checkpoint (seed {args.seed})"):
+        folder = write_checkpoint(args.out, args.config, args.seed, with_encoder_keys=not args.no_encoder_keys)
+    print(folder)
+    return 0

@@ -1,1 +1,0 @@
-"""Sub-commands of the ``rkspeech`` CLI, one module each (see ``rkspeech.cli``)."""

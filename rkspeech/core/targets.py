@@ -1,0 +1,33 @@
+"""The Rockchip chips rkspeech builds for, their NPU core masks, and which chip this machine is.
+
+Standard library only: the CLI, the .rknn reader and the board runtime import it.
+"""
+
+from __future__ import annotations
+
+#: Chips this project builds for (rknn-toolkit2 2.5.0 accepts each as ``target_platform``).
+TARGETS = ("rk3588", "rk3576", "rk3562", "rk3566", "rk3568")
+DEFAULT_TARGET = "rk3588"
+#: rknn-toolkit-lite2 core masks by name ("auto": the runtime picks one core).
+CORE_MASKS = ("auto", "0", "1", "2", "0_1", "0_1_2")
+#: One context per NPU core: the masks to pin them to, per chip (single-core chips: "auto").
+CORES_BY_TARGET = {"rk3588": ("0", "1", "2"), "rk3576": ("0", "1")}
+
+
+def cores_for(target: str | None) -> tuple[str, ...]:
+    """Core masks for one context per NPU core of ``target``."""
+    return CORES_BY_TARGET.get((target or "").lower(), ("auto",))
+
+
+def board_target() -> str | None:
+    """The Rockchip chip this machine is (from the device tree), or None off a board."""
+    try:
+        with open("/proc/device-tree/compatible", "rb") as f:
+            text = f.read().decode("ascii", errors="replace")
+    except OSError:
+        return None
+    # rk3566 before rk3568 is irrelevant (distinct strings); rk3588 also matches "rk3588s"
+    for chip in TARGETS:
+        if chip in text:
+            return chip
+    return None

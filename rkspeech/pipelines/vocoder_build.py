@@ -1,0 +1,169 @@
+"""Checkpoint -> verified, deployable .rknn step graphs + plan, for the Qwen3-TTS vocoder.
+
+Stages: export (main + first ONNX, torch and onnxruntime stepwise checks) -> lint -> convert
+(main, first; child process, contract in the custom string) -> inspect (container invariant,
+target, contract) -> verify (simulator stepwise vs onnxruntime vs full decode) -> plan.json.
+Each stage is skipped when its inputs are unchanged (``pipelines.stages``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from rkspeech.core.atomic import write_json
+from rkspeech.core.errors import RkspeechError
+from rkspeech.core.targets import DEFAULT_TARGET, TARGETS
+from rkspeech.pipelines.stages import StageRunner
+from rkspeech.stepgraph.formulations import DEFAULT_FORMULATION, canonical, file_tag
+
+#: The build's JSON report in the output folder (the Whisper encoder build uses the same name).
+BUILD_REPORT = "build-report.json"
+PLAN_FILE = "plan.json"
+
+
+@dataclass(frozen=True)
+class VocoderBuildOptions:
+    out: str | os.PathLike  # output folder
+    model_dir: str | os.PathLike | None = None  # None: $QWEN3_TTS_MODEL
+    target: str = DEFAULT_TARGET
+    codes_length: int = 64  # B of the main step
+    first_length: int | None = 16  # B of the first step (earlier first audio); None or 0: main only
+    verify_steps: int = 3  # main steps run on the simulator
+    skip_verify: bool = False
+    sim_pieces: int = 1  # simulate in N graph pieces, one child at a time (bounded memory)
+    timeout: float | None = None  # per conversion, seconds
+    fail_on_cpu: bool = False
+    formulation: str = DEFAULT_FORMULATION
+    force: bool = False  # re-run every stage
+
+
+def _validate(o: VocoderBuildOptions) -> None:
+    if o.codes_length < 1:
+        raise RkspeechError(f"--codes-length must be >= 1, got {o.codes_length}")
+    if o.first_length is not None and o.first_length < 0:
+        raise RkspeechError(f"--first-length must be >= 0, got {o.first_length}")
+    if o.target not in TARGETS:
+        raise RkspeechError(f"unknown target {o.target!r}; choose one of {', '.join(TARGETS)}")
+    if o.verify_steps < 1:
+        raise RkspeechError(f"--verify-steps must be >= 1, got {o.verify_steps}")
+    if o.sim_pieces < 1:
+        raise RkspeechError(f"--sim-pieces must be >= 1, got {o.sim_pieces}")
+
+
+def build_vocoder(options: VocoderBuildOptions) -> dict:
+    """Run (or resume) the build; returns the summary that is also written to ``BUILD_REPORT``."""
+    from rkspeech.models.qwen3_tts.checkpoint import resolve_checkpoint
+
+    o = options
+    _validate(o)
+    B, first_B, formulation = o.codes_length, o.first_length or None, canonical(o.formulation)
+    files = resolve_checkpoint(o.model_dir)
+    out = Path(o.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stages = StageRunner(out, o.force)
+    started = time.perf_counter()
+
+    ckpt_inputs = [files.config, files.weights]
+    onnx_dir, rknn_dir = out / "onnx", out / "rknn"
+    tag = file_tag(formulation)
+    main_onnx = onnx_dir / f"vocoder{tag}_step_B{B}.onnx"
+    roles = {"main": main_onnx}
+    if first_B:
+        roles["first"] = onnx_dir / f"vocoder{tag}_step_B{B}_first_B{first_B}.onnx"
+
+    def do_export():
+        from rkspeech.pipelines.vocoder_export import ExportOptions, export_vocoder
+
+        return export_vocoder(ExportOptions(model_dir=files.folder, codes_length=B, output=main_onnx,
+                                            first_length=first_B, formulation=formulation)).report
+
+    export_report = stages.run("export", {"B": B, "first": first_B, "formulation": formulation}, ckpt_inputs,
+                               lambda: list(roles.values()), do_export)
+
+    def do_lint():
+        from rkspeech.lint.checker import lint_model
+
+        rep = {}
+        for role, path in roles.items():
+            lr = lint_model(path, o.target)
+            rep[role] = lr.to_dict()
+            if lr.errors:
+                raise RkspeechError(f"lint: {path} has {len(lr.errors)} error(s): "
+                                    + "; ".join(f.message for f in lr.errors[:3]))
+        return rep
+
+    lint_report = stages.run("lint", {"target": o.target}, list(roles.values()), lambda: [], do_lint)
+
+    rknn_paths = {role: rknn_dir / f"{p.stem}_{o.target}.rknn" for role, p in roles.items()}
+    convert_reports = {}
+    for role, onnx_path in roles.items():
+        def do_convert(role=role, onnx_path=onnx_path):
+            from rkspeech.convert.conversion import convert
+            from rkspeech.export.onnx_contract import read_onnx_contract
+
+            rknn_dir.mkdir(parents=True, exist_ok=True)
+            contract = read_onnx_contract(onnx_path)
+            return convert(onnx_path, rknn_paths[role], target=o.target, dtype="fp16", timeout=o.timeout,
+                           custom_string=contract.to_json()).to_report()
+
+        convert_reports[role] = stages.run(f"convert_{role}", {"target": o.target, "timeout": o.timeout},
+                                           [onnx_path], lambda role=role: [rknn_paths[role]], do_convert)
+
+    def do_inspect():
+        from rkspeech.inspect.container import read_container
+
+        rep = {}
+        for role, path in rknn_paths.items():
+            info = read_container(path, expect_target=o.target)
+            if info.contract is None:
+                raise RkspeechError(f"{path}: the contract did not survive conversion")
+            rep[role] = {"bytes": info.file_size, "format": info.format, "target": info.target,
+                         "toolkit_version": info.toolkit_version, "B": info.contract.codes_length,
+                         "cache_numel": info.contract.cache_numel, "node_counts": info.node_counts()}
+        return rep
+
+    inspect_report = stages.run("inspect", {"target": o.target}, list(rknn_paths.values()), lambda: [], do_inspect)
+
+    verify_report = None
+    if not o.skip_verify:
+        def do_verify():
+            from rkspeech.verify.simulator import load_artifact, verify_vocoder
+
+            artifacts = {role: load_artifact(roles[role], rknn_paths[role], o.target) for role in roles}
+            return verify_vocoder(files.folder, artifacts["main"], artifacts.get("first"), steps=o.verify_steps,
+                                  target=o.target, sim_pieces=o.sim_pieces,
+                                  sim_log=str(out / "simulator.log")).to_report()
+
+        verify_report = stages.run("verify", {"steps": o.verify_steps, "target": o.target, "sim_pieces": o.sim_pieces},
+                                   ckpt_inputs + list(roles.values()) + list(rknn_paths.values()), lambda: [],
+                                   do_verify)
+
+    from rkspeech.export.onnx_contract import read_onnx_contract
+    from rkspeech.plan.plan import write_plan
+
+    contracts = {role: read_onnx_contract(p) for role, p in roles.items()}
+    plan_path = write_plan(out / PLAN_FILE, impl="rknn", target=o.target, contracts=contracts,
+                           rknn=rknn_paths, onnx=roles,
+                           extra={"checkpoint": str(files.folder), "formulation": contracts["main"].formulation,
+                                  "dtype": "fp16"})
+    summary = {
+        "formulation": formulation, "target": o.target, "B": B, "first_B": first_B,
+        "stages": stages.timings,
+        "plan": str(plan_path),
+        "seconds": round(time.perf_counter() - started, 1),
+        "export": export_report,
+        "lint": {r: {"errors": v["errors"], "warnings": v["warnings"]} for r, v in lint_report.items()},
+        "convert": convert_reports,
+        "inspect": inspect_report,
+        "verify": verify_report,
+        "options": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(o).items()},
+    }
+    write_json(out / BUILD_REPORT, summary)
+    if o.fail_on_cpu:
+        bad = {r: c["placement"].get("cpu_ops", 0) for r, c in convert_reports.items() if c["placement"].get("cpu_ops")}
+        if bad:
+            raise RkspeechError(f"compute ops on the CPU: {bad} (see {out / BUILD_REPORT})")
+    return summary

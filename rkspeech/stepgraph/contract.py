@@ -1,0 +1,205 @@
+"""The step contract: the one description of a stateful vocoder step graph.
+
+Everything downstream (ONNX export, the .rknn custom string, runtimes, plans, checks) reads
+B, the cache layout, head_dim, the sliding window, samples per token and the sample rate from
+a ``StepContract``; nobody restates them.  The contract travels inside the artifacts: as ONNX
+metadata (key ``rkspeech.contract``) and as the rknn-toolkit2 build's ``custom_string``, which
+sherpa-onnx keeps under 1 KB, so ``to_json()`` is compact (measured: ~800 bytes for the
+published config).
+
+Standard library only: the board runtime and the .rknn inspector import it without numpy.
+
+Graph I/O (the names and shapes of the seed project's step graph, so its runtimes accept ours):
+
+=============  ==========================  =======================================================
+name           shape / dtype                meaning
+=============  ==========================  =======================================================
+audio_codes    [1, Q, B] ``codes_dtype``     Q=16 codebooks, B tokens; int64 (reference) or float32 (npu:
+                                           an int64 input costs a CPU Cast; codes < 2048 are exact)
+freqs_in       [B, head_dim/2] fp32        RoPE angles pos*inv_freq, reduced mod 2*pi on the host
+cache_valid    [1] fp32                    count of real KV slots: min(pos, sliding_window-1)
+cache_in       [N] fp32                    flat cache, layout = ``segments``
+audio_values   [1, 1, B*samples_per_token]  fp32 PCM in [-1, 1]
+cache_out      [N] fp32                    the updated cache
+=============  ==========================  =======================================================
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from rkspeech.core.errors import RkspeechError
+from rkspeech.stepgraph.formulations import REFERENCE, canonical
+
+CONTRACT_KEY = "rkspeech.contract"
+CONTRACT_FORMAT = "rkspeech-step/1"
+
+INPUT_NAMES = ("audio_codes", "freqs_in", "cache_valid", "cache_in")
+OUTPUT_NAMES = ("audio_values", "cache_out")
+CODES_DTYPES = ("int64", "float32")
+
+
+@dataclass(frozen=True)
+class CacheSegment:
+    """One named slice of the flat cache: a causal conv tail or the KV history."""
+
+    name: str
+    shape: tuple[int, ...]
+    offset: int
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def end(self) -> int:
+        return self.offset + self.numel
+
+
+def make_segments(named_shapes: Iterable[tuple[str, tuple[int, ...]]]) -> tuple[CacheSegment, ...]:
+    """Lay out segments back to back; zero-sized ones are dropped."""
+    out, offset = [], 0
+    for name, shape in named_shapes:
+        shape = tuple(int(s) for s in shape)
+        if math.prod(shape) == 0:
+            continue
+        out.append(CacheSegment(name, shape, offset))
+        offset += math.prod(shape)
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class StepContract:
+    """Shapes, cache layout and signal constants of one compiled step graph."""
+
+    codes_length: int  # B: tokens per step
+    num_quantizers: int
+    codebook_size: int
+    head_dim: int
+    sliding_window: int
+    rope_theta: float
+    samples_per_token: int
+    sample_rate: int
+    segments: tuple[CacheSegment, ...]
+    formulation: str = REFERENCE
+    codes_dtype: str = "int64"  # "float32" in the npu formulation; runners cast on the host
+    model: str = "qwen3-tts-vocoder"
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    # ---- derived -------------------------------------------------------------------------
+    @property
+    def cache_numel(self) -> int:
+        return self.segments[-1].end if self.segments else 0
+
+    @property
+    def kv_slots(self) -> int:
+        """KV history slots carried between steps (sliding_window - 1)."""
+        return self.sliding_window - 1
+
+    @property
+    def samples_per_step(self) -> int:
+        return self.codes_length * self.samples_per_token
+
+    def segment(self, name: str) -> CacheSegment:
+        for seg in self.segments:
+            if seg.name == name:
+                return seg
+        raise KeyError(name)
+
+    def input_shapes(self) -> dict[str, list[int]]:
+        B = self.codes_length
+        return {
+            "audio_codes": [1, self.num_quantizers, B],
+            "freqs_in": [B, self.head_dim // 2],
+            "cache_valid": [1],
+            "cache_in": [self.cache_numel],
+        }
+
+    def output_shapes(self) -> dict[str, list[int]]:
+        return {"audio_values": [1, 1, self.samples_per_step], "cache_out": [self.cache_numel]}
+
+    def with_codes_length(self, codes_length: int) -> "StepContract":
+        if codes_length < 1:
+            raise RkspeechError(f"codes length must be >= 1, got {codes_length}")
+        return StepContract(**{**self.__dict__, "codes_length": int(codes_length)})
+
+    def compatible_cache(self, other: "StepContract") -> bool:
+        """True when a cache written by ``other`` can be fed to this graph (first -> main)."""
+        return self.segments == other.segments and self._signal() == other._signal()
+
+    def _signal(self) -> tuple:
+        return (self.num_quantizers, self.codebook_size, self.head_dim, self.sliding_window,
+                self.rope_theta, self.samples_per_token, self.sample_rate, self.model)
+
+    # ---- serialization -------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "format": CONTRACT_FORMAT,
+            "model": self.model,
+            "formulation": self.formulation,
+            "B": self.codes_length,
+            "Q": self.num_quantizers,
+            "codebook_size": self.codebook_size,
+            "head_dim": self.head_dim,
+            "sliding_window": self.sliding_window,
+            "rope_theta": self.rope_theta,
+            "samples_per_token": self.samples_per_token,
+            "sample_rate": self.sample_rate,
+            "codes_dtype": self.codes_dtype,
+            "N": self.cache_numel,
+            # offsets are implied by the order; shapes are enough to rebuild the layout
+            "segments": [[s.name, list(s.shape)] for s in self.segments],
+        }
+        if self.extra:
+            d["extra"] = self.extra
+        return d
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), separators=(",", ":"))
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "StepContract":
+        if not isinstance(d, dict) or d.get("format") != CONTRACT_FORMAT:
+            raise RkspeechError(
+                f"not an rkspeech step contract (format {d.get('format') if isinstance(d, dict) else None!r}, "
+                f"expected {CONTRACT_FORMAT!r})"
+            )
+        try:
+            segments = make_segments((str(n), tuple(s)) for n, s in d["segments"])
+            contract = cls(
+                codes_length=int(d["B"]),
+                num_quantizers=int(d["Q"]),
+                codebook_size=int(d["codebook_size"]),
+                head_dim=int(d["head_dim"]),
+                sliding_window=int(d["sliding_window"]),
+                rope_theta=float(d["rope_theta"]),
+                samples_per_token=int(d["samples_per_token"]),
+                sample_rate=int(d["sample_rate"]),
+                segments=segments,
+                formulation=canonical(str(d.get("formulation", REFERENCE))),
+                codes_dtype=str(d.get("codes_dtype", "int64")),
+                model=str(d.get("model", "qwen3-tts-vocoder")),
+                extra=dict(d.get("extra", {})),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise RkspeechError(f"step contract is malformed: {exc!r}") from None
+        if contract.codes_dtype not in CODES_DTYPES:
+            raise RkspeechError(f"step contract is malformed: codes_dtype {contract.codes_dtype!r} "
+                                f"is not one of {CODES_DTYPES}")
+        if "N" in d and int(d["N"]) != contract.cache_numel:
+            raise RkspeechError(
+                f"step contract is inconsistent: N={d['N']} but its segments add up to "
+                f"{contract.cache_numel}"
+            )
+        return contract
+
+    @classmethod
+    def from_json(cls, text: str) -> "StepContract":
+        try:
+            d = json.loads(text)
+        except (json.JSONDecodeError, TypeError) as exc:
+            raise RkspeechError(f"step contract is not valid JSON: {exc}") from None
+        return cls.from_dict(d)
