@@ -37,7 +37,7 @@ from pathlib import Path
 from rkspeech.core.atomic import write_json
 from rkspeech.core.errors import RkspeechError
 from rkspeech.core.targets import DEFAULT_TARGET, TARGETS
-from rkspeech.models.whisper.window import WINDOW_FRAMES
+from rkspeech.models.whisper.window import SAMPLE_RATE, WINDOW_FRAMES
 from rkspeech.pipelines.vocoder_build import BUILD_REPORT
 
 #: The name this build's report had before both builds used ``BUILD_REPORT``; still written (same
@@ -58,7 +58,7 @@ class WhisperEncoderBuildOptions:
     threads: int = 0  # CPU threads for torch/ctranslate2/onnxruntime (0: library default)
 
 
-def synthetic_audio(seconds: float = 12.0, sample_rate: int = 16000, seed: int = 0):
+def synthetic_audio(seconds: float = 12.0, sample_rate: int = SAMPLE_RATE, seed: int = 0):
     """Deterministic speech-like test signal: harmonics of a gliding pitch, syllable envelope, noise."""
     import numpy as np
 

@@ -1,6 +1,6 @@
 """Execution plans: which artifacts run the speech decoder, written by ``build``, read by runtimes.
 
-``plan.json`` keeps the seed runtime's shape (``{"speech_decoder": {"impl": "rknn",
+``plan.json`` keeps the seed project's runtime shape (``{"speech_decoder": {"impl": "rknn",
 "artifacts": {"main": ..., "first": ...}}}``) and adds the ONNX artifacts and the contract.
 Paths are stored relative to the plan's folder so the folder can be copied to a board.
 

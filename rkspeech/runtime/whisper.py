@@ -40,28 +40,33 @@ from typing import Callable
 import numpy as np
 
 from rkspeech.core.errors import RkspeechError
+from rkspeech.models.whisper.window import ENCODER_FRAMES, SAMPLE_RATE, WINDOW_FRAMES
 
-#: faster-whisper ``transcribe`` options that make it deterministic and equal to our window loop.
-REFERENCE_OPTIONS = dict(
+#: Decoding options shared by our window loop (``Whisper.generate``) and the reference transcribe.
+DECODE_OPTIONS = dict(
     beam_size=1,
-    best_of=1,
     patience=1.0,
     length_penalty=1.0,
     repetition_penalty=1.0,
     no_repeat_ngram_size=0,
+    suppress_blank=True,
+)
+
+#: faster-whisper ``transcribe`` options that make it deterministic and equal to our window loop.
+REFERENCE_OPTIONS = dict(
+    DECODE_OPTIONS,
+    best_of=1,
     temperature=0.0,
     compression_ratio_threshold=None,
     log_prob_threshold=None,
     no_speech_threshold=None,
     condition_on_previous_text=False,
     without_timestamps=True,
-    suppress_blank=True,
     suppress_tokens=[-1],
     vad_filter=False,
     word_timestamps=False,
 )
 
-WINDOW_FRAMES = 3000
 MAX_LENGTH = 448
 
 EncoderFn = Callable[[np.ndarray], np.ndarray]
@@ -102,7 +107,7 @@ class Transcript:
         }
 
 
-def load_audio(path: str | Path, sample_rate: int = 16000) -> np.ndarray:
+def load_audio(path: str | Path, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
     """Decode any audio file to mono float32 at ``sample_rate`` with faster-whisper's decoder (PyAV)."""
     path = Path(path)
     if not path.is_file():
@@ -189,7 +194,7 @@ class WhisperPipeline:
         import ctranslate2
 
         if isinstance(encoder_output, np.ndarray):
-            expected = (1, WINDOW_FRAMES // 2, self.d_model or encoder_output.shape[-1])
+            expected = (1, ENCODER_FRAMES, self.d_model or encoder_output.shape[-1])
             if encoder_output.shape != expected:
                 raise RkspeechError(
                     f"encoder output has shape {list(encoder_output.shape)}; this decoder needs "
@@ -201,13 +206,8 @@ class WhisperPipeline:
         result = self.ct2.generate(
             encoder_output,
             [self.prompt],
-            beam_size=1,
-            patience=1.0,
-            length_penalty=1.0,
-            repetition_penalty=1.0,
-            no_repeat_ngram_size=0,
+            **DECODE_OPTIONS,
             max_length=MAX_LENGTH,
-            suppress_blank=True,
             suppress_tokens=self.suppress_tokens,
             max_initial_timestamp_index=50,
         )[0]
@@ -330,7 +330,7 @@ def _check_onnx_geometry(path: Path) -> None:
     proto = onnx.load(str(path), load_external_data=False)
     out = proto.graph.output[0].type.tensor_type.shape.dim
     shape = [d.dim_value if d.HasField("dim_value") else None for d in out]
-    if len(shape) != 3 or shape[1] != WINDOW_FRAMES // 2:
+    if len(shape) != 3 or shape[1] != ENCODER_FRAMES:
         raise RkspeechError(
             f"{path}: encoder output shape {shape}; the Whisper decoder needs [1, 1500, d] "
             "(a 30 s window; re-export with `rkspeech build whisper-encoder`)"

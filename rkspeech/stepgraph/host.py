@@ -1,7 +1,7 @@
 """What the host computes for each step: RoPE angles and the KV slot count (numpy only).
 
 The step graph takes ``freqs_in = (position * inv_freq) mod 2*pi`` rather than positions or
-cos/sin: cos/sin as graph inputs broke the seed's fp16 pipeline, and raw angles near position
+cos/sin: cos/sin as graph inputs broke the seed project's fp16 pipeline, and raw angles near position
 1e3 sit on an fp16 ulp of 0.5 (seed, measured on a board).  The product is formed in float64
 from the model's float32 ``inv_freq`` (the values torch computes), so a 3,000-token stream keeps
 its angles exact to float32 rounding instead of drifting by ``pos * ulp``.

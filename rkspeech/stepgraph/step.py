@@ -34,11 +34,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from rkspeech.models.qwen3_tts.config import VocoderConfig
 from rkspeech.models.qwen3_tts.vocoder import (
     CausalConv,
     CausalTransConv,
     Vocoder,
-    VocoderConfig,
 )
 from rkspeech.stepgraph.contract import CacheSegment, StepContract, make_segments
 from rkspeech.stepgraph.formulations import REFERENCE

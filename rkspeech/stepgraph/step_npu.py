@@ -40,12 +40,12 @@ import math
 import torch
 from torch import nn
 
+from rkspeech.models.qwen3_tts.config import VocoderConfig
 from rkspeech.models.qwen3_tts.vocoder import (
     CausalConv,
     CausalTransConv,
     SnakeBeta,
     Vocoder,
-    VocoderConfig,
     snake_modules,
 )
 from rkspeech.stepgraph import npu_ops

@@ -1,6 +1,6 @@
 """Comparators: SNR over the whole signal and per-frame cosine (numpy only).
 
-The seed's onnxruntime self-check compared only the first B samples (a reused loop
+The seed project's onnxruntime self-check compared only the first B samples (a reused loop
 variable); ``snr_db`` refuses arrays of different lengths instead of truncating silently.
 """
 

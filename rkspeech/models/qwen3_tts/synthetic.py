@@ -25,7 +25,7 @@ from pathlib import Path
 
 from rkspeech.core.atomic import atomic_path, write_json
 from rkspeech.core.errors import RkspeechError
-from rkspeech.models.qwen3_tts.vocoder import MODEL_TYPE, VocoderConfig
+from rkspeech.models.qwen3_tts.config import MODEL_TYPE, VocoderConfig
 
 #: The published 12 Hz decoder config (field notes) and a reduced one with the same structure:
 #: same codebooks, head_dim, sliding window and upsampling, narrower and shallower.

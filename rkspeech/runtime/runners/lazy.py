@@ -1,6 +1,6 @@
 """A runner that opens its backend on the first ``infer`` and frees it on ``close``.
 
-Why: a simulator runner holds a whole build (the seed published vocoder step at B=64: ~21 GB,
+Why: a simulator runner holds a whole build (the reference-formulation published vocoder step at B=64: ~21 GB,
 B=16: ~7 GB), so a check that needs two graphs (first and main) builds the first, runs it,
 frees it, and only then builds the second: two lazy runners, the second closing the first
 just before it builds (``before_build``).
