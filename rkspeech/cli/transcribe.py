@@ -1,9 +1,14 @@
-"""``rkspeech transcribe AUDIO --model DIR --encoder enc.onnx|enc.rknn``: Whisper with the encoder offloaded.
+"""``rkspeech transcribe AUDIO... --model DIR [--encoder enc.onnx|enc.rknn]``: faster-whisper with the
+encoder offloaded.
 
-faster-whisper's features, the offloaded encoder (onnxruntime, the rknn-toolkit2 simulator, or
-rknn-toolkit-lite2 on the board), CTranslate2's decoder; 30 s windows; greedy decoding.
-``--compare`` also runs the all-CPU pipeline (faster-whisper's own transcribe with the same
-deterministic settings) and reports ``identical`` or the difference (exit 1 when they differ).
+faster-whisper's whole transcribe (beam search, temperature fallback, timestamps, word
+timestamps, VAD, language detection, translate, the batched pipeline) with each 30 s window's
+encoder on onnxruntime, the rknn-toolkit2 simulator or rknn-toolkit-lite2 on the board
+(:class:`rkspeech.runtime.whisper_model.WhisperModel`).  All files are decoded and the encoder
+checked against the model before anything is transcribed; the model is loaded once; outputs
+(txt, srt, vtt, json) are written atomically per file.  ``--compare`` runs stock faster-whisper
+with the same options and reports identical or the difference in text, segment boundaries and
+word timings (exit 1 when any file differs).
 """
 
 from __future__ import annotations
@@ -12,87 +17,163 @@ import argparse
 
 from rkspeech.core.targets import CORE_MASKS, DEFAULT_TARGET
 from rkspeech.runtime.runners import BACKENDS
+from rkspeech.runtime.subtitles import FORMATS
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("transcribe", help="Whisper transcript with the encoder offloaded (ort/sim/board)")
-    p.add_argument("audio", metavar="AUDIO", help="audio file (any format PyAV decodes)")
+    p = subparsers.add_parser("transcribe", help="faster-whisper transcripts with the encoder offloaded (ort/sim/board)")
+    p.add_argument("audio", metavar="AUDIO", nargs="+", help="audio files (any format PyAV decodes)")
     p.add_argument("--model", required=True, metavar="DIR",
-                   help="CTranslate2/faster-whisper Whisper folder (decoder, tokenizer, config)")
+                   help="CTranslate2/faster-whisper Whisper folder (model.bin, config.json, tokenizer.json)")
     p.add_argument("--encoder", metavar="FILE", help="offloaded encoder: enc.onnx (ort, sim) or enc.rknn (rknnlite); "
                    "omit to run CTranslate2's own CPU encoder")
     p.add_argument("--backend", choices=BACKENDS, default=None,
                    help="encoder runtime (default: ort for .onnx, rknnlite for .rknn)")
-    p.add_argument("--target", default=DEFAULT_TARGET, help=f"chip for the simulator build (default {DEFAULT_TARGET})")
+    p.add_argument("--target", default=DEFAULT_TARGET, help=f"chip the .rknn / simulator is for (default {DEFAULT_TARGET})")
     p.add_argument("--core-mask", default=None, choices=CORE_MASKS, help="rknnlite NPU core mask (board only)")
-    p.add_argument("--compare", action="store_true", help="also run the all-CPU pipeline and diff the transcripts")
+    p.add_argument("--beam-size", type=int, default=5, help="beam size (default 5, faster-whisper's; 1 = greedy)")
+    p.add_argument("--language", default="auto", help="language code, or auto to detect (default auto)")
+    p.add_argument("--task", choices=("transcribe", "translate"), default="transcribe")
+    p.add_argument("--word-timestamps", action="store_true", help="word start/end times (cross-attention alignment)")
+    p.add_argument("--vad", action="store_true", help="skip non-speech with faster-whisper's Silero VAD filter")
+    p.add_argument("--initial-prompt", default=None, metavar="TEXT", help="prompt for the first window")
+    p.add_argument("--batch-size", type=int, default=0, metavar="N",
+                   help="faster-whisper's BatchedInferencePipeline with N windows per decoder batch "
+                        "(VAD-split chunks; the encoder still runs one window at a time); 0 = sequential")
+    p.add_argument("--output-format", choices=FORMATS + ("all",), default=None,
+                   help="write AUDIO-stem.<fmt> files (default with --output-dir: all)")
+    p.add_argument("--output-dir", default=None, metavar="DIR", help="where output files go (default: .)")
+    p.add_argument("--compare", action="store_true",
+                   help="also run stock faster-whisper with the same options and diff text, segments, word times")
     p.add_argument("--compute-type", default="float32", help="CTranslate2 compute type (default float32)")
     p.add_argument("--threads", type=int, default=1,
                    help="CPU threads for CTranslate2 and onnxruntime (default 1: on a shared 2-core host, "
                         "2 CTranslate2 threads made the decoder 2-10x slower through OpenMP spin-waits; "
                         "0 = library default)")
-    p.add_argument("--language", default=None, help="language code for multilingual models (default en)")
     p.add_argument("--json", action="store_true", help="print the JSON report on stdout")
     p.set_defaults(func=run)
+
+
+def _check_args(args) -> None:
+    from collections import Counter
+    from pathlib import Path
+
+    from rkspeech.core.errors import RkspeechError
+
+    for flag, value, low in (("--threads", args.threads, 0), ("--beam-size", args.beam_size, 1),
+                             ("--batch-size", args.batch_size, 0)):
+        if value < low:
+            raise RkspeechError(f"{flag} must be >= {low}, got {value}")
+    if args.backend and not args.encoder:
+        raise RkspeechError(f"--backend {args.backend} needs --encoder FILE")
+    if args.output_dir or args.output_format:
+        stems = Counter(Path(a).stem for a in args.audio)
+        twice = [s for s, n in stems.items() if n > 1]
+        if twice:
+            raise RkspeechError(f"several AUDIO files share the name {twice[0]!r}: their outputs would overwrite "
+                                "each other; transcribe them into separate --output-dir folders")
 
 
 def run(args: argparse.Namespace) -> int:
     import json
     import sys
     import time
+    from pathlib import Path
 
     from rkspeech.core import progress
-    from rkspeech.core.errors import RkspeechError
-    from rkspeech.runtime.whisper import WhisperPipeline, diff_transcripts, load_audio, open_encoder
+    from rkspeech.models.whisper.window import SAMPLE_RATE
+    from rkspeech.runtime.subtitles import write_outputs
+    from rkspeech.runtime.whisper import load_audio
+    from rkspeech.runtime.whisper_model import (
+        WhisperModel,
+        check_encoder_file,
+        check_language,
+        check_model_dir,
+        is_multilingual,
+        model_geometry,
+    )
+    from rkspeech.runtime.whisper_transcript import (
+        compare_transcriptions,
+        transcribe_audio,
+    )
 
+    # every check that reads files only comes first: a bad input is one line on stderr, nothing else
+    _check_args(args)
+    geometry = model_geometry(check_model_dir(args.model))  # a folder that is not Whisper fails here
+    language = check_language(args.language, multilingual=is_multilingual(args.model))
     backend = args.backend
-    if args.encoder and backend is None:
-        backend = "rknnlite" if args.encoder.lower().endswith(".rknn") else "ort"
-    if backend and not args.encoder:
-        raise RkspeechError(f"--backend {backend} needs --encoder FILE")
-
-    audio = load_audio(args.audio)
-    with progress.stage("load Whisper (CTranslate2 decoder, tokenizer)"):
-        pipeline = WhisperPipeline(args.model, compute_type=args.compute_type, threads=args.threads,
-                                   language=args.language)
-    encoder = None
-    setup_s = 0.0
     if args.encoder:
-        start = time.perf_counter()
-        with progress.stage(f"open encoder ({backend})"):
-            encoder = open_encoder(backend, args.encoder, target=args.target, threads=args.threads or None,
-                                   core_mask=args.core_mask)
-        setup_s = time.perf_counter() - start
+        backend, _ = check_encoder_file(args.encoder, model_dir=args.model, backend=backend, target=args.target)
+    audios = [load_audio(path) for path in args.audio]
+
+    start = time.perf_counter()
+    with progress.stage(f"load Whisper (CTranslate2 decoder{', encoder on ' + backend if backend else ''})"):
+        model = WhisperModel(args.model, encoder=args.encoder, backend=backend, threads=args.threads,
+                             target=args.target, core_mask=args.core_mask, compute_type=args.compute_type)
+    setup_s = time.perf_counter() - start
     try:
-        result = pipeline.transcribe(audio, encoder)
-    finally:
-        if encoder is not None:
-            encoder.close()
+        options = {"beam_size": args.beam_size, "language": language, "task": args.task,
+                   "word_timestamps": args.word_timestamps, "vad_filter": args.vad or bool(args.batch_size),
+                   "initial_prompt": args.initial_prompt}
+        runner, stock = model, None
+        if args.batch_size:
+            from faster_whisper import BatchedInferencePipeline
 
-    report = {"audio": args.audio, "model": str(args.model), "encoder": args.encoder,
-              "backend": backend or "ct2-cpu", "encoder_setup_s": round(setup_s, 3), **result.to_report()}
-    status = 0
-    if args.compare:
-        with progress.stage("all-CPU reference (faster-whisper)"):
-            ref = pipeline.reference(audio)
-        diff = diff_transcripts(ref.text, result.text)
-        report["compare"] = {"identical": diff is None, "reference_text": ref.text,
-                             "tokens_identical": ref.tokens == result.tokens,
-                             "reference_total_s": round(ref.timing["total_s"], 4), "diff": diff}
-        status = 0 if diff is None else 1
-
-    if args.json:
-        print(json.dumps(report, indent=2))
-    else:
-        print(result.text.strip())
-        t = result.timing
-        print(f"timing: host {t['host_s']:.3f} s | encoder {t['encoder_s']:.3f} s ({report['backend']}) | "
-              f"decoder {t['decoder_s']:.3f} s | total {t['total_s']:.3f} s | "
-              f"{len(result.windows)} window(s), {result.audio_s:.1f} s audio"
-              + (f" | encoder setup {setup_s:.1f} s" if setup_s else ""), file=sys.stderr)
+            runner = BatchedInferencePipeline(model=model)
         if args.compare:
-            if report["compare"]["identical"]:
-                print("compare: identical to the all-CPU transcript", file=sys.stderr)
-            else:
-                print("compare: DIFFERS from the all-CPU transcript\n" + report["compare"]["diff"], file=sys.stderr)
+            import faster_whisper
+
+            with progress.stage("load stock faster-whisper (for --compare)"):
+                stock = faster_whisper.WhisperModel(args.model, device="cpu", compute_type=args.compute_type,
+                                                    cpu_threads=args.threads)
+                if args.batch_size:
+                    stock = faster_whisper.BatchedInferencePipeline(model=stock)
+
+        formats = None
+        if args.output_dir or args.output_format:
+            fmt = args.output_format or "all"
+            formats = FORMATS if fmt == "all" else (fmt,)
+        files, status = [], 0
+        for index, (path, audio) in enumerate(zip(args.audio, audios), 1):
+            progress.info(f"[{index}/{len(audios)}] {path} ({len(audio) / SAMPLE_RATE:.1f} s)")
+            result = transcribe_audio(runner, audio, batch_size=args.batch_size or None, **options)
+            entry = {"audio": path, **result.to_dict()}
+            if stock is not None:
+                ref = transcribe_audio(stock, audio, batch_size=args.batch_size or None, **options)
+                cmp = compare_transcriptions(ref, result)
+                entry["compare"] = {**cmp, "reference_text": ref.text,
+                                    "reference_total_s": round(ref.timing["total_s"], 4)}
+                status = status or (0 if cmp["identical"] else 1)
+            if formats:
+                extra = {"audio": path, "model": str(args.model), "encoder": args.encoder,
+                         "backend": backend or "ct2-cpu"}
+                written = write_outputs(result, args.output_dir or ".", Path(path).stem, formats, extra)
+                entry["outputs"] = [str(p) for p in written]
+            files.append(entry)
+            if not args.json:
+                _print_file(entry, result, backend, multiple=len(audios) > 1, file=sys.stderr)
+    finally:
+        model.close()
+
+    report = {"model": str(args.model), "geometry": geometry, "encoder": args.encoder,
+              "backend": backend or "ct2-cpu", "encoder_setup_s": round(setup_s, 3),
+              "options": options, "batch_size": args.batch_size, "files": files}
+    if args.json:
+        print(json.dumps(report, indent=2, ensure_ascii=False))
     return status
+
+
+def _print_file(entry: dict, result, backend, *, multiple: bool, file) -> None:
+    from rkspeech.runtime.whisper_transcript import describe_difference
+
+    if multiple:
+        print(f"==> {entry['audio']} <==")
+    print(result.text.strip(), flush=True)
+    t = result.timing
+    print(f"timing: host {t['host_s']:.3f} s | encoder {t['encoder_s']:.3f} s ({backend or 'ct2-cpu'}) | "
+          f"decoder {t['decoder_s']:.3f} s | total {t['total_s']:.3f} s | {len(result.segments)} segment(s), "
+          f"{result.duration_s:.1f} s audio, language {result.language}", file=file)
+    if "compare" in entry:
+        print(f"compare with stock faster-whisper: {describe_difference(entry['compare'])}", file=file)
+    for p in entry.get("outputs", []):
+        print(f"wrote {p}", file=file)

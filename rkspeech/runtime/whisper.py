@@ -1,5 +1,11 @@
-"""Transcribe with Whisper's encoder offloaded: faster-whisper front end, offloaded encoder,
-CTranslate2 decoder.
+"""The encoder runner (:func:`open_encoder`), audio decoding (:func:`load_audio`) and a fixed
+greedy window loop (:class:`WhisperPipeline`) kept as an independent check of the encoder.
+
+``rkspeech transcribe`` and library users go through
+:class:`rkspeech.runtime.whisper_model.WhisperModel` (faster-whisper's whole transcribe with the
+encoder offloaded); the loop below reimplements faster-whisper's deterministic greedy path so
+the encoder parity tests (tests/test_whisper_transcribe.py, tests/test_whisper_rknn.py) compare
+token ids window by window.
 
 ::
 
@@ -108,16 +114,33 @@ class Transcript:
 
 
 def load_audio(path: str | Path, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
-    """Decode any audio file to mono float32 at ``sample_rate`` with faster-whisper's decoder (PyAV)."""
+    """Decode any audio file to mono float32 at ``sample_rate`` with faster-whisper's decoder (PyAV).
+
+    An empty container (a wav with no samples) gives an empty array; a file whose data decodes
+    to nothing (random bytes named .mp3: PyAV probes them as an mp3 stream and faster-whisper
+    drops every undecodable packet, returning 0 samples) is an error."""
     path = Path(path)
     if not path.is_file():
         raise RkspeechError(f"audio file {path} does not exist")
     from faster_whisper.audio import decode_audio
 
     try:
-        return decode_audio(str(path), sampling_rate=sample_rate)
-    except Exception as exc:  # PyAV raises its own error types
-        raise RkspeechError(f"cannot decode {path}: {exc}") from None
+        audio = decode_audio(str(path), sampling_rate=sample_rate)
+    except Exception as exc:  # noqa: BLE001 - PyAV raises its own error types
+        raise RkspeechError(f"cannot decode {path} as audio: {str(exc).splitlines()[0] if str(exc) else exc!r}") from None
+    if audio.size == 0 and _packet_bytes(path) > 0:
+        raise RkspeechError(f"cannot decode {path} as audio: its packets decode to no samples (not audio, or corrupt)")
+    return audio
+
+
+def _packet_bytes(path: Path) -> int:
+    """Bytes of audio packets PyAV finds in ``path`` (0 for an empty container)."""
+    import av
+
+    with av.open(str(path)) as container:
+        if not container.streams.audio:
+            return 0
+        return sum(p.size or 0 for p in container.demux(container.streams.audio[0]))
 
 
 class WhisperPipeline:
