@@ -3,7 +3,10 @@
 Each sub-command lives in ``rkspeech/cli/<name>.py`` with ``register(subparsers)``; those
 modules import only argparse at load time so ``rkspeech --help`` stays fast and works on a
 runtime-only install.  ``RkspeechError`` is printed on one line and exits 2; anything else is
-a bug and keeps its traceback.
+a bug and keeps its traceback.  SIGINT, SIGTERM and SIGHUP all end in one path: the running
+stage's ``finally`` blocks stop its children and remove its temp files, then
+``core.child.cleanup_owned`` sweeps whatever is still recorded, and the command prints one line
+("interrupted" / "terminated by SIGTERM") and exits 128 + the signal number.
 """
 
 from __future__ import annotations
@@ -47,14 +50,24 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    from rkspeech.core import child
+
+    previous = child.install_signal_handlers()
     try:
         return int(args.func(args) or 0)
     except RkspeechError as exc:
         print(f"rkspeech {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except child.Terminated as exc:
+        child.cleanup_owned()
+        print(f"rkspeech {args.command}: terminated by {exc}", file=sys.stderr)
+        return 128 + exc.signum
     except KeyboardInterrupt:
+        child.cleanup_owned()
         print(f"rkspeech {args.command}: interrupted", file=sys.stderr)
         return 130
+    finally:
+        child.restore_signal_handlers(previous)
 
 
 if __name__ == "__main__":

@@ -58,14 +58,18 @@ def format_table(report: dict) -> str:
 def run(args: argparse.Namespace) -> int:
     import json
 
+    from rkspeech.core.atomic import check_writable, folder_lock
     from rkspeech.pipelines.whisper_encoder import (
         WhisperEncoderBuildOptions,
         build_whisper_encoder,
     )
 
-    report = build_whisper_encoder(WhisperEncoderBuildOptions(
-        model=args.model, out=args.out, target=args.target, frames=args.frames, verify_audio=args.verify_audio,
-        skip_convert=args.skip_convert, skip_sim=args.skip_sim, timeout=args.timeout, threads=args.threads))
+    check_writable(args.out, what="output", folder=True)
+    with folder_lock(args.out):
+        report = build_whisper_encoder(WhisperEncoderBuildOptions(
+            model=args.model, out=args.out, target=args.target, frames=args.frames,
+            verify_audio=args.verify_audio, skip_convert=args.skip_convert, skip_sim=args.skip_sim,
+            timeout=args.timeout, threads=args.threads))
     if args.json:
         print(json.dumps(report, indent=2, default=str))
     else:

@@ -55,18 +55,21 @@ def print_summary(report: dict) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import json
-    from pathlib import Path
 
     from rkspeech.convert.conversion import convert, default_output
-    from rkspeech.core.atomic import write_json
+    from rkspeech.core.atomic import check_writable, write_json
     from rkspeech.core.errors import RkspeechError
-    from rkspeech.export.onnx_contract import read_onnx_metadata
+    from rkspeech.export.onnx_contract import check_onnx_file, read_onnx_metadata
     from rkspeech.stepgraph.contract import CONTRACT_KEY
 
-    custom = args.custom_string
-    if custom is None and args.onnx.endswith(".onnx") and Path(args.onnx).is_file():
-        custom = read_onnx_metadata(args.onnx).get(CONTRACT_KEY)
+    check_onnx_file(args.onnx)
     output = args.output or str(default_output(args.onnx, args.target))
+    check_writable(output, what="output .rknn")
+    if args.report:
+        check_writable(args.report, what="report")
+    custom = args.custom_string
+    if custom is None:
+        custom = read_onnx_metadata(args.onnx).get(CONTRACT_KEY)
     res = convert(args.onnx, output, target=args.target, dtype=args.dtype, dataset=args.dataset,
                   opt_level=args.opt_level, timeout=args.timeout, custom_string=custom,
                   memory_limit_mb=args.memory_limit_mb)

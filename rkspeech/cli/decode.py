@@ -4,7 +4,9 @@ Backends: ``ort`` (onnxruntime over the plan's ONNX step graphs), ``sim`` (rknn-
 simulator, which builds from the plan's ONNX: it costs one conversion per graph), ``rknnlite``
 (the plan's .rknn on a board).  With ``ort`` nothing imports torch or onnx (tested), so a
 runtime-only install decodes.  Codes are pushed one step at a time, as a streaming caller
-would, so the time to first audio is the time of the first (small-B) step.
+would, so the time to first audio is the time of the first (small-B) step, and each step's
+audio goes straight to the wav (``runtime.wav.WavWriter``): memory stays flat with length.
+Every output location is checked before the plan loads.
 """
 
 from __future__ import annotations
@@ -35,23 +37,24 @@ def run(args: argparse.Namespace) -> int:
     import time
     from pathlib import Path
 
-    import numpy as np
-
     from rkspeech.core import progress
+    from rkspeech.core.atomic import check_writable, write_json
     from rkspeech.core.errors import RkspeechError
+    from rkspeech.core.reporting import print_table
     from rkspeech.core.targets import board_target
     from rkspeech.plan.plan import load_plan
-    from rkspeech.core.atomic import write_json
-    from rkspeech.core.reporting import print_table
     from rkspeech.runtime.codes import load_codes_file, normalize_codes
     from rkspeech.runtime.pool import open_pool
-    from rkspeech.runtime.wav import write_wav
+    from rkspeech.runtime.wav import WavWriter
 
     out = Path(args.output)
     if out.suffix.lower() != ".wav":
         raise RkspeechError(f"output {out} must end in .wav")
-    if not out.parent.is_dir():
-        raise RkspeechError(f"output folder {out.parent} does not exist")
+    check_writable(out, what="output wav")
+    if args.report:
+        check_writable(args.report, what="report")
+        if Path(args.report).resolve() == out.resolve():
+            raise RkspeechError(f"--report {args.report} is the output wav; pick another name")
     if args.threads is not None and args.threads < 1:
         raise RkspeechError(f"--threads must be >= 1, got {args.threads}")
     target = args.target
@@ -69,35 +72,32 @@ def run(args: argparse.Namespace) -> int:
                          core_masks=[args.core_mask], target=target)
     try:
         sv = pool.open_stream()
-        pieces, i = [], 0
-        first_B = plan.contracts["first"].codes_length if "first" in plan.contracts else None
-        if first_B:
-            pieces.append(codes[:first_B])
-            i = first_B
+        first_B = plan.contracts["first"].codes_length if "first" in plan.contracts else 0
         B = c.codes_length
-        pieces += [codes[j:j + B] for j in range(i, len(codes), B)]
-        chunks, first_audio = [], None
+        # (start, end) of each push: views into ``codes``, no copies held
+        bounds = ([(0, first_B)] if first_B else []) + [(j, j + B) for j in range(first_B, len(codes), B)]
+        first_audio = None
         start = time.perf_counter()
-        for piece in progress.track(pieces, f"decode {len(codes)} tokens"):
-            pcm = sv.push(piece)
-            if pcm.size and first_audio is None:
+        with WavWriter(out, c.sample_rate) as wav:
+            for lo, hi in progress.track(bounds, f"decode {len(codes)} tokens"):
+                pcm = sv.push(codes[lo:hi])
+                if pcm.size and first_audio is None:
+                    first_audio = time.perf_counter() - start
+                wav.write(pcm)
+            tail = sv.flush()
+            if tail.size and first_audio is None:
                 first_audio = time.perf_counter() - start
-            chunks.append(pcm)
-        tail = sv.flush()
-        if tail.size and first_audio is None:
-            first_audio = time.perf_counter() - start
-        chunks.append(tail)
+            wav.write(tail)
         seconds = time.perf_counter() - start
         timings = list(sv.timings)
     finally:
         pool.close()
-    audio = np.concatenate(chunks)
-    write_wav(out, audio, c.sample_rate)
-    audio_s = audio.size / c.sample_rate
+    samples = wav.frames
+    audio_s = samples / c.sample_rate
     engine_s = sum(t.engine_s for t in timings)
     report = {
         "plan": str(plan.path), "backend": args.backend, "output": str(out),
-        "tokens": int(len(codes)), "samples": int(audio.size), "sample_rate": c.sample_rate,
+        "tokens": int(len(codes)), "samples": int(samples), "sample_rate": c.sample_rate,
         "audio_seconds": round(audio_s, 4), "decode_seconds": round(seconds, 4),
         "realtime_factor": round(seconds / audio_s, 4) if audio_s else None,
         "time_to_first_audio_s": round(first_audio, 4) if first_audio is not None else None,

@@ -28,14 +28,14 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from rkspeech.cli.build_vocoder import print_summary
     from rkspeech.core import progress
     from rkspeech.models.qwen3_tts.synthetic import write_checkpoint
     from rkspeech.pipelines.vocoder_build import VocoderBuildOptions, build_vocoder
 
-    out = Path(args.out)
+    from rkspeech.core.atomic import check_writable
+
+    out = check_writable(args.out, what="output", folder=True)
     ckpt = out / f"checkpoint-{args.config}"
     if not (ckpt / "speech_tokenizer" / "model.safetensors").is_file():
         with progress.stage(f"synthetic {args.config} checkpoint"):

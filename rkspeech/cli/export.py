@@ -27,10 +27,12 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rkspeech.core.atomic import write_json
+    from rkspeech.core.atomic import check_writable, write_json
     from rkspeech.core.reporting import print_table
     from rkspeech.pipelines.vocoder_export import ExportOptions, export_vocoder
 
+    if args.report:
+        check_writable(args.report, what="report")
     result = export_vocoder(ExportOptions(
         model_dir=args.model_dir, codes_length=args.codes_length, output=args.output,
         first_length=args.first_length, check_only=args.check_only, seed=args.seed,

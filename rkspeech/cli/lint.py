@@ -21,8 +21,10 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     import json
 
+    from rkspeech.export.onnx_contract import check_onnx_file
     from rkspeech.lint.checker import lint_model
 
+    check_onnx_file(args.onnx)
     report = lint_model(args.onnx, target=args.target, sample_input_check=args.sample_input_check)
     if args.json:
         print(json.dumps(report.to_dict(), indent=1))

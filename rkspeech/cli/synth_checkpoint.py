@@ -19,8 +19,10 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from rkspeech.core import progress
+    from rkspeech.core.atomic import check_writable
     from rkspeech.models.qwen3_tts.synthetic import write_checkpoint
 
+    check_writable(args.out, what="output", folder=True)
     with progress.stage(f"synthetic {args.config} checkpoint (seed {args.seed})"):
         folder = write_checkpoint(args.out, args.config, args.seed, with_encoder_keys=not args.no_encoder_keys)
     print(folder)

@@ -32,6 +32,10 @@ def run(args: argparse.Namespace) -> int:
     from rkspeech.core.reporting import print_table
     from rkspeech.verify.simulator import load_artifact, verify_vocoder
 
+    if args.report:
+        from rkspeech.core.atomic import check_writable
+
+        check_writable(args.report, what="report")
     main = load_artifact(args.onnx, args.rknn, args.target)
     first = load_artifact(args.first_onnx, args.first_rknn, args.target) if args.first_onnx else None
     res = verify_vocoder(args.model_dir, main, first, steps=args.steps, target=args.target or main.target,

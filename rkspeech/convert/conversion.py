@@ -11,7 +11,10 @@ watching helpers are shared with the simulator child: :mod:`rkspeech.core.child`
 
 The .rknn is exported under a temporary name in the output folder and renamed into place only
 after the build succeeded and the file parsed (``container.read_container``), so an earlier good
-artifact survives a failed build.
+artifact survives a failed build.  The ONNX (missing, a folder, not a protobuf model) and the
+output locations are checked before the child starts; the child and its hidden temp folder are
+recorded in :mod:`rkspeech.core.child`, so SIGINT, SIGTERM or SIGHUP to the caller kills the
+child's process group and removes the folder.
 
 Measured here (2 cores): a Conv+Relu+Sin+Mul graph on [1,4,16,16], rk3588 fp16, converts in
 about 2-3 s wall (child start and toolkit import included), ~0.4 GB peak RSS, 21 KB .rknn.
@@ -29,7 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rkspeech.core.child import POLL_SECONDS, ChildWatch, death_message, kill_tree, last_error_line, log_tail
+from rkspeech.core.atomic import check_writable
+from rkspeech.core.child import (POLL_SECONDS, ChildWatch, death_message, kill_tree, last_error_line, log_tail,
+                                 owned)
 from rkspeech.core.errors import RkspeechError
 from rkspeech.core.targets import TARGETS
 
@@ -102,8 +107,9 @@ def _last_step(log_path: str) -> str:
 
 
 def _validate(onnx_path: Path, target: str, dtype: str, dataset, custom_string) -> None:
-    if not onnx_path.is_file():
-        raise RkspeechError(f"{onnx_path}: no such ONNX file")
+    from rkspeech.export.onnx_contract import check_onnx_file
+
+    check_onnx_file(onnx_path)
     if target not in TARGETS:
         raise RkspeechError(f"unknown target {target!r}; choose one of {', '.join(TARGETS)}")
     if dtype not in DTYPES:
@@ -171,33 +177,37 @@ def convert(onnx_path, output_path, *, target: str, dtype: str = "fp16", dataset
     target = target.lower()
     _validate(onnx_path, target, dtype, dataset, custom_string)
     out_dir = output_path.parent
-    if not out_dir.is_dir():
-        raise RkspeechError(f"{out_dir}: output folder does not exist")
+    check_writable(output_path, what="output .rknn")
+    check_writable(str(output_path) + ".build.log", what="build log")
     log_path = Path(str(output_path) + ".build.log")
     from rkspeech.core import progress
 
-    work = Path(tempfile.mkdtemp(prefix=f".{output_path.name}.", suffix=".tmp", dir=out_dir))
-    tmp_rknn = work / output_path.name
-    spec = {
-        "onnx_path": str(onnx_path), "export_path": str(tmp_rknn), "target": target, "dtype": dtype,
-        "dataset": str(Path(dataset).resolve()) if dataset else None, "opt_level": opt_level,
-        "custom_string": custom_string, "verbose_log": verbose_log,
-        "result_path": str(work / "result.json"),
-    }
-    (work / "spec.json").write_text(json.dumps(spec))
-    env = dict(os.environ)
-    pkg_root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env["PYTHONUNBUFFERED"] = "1"
-    label = f"converting {onnx_path.name} -> {output_path.name} ({target} {dtype})"
-    ticker = _Ticker(label, show_progress)
-    killed_for: str | None = None
-    try:
+    # the temp folder and the child are recorded in core.child: a signal to this process (the
+    # CLI turns SIGTERM / SIGHUP into an exception) kills the child's group and removes the folder
+    with owned() as ownership:
+        work = Path(tempfile.mkdtemp(prefix=f".{output_path.name}.", suffix=".tmp", dir=out_dir))
+        ownership.add_path(work)
+        tmp_rknn = work / output_path.name
+        spec = {
+            "onnx_path": str(onnx_path), "export_path": str(tmp_rknn), "target": target, "dtype": dtype,
+            "dataset": str(Path(dataset).resolve()) if dataset else None, "opt_level": opt_level,
+            "custom_string": custom_string, "verbose_log": verbose_log,
+            "result_path": str(work / "result.json"),
+        }
+        (work / "spec.json").write_text(json.dumps(spec))
+        env = dict(os.environ)
+        pkg_root = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        env["PYTHONUNBUFFERED"] = "1"
+        label = f"converting {onnx_path.name} -> {output_path.name} ({target} {dtype})"
+        ticker = _Ticker(label, show_progress)
+        killed_for: str | None = None
         with open(log_path, "wb") as log:
             popen = subprocess.Popen(
                 [sys.executable, "-m", "rkspeech.convert.child", str(work / "spec.json")],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=str(work),
                 env=env, start_new_session=True)
+        ownership.set_child(popen.pid, group=True)
         watch = ChildWatch(popen.pid, timeout=timeout, memory_limit_mb=memory_limit_mb)
         try:
             while popen.poll() is None:
@@ -243,16 +253,6 @@ def convert(onnx_path, output_path, *, target: str, dtype: str = "fp16", dataset
         container = read_container(tmp_rknn, expect_target=target)
         os.replace(tmp_rknn, output_path)
         container.path = str(output_path)
-    finally:
-        for f in work.iterdir() if work.exists() else ():
-            try:
-                f.unlink()
-            except OSError:
-                pass
-        try:
-            work.rmdir()
-        except OSError:
-            pass
 
     from rkspeech.convert.placement import analyze
 

@@ -44,3 +44,77 @@ def write_text(path: str | os.PathLike, text: str) -> Path:
 def write_json(path: str | os.PathLike, data, *, indent: int = 2) -> Path:
     """JSON (``default=str`` for paths and numpy scalars), atomically."""
     return write_text(path, json.dumps(data, indent=indent, default=str) + "\n")
+
+
+def check_writable(path: str | os.PathLike, *, what: str = "output", folder: bool = False,
+                   make_parents: bool = False) -> Path:
+    """Refuse, before any work, an output location that cannot be written.
+
+    ``folder`` False: ``path`` is a file to be (re)written: it must not be a directory, and its
+    folder must exist and accept a new file.  ``folder`` True: ``path`` is an output folder: it
+    must not be a file, and it (or, when missing, its nearest existing parent, where it will be
+    created) must accept a new file; nothing is created here.  The check creates and removes a
+    unique probe file, because permission bits do not tell (root ignores them; read-only mounts
+    and /proc refuse anyway).  ``make_parents``: a file whose folder is missing is fine when the
+    writer creates it (as :func:`atomic_path` does): the nearest existing parent is probed."""
+    from rkspeech.core.errors import RkspeechError
+
+    p = Path(path)
+    if folder or (make_parents and not p.parent.exists()):
+        probe_dir = p if folder else p.parent
+        while not probe_dir.exists() and probe_dir != probe_dir.parent:
+            probe_dir = probe_dir.parent
+        if not probe_dir.is_dir():
+            raise RkspeechError(f"{what} folder {p} is a file; pass a folder" if probe_dir == p else
+                                f"cannot create the folder of {what} {p}: {probe_dir} is a file")
+    else:
+        if p.is_dir():
+            raise RkspeechError(f"{what} {p} is a directory; pass a file name")
+        probe_dir = p.parent
+        if not probe_dir.exists():
+            raise RkspeechError(f"cannot write {what} {p}: folder {probe_dir} does not exist")
+        if not probe_dir.is_dir():
+            raise RkspeechError(f"cannot write {what} {p}: {probe_dir} is not a folder")
+    try:
+        fd, name = tempfile.mkstemp(prefix=".rkspeech-probe.", dir=probe_dir)
+        os.close(fd)
+        os.unlink(name)
+    except OSError as exc:
+        raise RkspeechError(f"cannot write {what} {p}: folder {probe_dir} is not writable "
+                            f"({exc.strerror or exc})") from None
+    return p
+
+
+LOCK_FILE = ".rkspeech.lock"
+
+
+@contextlib.contextmanager
+def folder_lock(folder: str | os.PathLike, *, what: str = "build") -> Iterator[Path]:
+    """Hold an exclusive lock on ``folder`` (created if missing; ``flock`` on
+    ``folder/.rkspeech.lock``) for the block.
+
+    A second holder gets ``RkspeechError("another build is using this folder (pid N)")`` at
+    once.  The kernel releases the lock when its holder exits, however it ends, so a lock file
+    left by a dead process does not block; the file itself stays (removing it would race)."""
+    import fcntl
+
+    from rkspeech.core.errors import RkspeechError
+
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    path = Path(folder) / LOCK_FILE
+    f = open(path, "a+")
+    try:
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "?"
+            raise RkspeechError(f"another {what} is using this folder (pid {holder}): {folder}; wait for "
+                                "it to finish or pick another --out") from None
+        f.seek(0)
+        f.truncate()
+        f.write(str(os.getpid()))
+        f.flush()
+        yield path
+    finally:
+        f.close()

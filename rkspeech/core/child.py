@@ -8,12 +8,19 @@ apart from the caller, and the caller uses these helpers to sample the child's R
 timeout or memory limit before the kernel's OOM killer picks a victim, name the signal it died
 of, and quote the last error line of its log.
 
+This module also owns what such children leave behind: :func:`own` / :class:`owned` record a
+child (and its process group) and the temp files or folders made for it; the CLI installs
+:func:`install_signal_handlers`, so SIGTERM and SIGHUP raise :class:`Terminated` (a
+KeyboardInterrupt) like SIGINT does, the ``finally`` blocks on the way out kill the child and
+remove its files, and :func:`cleanup_owned` sweeps anything still recorded.
+
 Standard library only at import time; psutil is optional (without it there is no RSS and no
 memory limit, the rest works).
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import sys
@@ -204,3 +211,118 @@ def last_error_line(text: str) -> str | None:
         if clean.startswith("E ") or "Error" in clean.split(":")[0]:
             return clean[:300]
     return None
+
+
+# ---- ownership: the children and temp paths a process must not leave behind ----------------
+
+class Terminated(KeyboardInterrupt):
+    """Raised in the main thread by the SIGTERM / SIGHUP handler (SIGINT raises the plain
+    KeyboardInterrupt), so the ``finally`` blocks that stop children and remove temp files run
+    for every one of these signals alike."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal_name(-signum))
+        self.signum = signum
+
+
+_OWNED: dict[int, dict] = {}  # id -> {"pid", "group", "paths"}
+_NEXT = [0]
+
+
+def own(pid: int | None = None, *, group: bool = False, paths=()) -> int:
+    """Record a child process (``group``: it leads its own process group) and/or temp paths
+    (files or folders) that this process must stop / remove if it ends early.  Returns a
+    handle for :func:`release`."""
+    _NEXT[0] += 1
+    _OWNED[_NEXT[0]] = {"pid": pid, "group": group, "paths": [os.fspath(p) for p in paths]}
+    return _NEXT[0]
+
+
+def release(handle: int | None, *, cleanup: bool = False) -> None:
+    """Forget an owned entry (None: nothing); ``cleanup``: kill its child and remove its paths first."""
+    entry = _OWNED.pop(handle, None)
+    if entry is not None and cleanup:
+        _cleanup(entry)
+
+
+def _remove(path: str) -> None:
+    import shutil
+
+    try:
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        elif os.path.lexists(path):
+            os.unlink(path)
+    except OSError:
+        pass
+
+
+def _cleanup(entry: dict) -> None:
+    if entry["pid"] is not None:
+        kill_tree(entry["pid"], group=entry["group"])
+        try:  # reap it, so no zombie is left for the length of our own exit
+            os.waitpid(entry["pid"], os.WNOHANG)
+        except (ChildProcessError, OSError):
+            pass
+    for path in entry["paths"]:
+        _remove(path)
+
+
+def cleanup_owned() -> None:
+    """Kill every owned child and remove every owned temp path (the CLI calls this on an
+    interrupt, after the ``finally`` blocks had their turn; also registered with atexit)."""
+    while _OWNED:
+        _cleanup(_OWNED.pop(next(iter(_OWNED))))
+
+
+class owned:
+    """``with owned(paths=[tmpdir]) as o: o.set_child(popen.pid, group=True)`` -- the paths are
+    removed when the block ends, however it ends; the child is killed when the block ends by an
+    exception (a normal end means the caller waited for it)."""
+
+    def __init__(self, pid: int | None = None, *, group: bool = False, paths=()):
+        self.handle = own(pid, group=group, paths=paths)
+
+    def set_child(self, pid: int, *, group: bool = False) -> None:
+        _OWNED[self.handle].update(pid=pid, group=group)
+
+    def add_path(self, path) -> None:
+        _OWNED[self.handle]["paths"].append(os.fspath(path))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, *exc):
+        entry = _OWNED.pop(self.handle, None)
+        if entry is not None:
+            if exc_type is None:
+                entry["pid"] = None
+            _cleanup(entry)
+
+
+def install_signal_handlers() -> dict:
+    """SIGTERM and SIGHUP raise :class:`Terminated` in the main thread, SIGINT raises
+    KeyboardInterrupt as it does by default; a second signal while cleaning up is ignored, so the cleanup finishes.
+    Returns the previous handlers for :func:`restore_signal_handlers`; does nothing (returns
+    {}) outside the main thread, where Python cannot install handlers."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+
+    def handler(signum, frame):
+        for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            signal.signal(s, signal.SIG_IGN)
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise Terminated(signum)
+
+    return {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
+
+
+def restore_signal_handlers(previous: dict) -> None:
+    for s, h in previous.items():
+        signal.signal(s, h if h is not None else signal.SIG_DFL)
+
+
+atexit.register(cleanup_owned)

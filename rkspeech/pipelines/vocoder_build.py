@@ -13,7 +13,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from rkspeech.core.atomic import write_json
+from rkspeech.core.atomic import check_writable, folder_lock, write_json
 from rkspeech.core.errors import RkspeechError
 from rkspeech.core.targets import DEFAULT_TARGET, TARGETS
 from rkspeech.pipelines.stages import StageRunner
@@ -54,15 +54,24 @@ def _validate(o: VocoderBuildOptions) -> None:
 
 
 def build_vocoder(options: VocoderBuildOptions) -> dict:
-    """Run (or resume) the build; returns the summary that is also written to ``BUILD_REPORT``."""
-    from rkspeech.models.qwen3_tts.checkpoint import resolve_checkpoint
+    """Run (or resume) the build; returns the summary that is also written to ``BUILD_REPORT``.
+
+    The output folder is checked (a folder, writable) and the checkpoint's config validated
+    before any work, and the folder is locked for the build (``core.atomic.folder_lock``): a
+    second build into it stops at once with "another build is using this folder (pid N)"."""
+    from rkspeech.models.qwen3_tts.checkpoint import read_config, resolve_checkpoint
 
     o = options
     _validate(o)
-    B, first_B, formulation = o.codes_length, o.first_length or None, canonical(o.formulation)
     files = resolve_checkpoint(o.model_dir)
-    out = Path(o.out)
-    out.mkdir(parents=True, exist_ok=True)
+    read_config(files)
+    out = check_writable(o.out, what="output", folder=True)
+    with folder_lock(out):
+        return _build(o, files, out)
+
+
+def _build(o: VocoderBuildOptions, files, out: Path) -> dict:
+    B, first_B, formulation = o.codes_length, o.first_length or None, canonical(o.formulation)
     stages = StageRunner(out, o.force)
     started = time.perf_counter()
 

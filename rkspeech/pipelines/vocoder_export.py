@@ -69,6 +69,16 @@ def export_vocoder(options: ExportOptions) -> ExportResult:
         raise RkspeechError(f"--codes-length must be >= 1, got {codes_length}")
     if first_length is not None and first_length < 1:
         raise RkspeechError(f"--first-length must be >= 1, got {first_length}")
+    # the config and the output location are checked before any work (and any progress line)
+    from rkspeech.core.atomic import check_writable
+    from rkspeech.models.qwen3_tts.checkpoint import read_config, resolve_checkpoint
+
+    read_config(resolve_checkpoint(o.model_dir))
+    out = Path(o.output) if o.output else Path(f"qwen3_tts_vocoder_step_B{codes_length}.onnx")
+    if out.suffix == ".rknn":
+        out = out.with_suffix(".onnx")
+    if not o.check_only:
+        check_writable(out, what="output ONNX", make_parents=True)
     threads = default_threads()
     torch.set_num_threads(threads)
     with progress.stage("load checkpoint"):
@@ -102,9 +112,6 @@ def export_vocoder(options: ExportOptions) -> ExportResult:
     if o.check_only:
         return result
 
-    out = Path(o.output) if o.output else Path(f"qwen3_tts_vocoder_step_B{codes_length}.onnx")
-    if out.suffix == ".rknn":
-        out = out.with_suffix(".onnx")
     first_out = out.with_name(f"{out.stem}_first_B{first_length}.onnx") if first_step else None
     targets = {"main": (out, main_step)} | ({"first": (first_out, first_step)} if first_out else {})
     # Both graphs are staged under temporary names and renamed into place only when every check

@@ -4,9 +4,11 @@
 "artifacts": {"main": ..., "first": ...}}}``) and adds the ONNX artifacts and the contract.
 Paths are stored relative to the plan's folder so the folder can be copied to a board.
 
-Validation turns every inconsistency into one clear error: a missing file, first/main caches
-of different sizes, a contract that disagrees with an artifact, an artifact built for another
-chip.  Standard library only (+ the .rknn reader), so a board can load plans.
+Validation turns every inconsistency into one clear error: a missing file, a value of the wrong
+type, first/main caches of different sizes, a contract that disagrees with an artifact (the
+message names the fields that differ), an ONNX artifact whose graph I/O disagrees with its own
+contract, an artifact built for another chip.  Standard library only (+ the .rknn reader and
+the stdlib ONNX walker), so a board can load plans.
 """
 
 from __future__ import annotations
@@ -64,6 +66,28 @@ def write_plan(path, *, impl: str, target: str | None, contracts: dict[str, Step
     return write_json(p, data)
 
 
+def contract_differences(a: StepContract, b: StepContract) -> list[str]:
+    """``["sample_rate 24000 vs 16000", ...]``: the contract fields in which ``a`` and ``b``
+    differ (``extra`` is not compared, as in ``StepContract.__eq__``)."""
+    da, db = a.to_dict(), b.to_dict()
+    da.pop("extra", None)
+    db.pop("extra", None)
+    out = []
+    for key in da.keys() | db.keys():
+        if da.get(key) != db.get(key):
+            va, vb = da.get(key), db.get(key)
+            if key == "segments":
+                names = [s[0] for s in va or []] + [s[0] for s in vb or []]
+                sa, sb = {s[0]: s[1] for s in va or []}, {s[0]: s[1] for s in vb or []}
+                diff = [n for n in dict.fromkeys(names) if sa.get(n) != sb.get(n)]
+                out.append(f"cache segments {', '.join(f'{n} {sa.get(n)} vs {sb.get(n)}' for n in diff[:3])}"
+                           if diff else "cache segment order")
+            else:
+                out.append(f"{key} {va} vs {vb}")
+    order = list(da)
+    return sorted(out, key=lambda s: order.index(s.split()[0]) if s.split()[0] in order else len(order))
+
+
 def _artifact_contract(path: Path, role: str, expect_target: str | None) -> StepContract:
     if path.suffix == ".rknn":
         from rkspeech.inspect.container import read_container
@@ -72,15 +96,22 @@ def _artifact_contract(path: Path, role: str, expect_target: str | None) -> Step
         if info.contract is None:
             raise RkspeechError(f"plan: {role} artifact {path} carries no rkspeech contract (custom string)")
         return info.contract
-    from rkspeech.export.onnx_contract import read_onnx_contract
+    from rkspeech.export.onnx_contract import (
+        check_contract_against_graph,
+        read_onnx_contract,
+    )
 
-    return read_onnx_contract(path)
+    contract = read_onnx_contract(path)
+    check_contract_against_graph(path, contract)
+    return contract
 
 
 def load_plan(path, *, backend: str | None = None, expect_target: str | None = None) -> Plan:
     """Read and validate ``plan.json``.  ``backend`` 'ort' validates the ONNX artifacts,
     'sim' needs the ONNX too (the simulator builds from ONNX), 'rknnlite' the .rknn ones."""
     p = Path(path)
+    if p.is_dir():
+        raise RkspeechError(f"plan {p} is a directory; pass its plan.json")
     if not p.is_file():
         raise RkspeechError(f"plan {p} does not exist")
     try:
@@ -102,10 +133,16 @@ def load_plan(path, *, backend: str | None = None, expect_target: str | None = N
         unknown = set(entries) - {"main", "first"}
         if unknown:
             raise RkspeechError(f"plan {p}: unknown artifact role(s) {sorted(unknown)} in {section}")
+        for role, v in entries.items():
+            if not isinstance(v, str) or not v:
+                raise RkspeechError(f"plan {p}: speech_decoder.{section}.{role} must be a file path "
+                                    f"(a string), got {v!r}")
         return {role: (base / v if not os.path.isabs(v) else Path(v)) for role, v in entries.items()}
 
     rknn, onnx = paths("artifacts"), paths("onnx")
     target = sd.get("target")
+    if target is not None and not isinstance(target, str):
+        raise RkspeechError(f"plan {p}: speech_decoder.target must be a chip name, got {target!r}")
     if expect_target and target and target != expect_target:
         raise RkspeechError(f"plan {p} was built for {target}, this machine is {expect_target}")
     use = rknn if backend == "rknnlite" or (backend is None and impl == "rknn" and not onnx) else onnx
@@ -114,23 +151,31 @@ def load_plan(path, *, backend: str | None = None, expect_target: str | None = N
     if "main" not in use:
         raise RkspeechError(f"plan {p}: no main artifact for this backend")
     for role, a in use.items():
+        if a.is_dir():
+            raise RkspeechError(f"plan {p}: {role} artifact {a} is a directory, not a model file")
         if not a.is_file():
             raise RkspeechError(f"plan {p}: {role} artifact {a} is missing")
     try:
         declared = StepContract.from_dict(sd["contract"]) if "contract" in sd else None
     except RkspeechError as exc:
         raise RkspeechError(f"plan {p}: {exc}") from None
-    contracts = {role: _artifact_contract(a, role, expect_target if a.suffix == ".rknn" else None)
-                 for role, a in use.items()}
+    contracts = {}
+    for role, a in use.items():
+        try:
+            contracts[role] = _artifact_contract(a, role, expect_target if a.suffix == ".rknn" else None)
+        except RkspeechError as exc:
+            raise RkspeechError(f"plan {p}: {role} artifact: {exc}") from None
     main = contracts["main"]
     if declared is not None and declared != main:
         raise RkspeechError(
-            f"plan {p}: the contract in the plan disagrees with the main artifact "
-            f"(plan B={declared.codes_length} N={declared.cache_numel}, artifact B={main.codes_length} N={main.cache_numel})"
+            f"plan {p}: the contract in the plan disagrees with the main artifact {use['main'].name} "
+            f"(plan vs artifact: {'; '.join(contract_differences(declared, main))}); rebuild, or fix the plan"
         )
     if "first" in contracts and not main.compatible_cache(contracts["first"]):
+        first = contracts["first"]
+        diff = [d for d in contract_differences(first, main) if not d.startswith(("B ", "formulation ", "codes_dtype "))]
         raise RkspeechError(
-            f"plan {p}: first and main artifacts have different caches "
-            f"(N={contracts['first'].cache_numel} vs N={main.cache_numel}); rebuild them from one checkpoint"
+            f"plan {p}: first and main artifacts have different caches or signals "
+            f"(first vs main: {'; '.join(diff)}); rebuild them from one checkpoint"
         )
     return Plan(p, impl, target, main, rknn, onnx, contracts, raw)

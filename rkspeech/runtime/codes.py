@@ -66,6 +66,8 @@ def load_codes_file(path) -> np.ndarray:
     from pathlib import Path
 
     p = Path(path)
+    if p.is_dir():
+        raise RkspeechError(f"codes file {p} is a directory; pass a .npy, .json or .pt file")
     if not p.is_file():
         raise RkspeechError(f"codes file {p} does not exist")
     suffix = p.suffix.lower()

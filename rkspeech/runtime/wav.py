@@ -54,6 +54,69 @@ def write_wav(path, pcm, sample_rate: int, *, writer: str = "auto") -> Path:
     return out
 
 
+class WavWriter:
+    """A 16-bit mono wav written as the audio arrives, so memory stays flat with its length.
+
+    ``with WavWriter(path, rate) as w: w.write(pcm)`` (any number of times).  Samples go to a
+    unique temporary name beside ``path`` (stdlib ``wave``, which rewrites the header's sizes
+    when closed); when the block ends without an error the file is renamed onto ``path``, else
+    it is removed and an earlier file at ``path`` is untouched.  Samples are converted as in
+    :func:`write_wav`, so the bytes equal a one-shot write of the concatenated audio."""
+
+    def __init__(self, path, sample_rate: int):
+        self.path = Path(path)
+        self.sample_rate = int(sample_rate)
+        self.frames = 0
+        self._ctx = None
+        self._wave = None
+
+    def __enter__(self) -> WavWriter:
+        import wave
+
+        if not self.path.parent.is_dir():
+            raise RkspeechError(f"cannot write {self.path}: folder {self.path.parent} does not exist")
+        self._ctx = atomic_path(self.path, suffix=".wav")
+        try:
+            tmp = self._ctx.__enter__()
+            self._wave = wave.open(str(tmp), "wb")
+        except OSError as exc:
+            self._ctx.__exit__(type(exc), exc, None)
+            raise RkspeechError(f"cannot write {self.path}: {exc}") from None
+        self._wave.setnchannels(1)
+        self._wave.setsampwidth(2)
+        self._wave.setframerate(self.sample_rate)
+        return self
+
+    def write(self, pcm) -> None:
+        data = to_int16(pcm)
+        if data.size:
+            try:
+                self._wave.writeframes(data.astype("<i2").tobytes())
+            except OSError as exc:
+                raise RkspeechError(f"cannot write {self.path}: {exc}") from None
+            self.frames += int(data.size)
+
+    @property
+    def seconds(self) -> float:
+        return self.frames / self.sample_rate
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        try:
+            self._wave.close()  # rewrites the header's sizes
+        except OSError as err:
+            if exc_type is None:
+                self._ctx.__exit__(type(err), err, None)  # removes the temporary file
+                raise RkspeechError(f"cannot write {self.path}: {err}") from None
+        if exc_type is not None:
+            self._ctx.__exit__(exc_type, exc, tb)  # removes the temporary file, keeps the error
+            return False
+        try:
+            self._ctx.__exit__(None, None, None)  # renames into place
+        except OSError as err:
+            raise RkspeechError(f"cannot write {self.path}: {err}") from None
+        return False
+
+
 def read_wav_int16(path) -> tuple[np.ndarray, int]:
     """(int16 samples, sample rate) of a mono 16-bit wav, with the stdlib (for tests and checks)."""
     import wave

@@ -167,17 +167,43 @@ class StepContract:
                 f"not an rkspeech step contract (format {d.get('format') if isinstance(d, dict) else None!r}, "
                 f"expected {CONTRACT_FORMAT!r})"
             )
+        def whole(key: str, minimum: int = 1) -> int:
+            if key not in d:
+                raise RkspeechError(f"step contract is malformed: {key} is missing")
+            v = d[key]
+            if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+                raise RkspeechError(f"step contract is malformed: {key} must be an integer >= {minimum}, "
+                                    f"got {v!r}")
+            return v
+
+        theta = d.get("rope_theta")
+        if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 0 \
+                or not math.isfinite(theta):
+            raise RkspeechError(f"step contract is malformed: rope_theta must be a positive number, got {theta!r}")
+        segs = d.get("segments")
+        if not isinstance(segs, list) or not all(
+                isinstance(s, (list, tuple)) and len(s) == 2 and isinstance(s[0], str)
+                and isinstance(s[1], (list, tuple))
+                and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in s[1])
+                for s in segs):
+            raise RkspeechError("step contract is malformed: segments must be a list of "
+                                "[name, [non-negative integer dims]]")
+        if not isinstance(d.get("extra", {}), dict):
+            raise RkspeechError("step contract is malformed: extra must be an object")
+        for key in ("formulation", "codes_dtype", "model"):
+            if key in d and not isinstance(d[key], str):
+                raise RkspeechError(f"step contract is malformed: {key} must be a string, got {d[key]!r}")
         try:
-            segments = make_segments((str(n), tuple(s)) for n, s in d["segments"])
+            segments = make_segments((str(n), tuple(s)) for n, s in segs)
             contract = cls(
-                codes_length=int(d["B"]),
-                num_quantizers=int(d["Q"]),
-                codebook_size=int(d["codebook_size"]),
-                head_dim=int(d["head_dim"]),
-                sliding_window=int(d["sliding_window"]),
-                rope_theta=float(d["rope_theta"]),
-                samples_per_token=int(d["samples_per_token"]),
-                sample_rate=int(d["sample_rate"]),
+                codes_length=whole("B"),
+                num_quantizers=whole("Q"),
+                codebook_size=whole("codebook_size"),
+                head_dim=whole("head_dim", 2),
+                sliding_window=whole("sliding_window"),
+                rope_theta=float(theta),
+                samples_per_token=whole("samples_per_token"),
+                sample_rate=whole("sample_rate"),
                 segments=segments,
                 formulation=canonical(str(d.get("formulation", REFERENCE))),
                 codes_dtype=str(d.get("codes_dtype", "int64")),
@@ -189,7 +215,9 @@ class StepContract:
         if contract.codes_dtype not in CODES_DTYPES:
             raise RkspeechError(f"step contract is malformed: codes_dtype {contract.codes_dtype!r} "
                                 f"is not one of {CODES_DTYPES}")
-        if "N" in d and int(d["N"]) != contract.cache_numel:
+        if "N" in d and (isinstance(d["N"], bool) or not isinstance(d["N"], int)):
+            raise RkspeechError(f"step contract is malformed: N must be an integer, got {d['N']!r}")
+        if "N" in d and d["N"] != contract.cache_numel:
             raise RkspeechError(
                 f"step contract is inconsistent: N={d['N']} but its segments add up to "
                 f"{contract.cache_numel}"

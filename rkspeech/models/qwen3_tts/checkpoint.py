@@ -95,24 +95,31 @@ def read_config(files: CheckpointFiles) -> VocoderConfig:
         raise RkspeechError(f"{files.config}: no decoder_config section")
     try:
         cfg = VocoderConfig.from_dict(dec)
+    except RkspeechError as exc:
+        raise RkspeechError(f"{files.config}: decoder_config: {exc}") from None
     except (TypeError, ValueError) as exc:
         raise RkspeechError(f"{files.config}: bad decoder_config ({exc})") from None
-    if cfg.num_attention_heads % cfg.num_key_value_heads:
-        raise RkspeechError(f"{files.config}: num_attention_heads must be a multiple of num_key_value_heads")
+    for key in ("decode_upsample_rate", "output_sample_rate"):
+        v = raw.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise RkspeechError(f"{files.config}: {key} must be a positive integer, got {v!r}")
     upsample = raw.get("decode_upsample_rate")
-    if upsample is not None and int(upsample) != cfg.samples_per_token:
+    if upsample is not None and upsample != cfg.samples_per_token:
         raise RkspeechError(
             f"{files.config}: decode_upsample_rate {upsample} disagrees with the decoder's rates "
             f"({cfg.samples_per_token} samples per token)"
         )
     out_rate = raw.get("output_sample_rate")
     if out_rate is not None:
-        cfg = VocoderConfig.from_dict({**cfg.to_dict(), "sample_rate": int(out_rate)})
+        cfg = VocoderConfig.from_dict({**cfg.to_dict(), "sample_rate": out_rate})
     return cfg
 
 
 def read_decoder_state(files: CheckpointFiles) -> dict:
-    """The ``decoder.*`` tensors, prefix stripped, as fp32 torch tensors."""
+    """The ``decoder.*`` tensors, prefix stripped, as fp32 torch tensors.
+
+    A weight stored as an integer or bool tensor, or holding NaN / inf, is refused here (naming
+    the key) rather than cast and blamed later on the step graph's numerics."""
     from safetensors import SafetensorError
     from safetensors.torch import safe_open
 
@@ -123,7 +130,15 @@ def read_decoder_state(files: CheckpointFiles) -> dict:
         with safe_open(str(files.weights), framework="pt") as f:
             for key in f.keys():
                 if key.startswith(DECODER_PREFIX):
-                    state[key[len(DECODER_PREFIX):]] = f.get_tensor(key).to(torch.float32)
+                    t = f.get_tensor(key)
+                    if not t.is_floating_point():
+                        raise RkspeechError(f"{files.weights}: {key} is stored as {t.dtype}; weights must be "
+                                            "floating point (a corrupt or wrongly exported checkpoint)")
+                    t = t.to(torch.float32)
+                    if not bool(torch.isfinite(t).all()):
+                        raise RkspeechError(f"{files.weights}: {key} holds NaN or inf values; the checkpoint "
+                                            "is corrupt (re-download or re-export it)")
+                    state[key[len(DECODER_PREFIX):]] = t
     except (SafetensorError, OSError) as exc:
         raise RkspeechError(f"{files.weights}: not a readable safetensors file ({exc})") from None
     if not state:

@@ -36,10 +36,13 @@ class SegmentedSimulator(Runner):
         from rkspeech.export.split import split_onnx
 
         self._inputs, self._outputs = onnx_io_specs(os.fspath(onnx_path))
-        self._tmp = None
-        if work_dir is None:
+        self._tmp = self._owned = None
+        if work_dir is None:  # recorded in core.child: removed on an interrupt or SIGTERM too
+            from rkspeech.core.child import own
+
             self._tmp = tempfile.TemporaryDirectory(prefix="rkspeech-pieces-")
             work_dir = self._tmp.name
+            self._owned = own(paths=[work_dir])
         self.paths = split_onnx(onnx_path, parts, work_dir)
         self.target, self.dtype, self.memory_limit_mb = target, dtype, memory_limit_mb
         self.log_path = log_path
@@ -64,6 +67,9 @@ class SegmentedSimulator(Runner):
         return [env[n] for n in self._outputs]
 
     def close(self) -> None:
+        from rkspeech.core.child import release
+
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
+            release(self._owned)

@@ -9,7 +9,9 @@ signal, the phase (build / inference) and the peak RSS, and enforces a memory li
 before the kernel does.
 
 ``infer(feed)`` sends the checked arrays over a pipe (a published-size cache is 5.2 MB) and
-returns the child's outputs.
+returns the child's outputs.  The child is recorded in ``core.child`` while it lives: an
+interrupt or a SIGTERM / SIGHUP to the caller (the CLI turns those into exceptions) kills it at
+once instead of waiting for it to finish its build.
 """
 
 from __future__ import annotations
@@ -20,7 +22,14 @@ from typing import Any
 
 import numpy as np
 
-from rkspeech.core.child import POLL_SECONDS, ChildWatch, death_message, kill_tree
+from rkspeech.core.child import (
+    POLL_SECONDS,
+    ChildWatch,
+    death_message,
+    kill_tree,
+    own,
+    release,
+)
 from rkspeech.core.errors import RkspeechError
 from rkspeech.runtime.runners.base import Runner, onnx_io_specs
 
@@ -89,6 +98,7 @@ class SimulatorProcess(Runner):
                                                       {"target": target, "dtype": dtype, **kwargs}),
                                  daemon=True)
         self._proc.start()
+        self._owned = own(self._proc.pid)
         child_conn.close()
         try:
             self._wait("build")
@@ -111,6 +121,9 @@ class SimulatorProcess(Runner):
                     self._proc.join()
                     raise RkspeechError(f"rknn simulator ({self._what(phase)}) {over} after "
                                         f"{watch.elapsed:.0f} s; {_TOO_BIG}")
+        except KeyboardInterrupt:  # includes core.child.Terminated: do not wait for the child
+            self._kill()
+            raise
         finally:
             self.peak_rss_mb = max(self.peak_rss_mb, watch.peak_mb or 0.0)
         try:
@@ -121,6 +134,14 @@ class SimulatorProcess(Runner):
         if kind == "error":
             raise RkspeechError(payload)
         return payload
+
+    def _kill(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            kill_tree(proc.pid)
+            proc.join()
+            self._conn.close()
+        release(getattr(self, "_owned", None))
 
     def _death_message(self, phase: str) -> str:
         rc = self._proc.exitcode
@@ -151,7 +172,14 @@ class SimulatorProcess(Runner):
                 proc.join(timeout=30)
         except (BrokenPipeError, OSError):
             pass
+        except KeyboardInterrupt:
+            kill_tree(proc.pid)
+            proc.join()
+            self._conn.close()
+            release(getattr(self, "_owned", None))
+            raise
         if proc.is_alive():
             kill_tree(proc.pid)
             proc.join()
         self._conn.close()
+        release(getattr(self, "_owned", None))
