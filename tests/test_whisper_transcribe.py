@@ -158,7 +158,8 @@ def test_compare_detects_a_wrong_encoder(pipeline, encoder_onnx, speech):
     """The identity check must fail when the encoder is wrong: here its output past 10 s is zeros
     (what a window-geometry mistake looks like to the decoder).  A 0.5 s time shift of the
     encoder output, by contrast, decoded to the same text here: the decoder is robust to it."""
-    from rkspeech.runtime.whisper import diff_transcripts, load_audio, open_encoder
+    from rkspeech.runtime.whisper import load_audio, open_encoder
+    from rkspeech.runtime.whisper_transcript import diff_text
 
     audio = load_audio(speech["all"])
     ref = pipeline.reference(audio)
@@ -169,7 +170,7 @@ def test_compare_detects_a_wrong_encoder(pipeline, encoder_onnx, speech):
             return out
 
         broken = pipeline.transcribe(audio, broken_encoder)
-    assert diff_transcripts(ref.text, broken.text) is not None
+    assert diff_text(ref.text, broken.text) is not None
 
 
 def test_transcribe_cli_compare_json(encoder_onnx, speech, capsys):

@@ -274,22 +274,6 @@ class WhisperPipeline:
                           {"total_s": total})
 
 
-def diff_transcripts(reference: str, test: str) -> str | None:
-    """None when byte-identical; otherwise a short word-level diff for people."""
-    if reference == test:
-        return None
-    import difflib
-
-    ref_words, test_words = reference.split(), test.split()
-    lines = []
-    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=ref_words, b=test_words).get_opcodes():
-        if op != "equal":
-            lines.append(f"{op}: cpu={' '.join(ref_words[i1:i2])!r} offload={' '.join(test_words[j1:j2])!r}")
-    if not lines:
-        lines.append(f"whitespace differs: cpu={reference!r} offload={test!r}")
-    return "\n".join(lines)
-
-
 # --------------------------------------------------------------------------------------------
 # The offloaded encoder: any runner (rkspeech.runtime.runners) behind the decoder's interface
 # --------------------------------------------------------------------------------------------
