@@ -186,6 +186,8 @@ TABLE = [
      r"N must be an integer, got 'abc'", ["{tmp}"]),
     ("decode-onnx-contract-edited", "decode --plan {bad}/plan_edited_onnx.json {plan}/codes.npy -o {tmp}/x.wav",
      r"contract says audio_codes is \[1, 16, 16\], the graph's audio_codes is \[1, 16, 8\]", ["{tmp}"]),
+    ("verify-onnx-contract-edited", "verify --model-dir {ckpt} --onnx {bad}/edited.onnx",
+     r"contract says audio_codes is \[1, 16, 16\], the graph's audio_codes is \[1, 16, 8\]", ["{bad}"]),
     # messages name what differs (7)
     ("decode-plan-rate-mismatch", "decode --plan {bad}/plan_rate.json {plan}/codes.npy -o {tmp}/x.wav",
      r"plan vs artifact: sample_rate 16000 vs 24000\)", ["{tmp}"]),
@@ -311,6 +313,23 @@ def test_build_folder_lock(tmp_path, reduced_ckpt, capsys):
         pass
     with pytest.raises(RkspeechError, match="another build"), folder_lock(out), folder_lock(out):
         pass
+
+
+def test_second_decode_to_one_output_is_refused(tmp_path, plan_dir, capsys):
+    """Two decodes to one -o: atomic writes keep the file whole, but the run whose result is
+    replaced would still exit 0; the output lock refuses the second at once."""
+    from rkspeech.core.atomic import output_lock
+
+    out = tmp_path / "x.wav"
+    argv = ["decode", "--plan", str(plan_dir / "plan.json"), str(plan_dir / "codes.npy"), "-o", str(out)]
+    with output_lock(out, what="output wav"):
+        rc, err = _run(argv, capsys)
+        assert rc == 2 and f"another rkspeech (pid {os.getpid()}) is writing output wav {out}" in err, err
+        assert not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # the lock file goes with its holder
+    rc, err = _run(argv, capsys)
+    assert rc == 0 and out.exists(), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.wav"]
 
 
 # ---- a long decode keeps memory flat --------------------------------------------------------

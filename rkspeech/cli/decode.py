@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from rkspeech.core import progress
-    from rkspeech.core.atomic import check_writable, write_json
+    from rkspeech.core.atomic import check_writable, output_lock, write_json
     from rkspeech.core.errors import RkspeechError
     from rkspeech.core.reporting import print_table
     from rkspeech.core.targets import board_target
@@ -60,53 +60,54 @@ def run(args: argparse.Namespace) -> int:
     target = args.target
     if args.backend == "rknnlite" and target is None:
         target = board_target()
-    plan = load_plan(args.plan, backend=args.backend,
-                     expect_target=target if args.backend == "rknnlite" else None)
-    c = plan.contract
-    codes = normalize_codes(load_codes_file(args.codes), c.num_quantizers, c.codebook_size, allow_empty=False)
-    roles = ", ".join(f"{r} B={plan.contracts[r].codes_length}" for r in plan.roles())
-    what = {"ort": "onnxruntime sessions", "sim": "simulator builds (one conversion per graph)",
-            "rknnlite": "rknn-lite contexts"}[args.backend]
-    with progress.stage(f"load {what}: {roles}"):
-        pool = open_pool(plan, args.backend, size=1, threads=args.threads,
-                         core_masks=[args.core_mask], target=target)
-    try:
-        sv = pool.open_stream()
-        first_B = plan.contracts["first"].codes_length if "first" in plan.contracts else 0
-        B = c.codes_length
-        # (start, end) of each push: views into ``codes``, no copies held
-        bounds = ([(0, first_B)] if first_B else []) + [(j, j + B) for j in range(first_B, len(codes), B)]
-        first_audio = None
-        start = time.perf_counter()
-        with WavWriter(out, c.sample_rate) as wav:
-            for lo, hi in progress.track(bounds, f"decode {len(codes)} tokens"):
-                pcm = sv.push(codes[lo:hi])
-                if pcm.size and first_audio is None:
+    with output_lock(out, what="output wav"):  # a second decode to this path is refused
+        plan = load_plan(args.plan, backend=args.backend,
+                         expect_target=target if args.backend == "rknnlite" else None)
+        c = plan.contract
+        codes = normalize_codes(load_codes_file(args.codes), c.num_quantizers, c.codebook_size, allow_empty=False)
+        roles = ", ".join(f"{r} B={plan.contracts[r].codes_length}" for r in plan.roles())
+        what = {"ort": "onnxruntime sessions", "sim": "simulator builds (one conversion per graph)",
+                "rknnlite": "rknn-lite contexts"}[args.backend]
+        with progress.stage(f"load {what}: {roles}"):
+            pool = open_pool(plan, args.backend, size=1, threads=args.threads,
+                             core_masks=[args.core_mask], target=target)
+        try:
+            sv = pool.open_stream()
+            first_B = plan.contracts["first"].codes_length if "first" in plan.contracts else 0
+            B = c.codes_length
+            # (start, end) of each push: views into ``codes``, no copies held
+            bounds = ([(0, first_B)] if first_B else []) + [(j, j + B) for j in range(first_B, len(codes), B)]
+            first_audio = None
+            start = time.perf_counter()
+            with WavWriter(out, c.sample_rate) as wav:
+                for lo, hi in progress.track(bounds, f"decode {len(codes)} tokens"):
+                    pcm = sv.push(codes[lo:hi])
+                    if pcm.size and first_audio is None:
+                        first_audio = time.perf_counter() - start
+                    wav.write(pcm)
+                tail = sv.flush()
+                if tail.size and first_audio is None:
                     first_audio = time.perf_counter() - start
-                wav.write(pcm)
-            tail = sv.flush()
-            if tail.size and first_audio is None:
-                first_audio = time.perf_counter() - start
-            wav.write(tail)
-        seconds = time.perf_counter() - start
-        timings = list(sv.timings)
-    finally:
-        pool.close()
-    samples = wav.frames
-    audio_s = samples / c.sample_rate
-    engine_s = sum(t.engine_s for t in timings)
-    report = {
-        "plan": str(plan.path), "backend": args.backend, "output": str(out),
-        "tokens": int(len(codes)), "samples": int(samples), "sample_rate": c.sample_rate,
-        "audio_seconds": round(audio_s, 4), "decode_seconds": round(seconds, 4),
-        "realtime_factor": round(seconds / audio_s, 4) if audio_s else None,
-        "time_to_first_audio_s": round(first_audio, 4) if first_audio is not None else None,
-        "steps": len(timings), "engine_seconds": round(engine_s, 4),
-        "host_share": round(1 - engine_s / seconds, 5) if seconds else None,
-        "steps_B": [t.tokens for t in timings],
-    }
-    if args.report:
-        write_json(args.report, report)
+                wav.write(tail)
+            seconds = time.perf_counter() - start
+            timings = list(sv.timings)
+        finally:
+            pool.close()
+        samples = wav.frames
+        audio_s = samples / c.sample_rate
+        engine_s = sum(t.engine_s for t in timings)
+        report = {
+            "plan": str(plan.path), "backend": args.backend, "output": str(out),
+            "tokens": int(len(codes)), "samples": int(samples), "sample_rate": c.sample_rate,
+            "audio_seconds": round(audio_s, 4), "decode_seconds": round(seconds, 4),
+            "realtime_factor": round(seconds / audio_s, 4) if audio_s else None,
+            "time_to_first_audio_s": round(first_audio, 4) if first_audio is not None else None,
+            "steps": len(timings), "engine_seconds": round(engine_s, 4),
+            "host_share": round(1 - engine_s / seconds, 5) if seconds else None,
+            "steps_B": [t.tokens for t in timings],
+        }
+        if args.report:
+            write_json(args.report, report)
     print_table("rkspeech decode", [
         ("output", f"{out} ({audio_s:.2f} s of audio, {c.sample_rate} Hz, 16-bit)"),
         ("backend / steps", f"{args.backend}, {len(timings)} steps ({roles})"),

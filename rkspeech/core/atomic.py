@@ -89,32 +89,67 @@ LOCK_FILE = ".rkspeech.lock"
 
 
 @contextlib.contextmanager
-def folder_lock(folder: str | os.PathLike, *, what: str = "build") -> Iterator[Path]:
-    """Hold an exclusive lock on ``folder`` (created if missing; ``flock`` on
-    ``folder/.rkspeech.lock``) for the block.
-
-    A second holder gets ``RkspeechError("another build is using this folder (pid N)")`` at
-    once.  The kernel releases the lock when its holder exits, however it ends, so a lock file
-    left by a dead process does not block; the file itself stays (removing it would race)."""
+def _exclusive(lock_path: Path, refused: str, *, remove: bool) -> Iterator[Path]:
+    """``flock`` ``lock_path`` (created) for the block, or RkspeechError(``refused`` with the
+    holder's pid) at once.  The kernel drops the lock when its holder exits however it ends, so
+    a file left by a dead process does not block.  ``remove``: unlink the file on release; a
+    waiter that opened it just before then holds a lock on a file no longer at ``lock_path``,
+    which the inode check after locking catches (it tries again on the new file)."""
     import fcntl
 
     from rkspeech.core.errors import RkspeechError
 
-    Path(folder).mkdir(parents=True, exist_ok=True)
-    path = Path(folder) / LOCK_FILE
-    f = open(path, "a+")
-    try:
+    for _ in range(20):
+        f = open(lock_path, "a+")
         try:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             f.seek(0)
             holder = f.read().strip() or "?"
-            raise RkspeechError(f"another {what} is using this folder (pid {holder}): {folder}; wait for "
-                                "it to finish or pick another --out") from None
+            f.close()
+            raise RkspeechError(refused.format(pid=holder)) from None
+        try:
+            same = os.fstat(f.fileno()).st_ino == os.stat(lock_path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        f.close()
+    else:  # pragma: no cover - twenty lost races in a row
+        raise RkspeechError(refused.format(pid="?"))
+    try:
         f.seek(0)
         f.truncate()
         f.write(str(os.getpid()))
         f.flush()
-        yield path
+        yield lock_path
     finally:
+        if remove:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(lock_path)
         f.close()
+
+
+@contextlib.contextmanager
+def folder_lock(folder: str | os.PathLike, *, what: str = "build") -> Iterator[Path]:
+    """Hold an exclusive lock on ``folder`` (created if missing; ``flock`` on
+    ``folder/.rkspeech.lock``, which stays) for the block; a second holder gets
+    ``RkspeechError("another build is using this folder (pid N)")`` at once."""
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    with _exclusive(Path(folder) / LOCK_FILE,
+                    f"another {what} is using this folder (pid {{pid}}): {folder}; wait for it to finish "
+                    "or pick another --out", remove=False) as path:
+        yield path
+
+
+@contextlib.contextmanager
+def output_lock(path: str | os.PathLike, *, what: str = "output") -> Iterator[Path]:
+    """Hold ``path`` for one writer from before its work starts until it is written (lock file
+    ``.NAME.lock`` beside it, removed after).  Atomic writes alone keep a file whole, but two
+    runs writing one path would both report success while one result is silently replaced; the
+    second is refused at once instead."""
+    p = Path(path)
+    with _exclusive(p.parent / f".{p.name}.lock",
+                    f"another rkspeech (pid {{pid}}) is writing {what} {p}; wait for it or pick another "
+                    "output path", remove=True) as lock:
+        yield lock

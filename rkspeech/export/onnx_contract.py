@@ -73,10 +73,14 @@ def read_onnx_metadata(path) -> dict[str, str]:
 
 
 def read_onnx_contract(path) -> StepContract:
+    """The contract in ``path``'s metadata, checked against the graph's own inputs and outputs,
+    so every reader (plan, verify, build, decode) refuses edited or foreign metadata alike."""
     meta = read_onnx_metadata(path)
     if CONTRACT_KEY not in meta:
         raise RkspeechError(
             f"{path}: no {CONTRACT_KEY} metadata; it was not exported by rkspeech "
             "(re-export with: rkspeech export qwen3-tts-vocoder ...)"
         )
-    return StepContract.from_json(meta[CONTRACT_KEY])
+    contract = StepContract.from_json(meta[CONTRACT_KEY])
+    check_contract_against_graph(path, contract)
+    return contract

@@ -96,14 +96,9 @@ def _artifact_contract(path: Path, role: str, expect_target: str | None) -> Step
         if info.contract is None:
             raise RkspeechError(f"plan: {role} artifact {path} carries no rkspeech contract (custom string)")
         return info.contract
-    from rkspeech.export.onnx_contract import (
-        check_contract_against_graph,
-        read_onnx_contract,
-    )
+    from rkspeech.export.onnx_contract import read_onnx_contract
 
-    contract = read_onnx_contract(path)
-    check_contract_against_graph(path, contract)
-    return contract
+    return read_onnx_contract(path)
 
 
 def load_plan(path, *, backend: str | None = None, expect_target: str | None = None) -> Plan:
