@@ -31,9 +31,18 @@ def test_convert_report_fields(tmp_path_factory):
 
 
 def test_no_sin_all_npu(tmp_path):
+    import tempfile
+    from pathlib import Path
+
+    def toolkit_copies():  # rknn-toolkit2's build writes a check.rknn into a mkdtemp() folder
+        return {p.parent for p in Path(tempfile.gettempdir()).glob("tmp*/check.rknn")}
+
+    before = toolkit_copies()
     onnx_path = conv_relu_sin(tmp_path / "nosin.onnx", with_sin=False)
     res = convert(onnx_path, tmp_path / "nosin.rknn", target="rk3588", show_progress=False)
     assert res.to_report()["placement"]["cpu_ops"] == 0
+    assert toolkit_copies() == before  # the child's TMPDIR is its work folder, removed after
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["nosin.onnx", "nosin.rknn", "nosin.rknn.build.log"]
 
 
 def test_child_signal_keeps_previous_artifact(tmp_path, monkeypatch):

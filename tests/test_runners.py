@@ -138,6 +138,11 @@ def test_open_runner_sim_is_a_child_process(tmp_path):
         y = sim.infer({"x": x})["y"]
         _refuses(sim, {"x": x[..., :8]}, "input x has shape")
         assert sim._proc.is_alive()  # a refused feed never reached the child
+        import psutil
+
+        work = sim._workdir  # the child's cwd and TMPDIR: toolkit droppings land there
+        assert psutil.Process(sim._proc.pid).cwd() == work
+    assert not __import__("os").path.exists(work)
     assert _snr_db(ref, y) >= 40
 
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import shutil
+import tempfile
 from typing import Any
 
 import numpy as np
@@ -48,8 +50,16 @@ def _one_line(exc: BaseException) -> str:
     return lines[-1] if lines[-1].startswith(kind + ":") else f"{kind}: {lines[-1]}"
 
 
-def _serve(conn, onnx_path: str, kwargs: dict[str, Any]) -> None:
-    """Child: build the simulator, then answer ``("infer", arrays)`` until ``("close",)``."""
+def _serve(conn, onnx_path: str, kwargs: dict[str, Any], workdir: str) -> None:
+    """Child: build the simulator, then answer ``("infer", arrays)`` until ``("close",)``.
+
+    It works in ``workdir`` (its cwd and TMPDIR), which the parent removes: the toolkit drops
+    files in both (an ``audio_values.npy`` once appeared in the caller's cwd during a run)."""
+    import tempfile
+
+    os.chdir(workdir)
+    os.environ["TMPDIR"] = workdir
+    tempfile.tempdir = workdir
     from rkspeech.runtime.runners.simulator import RknnSimulatorRunner
 
     try:
@@ -94,11 +104,17 @@ class SimulatorProcess(Runner):
         self.peak_rss_mb = 0.0
         ctx = mp.get_context("spawn")
         self._conn, child_conn = ctx.Pipe()
-        self._proc = ctx.Process(target=_serve, args=(child_conn, self.onnx_path,
-                                                      {"target": target, "dtype": dtype, **kwargs}),
+        self._workdir = tempfile.mkdtemp(prefix="rkspeech-sim.")
+        self._proc = ctx.Process(target=_serve, args=(child_conn, os.path.abspath(self.onnx_path),
+                                                      {"target": target, "dtype": dtype, **kwargs},
+                                                      self._workdir),
                                  daemon=True)
-        self._proc.start()
-        self._owned = own(self._proc.pid)
+        try:
+            self._proc.start()
+        except BaseException:
+            shutil.rmtree(self._workdir, ignore_errors=True)
+            raise
+        self._owned = own(self._proc.pid, paths=[self._workdir])
         child_conn.close()
         try:
             self._wait("build")
@@ -141,7 +157,15 @@ class SimulatorProcess(Runner):
             kill_tree(proc.pid)
             proc.join()
             self._conn.close()
+        self._release()
+
+    def _release(self) -> None:
+        """Forget the (ended) child and remove its work folder."""
         release(getattr(self, "_owned", None))
+        self._owned = None
+        if getattr(self, "_workdir", None):
+            shutil.rmtree(self._workdir, ignore_errors=True)
+            self._workdir = None
 
     def _death_message(self, phase: str) -> str:
         rc = self._proc.exitcode
@@ -176,10 +200,10 @@ class SimulatorProcess(Runner):
             kill_tree(proc.pid)
             proc.join()
             self._conn.close()
-            release(getattr(self, "_owned", None))
+            self._release()
             raise
         if proc.is_alive():
             kill_tree(proc.pid)
             proc.join()
         self._conn.close()
-        release(getattr(self, "_owned", None))
+        self._release()
