@@ -25,6 +25,7 @@ COMMAND_MODULES = (
     "lint",
     "convert",
     "inspect",
+    "estimate",
     "verify",
     "build",
     "decode",

@@ -53,6 +53,16 @@ def summary_rows(summary: dict) -> list[tuple]:
         rows.append((f"{role}: build", f"{b['seconds']:.0f} s, peak {b['peak_rss_mb']} MB, "
                                        f"REGTASK lines {b['regtask_overflow_lines']:,}"))
         rows.append((f"{role}: .rknn", f"{c['rknn']['bytes'] / 1e6:.1f} MB"))
+        est = (summary.get("estimate") or {}).get(role)
+        if est and est.get("audio_s"):
+            rtf = est["rtf_by_cores"]
+            rows.append((f"{role}: est. board step (rkspeech estimate)",
+                         f"{est['est_step_ms']:.1f} ms per {est['audio_s']:g} s of audio, {est['traffic_mb']:,.0f} MB "
+                         f"traffic; RTF 1 core {float(rtf.get(1, rtf.get('1'))):.3g}, "
+                         f"3 cores {float(rtf.get(3, rtf.get('3', 'nan'))):.3g} "
+                         "(compiler cycles at 1 GHz, 17 GB/s: docs/estimate.md)"))
+        elif est and est.get("error"):
+            rows.append((f"{role}: est. board step", est["error"][:120]))
     v = summary.get("verify")
     if v:
         s = v["snr_db"]

@@ -46,7 +46,9 @@ class Layer:
     onnx_node: str | None = None  # name of the ONNX node, when FullName maps to one
     position: str = ""  # head / middle / tail (layer index thirds)
     cycles: int = 0  # the table's Cycles(DDR/NPU/Total) total
-    rw_kb: float = 0.0  # the table's RW(KB): the compiler's estimate of the memory traffic
+    rw_kb: float = 0.0  # the table's RW(KB): the layer's reads (inputs + weights; writes not in it)
+    ddr_cycles: int = 0  # Cycles(DDR/...): the memory part (total = max(DDR, NPU) in 2.5.0 logs)
+    npu_cycles: int = 0  # Cycles(.../NPU/...): the compute part
 
     @property
     def is_io(self) -> bool:
@@ -83,7 +85,8 @@ class Placement:
         for conv-family layers (Conv, ConvAdd, ConvTranspose, exMatMul, ...): measured on the
         reduced npu step (B=16, rk3588), 77 of 1166 layers; elementwise, reshape and CPU layers print
         ``0/0/0``.  So ``cycles_total`` is the convolutions' estimate, not the graph's time;
-        ``rw_mb_*`` (RW(KB), filled for every layer) is the memory traffic the compiler plans."""
+        ``rw_mb_*`` (RW(KB), filled for every layer) is the traffic the compiler plans: its reads
+        (inputs + weights); the outputs' writes come on top (``rkspeech.estimate``)."""
         return {"cycles_total": sum(la.cycles for la in self.compute),
                 "rw_mb_total": round(sum(la.rw_kb for la in self.compute) / 1024, 1),
                 "rw_mb_cpu": round(sum(la.rw_kb for la in self.cpu_layers) / 1024, 1)}
@@ -161,10 +164,12 @@ def parse_log_lines(lines: Iterable[str]) -> tuple[list[list[Layer]], int]:
         else:
             rest = m.group(5).split(None, 4) + [""] * 5
             in_shape, out_shape, cycles, rw, full = rest[:5]
+        parts = (cycles.split("/") + ["0", "0"])[:3] if "/" in cycles else ["0", "0", cycles]
         current.append(Layer(id=int(m.group(1)), op_type=m.group(2), dtype=m.group(3),
                              target=m.group(4), input_shapes=in_shape, output_shapes=out_shape,
-                             full_name=full.strip(), cycles=_number(cycles.split("/")[-1], int),
-                             rw_kb=_number(rw, float)))
+                             full_name=full.strip(), cycles=_number(parts[2], int),
+                             rw_kb=_number(rw, float), ddr_cycles=_number(parts[0], int),
+                             npu_cycles=_number(parts[1], int)))
     if state == "rows" and current:
         tables.append(current)
     return tables, regtask

@@ -160,6 +160,7 @@ def _build(o: VocoderBuildOptions, files, out: Path) -> dict:
                                   "dtype": "fp16"})
     summary = {
         "formulation": formulation, "target": o.target, "B": B, "first_B": first_B,
+        "estimate": {role: _board_estimate(path) for role, path in rknn_paths.items()},
         "stages": stages.timings,
         "plan": str(plan_path),
         "seconds": round(time.perf_counter() - started, 1),
@@ -176,3 +177,17 @@ def _build(o: VocoderBuildOptions, files, out: Path) -> dict:
         if bad:
             raise RkspeechError(f"compute ops on the CPU: {bad} (see {out / BUILD_REPORT})")
     return summary
+
+
+def _board_estimate(rknn_path: Path) -> dict:
+    """``rkspeech estimate``'s headline figures (default assumptions, docs/estimate.md); a
+    missing or unreadable build log is reported, not fatal."""
+    from rkspeech.estimate.steptime import estimate_path
+
+    try:
+        rep = estimate_path(rknn_path).to_report()
+    except RkspeechError as exc:
+        return {"error": str(exc)}
+    keys = ("est_step_ms", "est_step_ms_by_cores", "audio_s", "rtf_by_cores", "cores_for_realtime",
+            "traffic_mb", "compute_ms", "traffic_ms")
+    return {k: rep.get(k) for k in keys}
