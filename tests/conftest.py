@@ -36,3 +36,12 @@ def reduced_model(reduced_ckpt):
 
     model, cfg, _ = load_vocoder(reduced_ckpt)
     return model
+
+
+@pytest.fixture(scope="session")
+def tts_custom_ckpt(tmp_path_factory):
+    """A reduced custom-voice Qwen3-TTS model root (seed 0): its speech_tokenizer/ is the
+    ``reduced_ckpt`` vocoder, so the session's reduced step graphs decode its codes."""
+    from rkspeech.models.qwen3_tts.synthetic_tts import write_tts_checkpoint
+
+    return write_tts_checkpoint(tmp_path_factory.mktemp("tts_custom_reduced"), "reduced", "custom-voice", 0)

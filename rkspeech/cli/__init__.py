@@ -29,6 +29,7 @@ COMMAND_MODULES = (
     "verify",
     "build",
     "decode",
+    "speak",
     "transcribe",
     "doctor",
 )

@@ -1,4 +1,4 @@
-"""``rkspeech synth-checkpoint qwen3-tts-vocoder``: a synthetic checkpoint in the real format."""
+"""``rkspeech synth-checkpoint qwen3-tts-vocoder|qwen3-tts``: a synthetic checkpoint in the real format."""
 
 from __future__ import annotations
 
@@ -14,6 +14,13 @@ def register(subparsers) -> None:
     v.add_argument("--out", required=True, help="model root to write (gets speech_tokenizer/)")
     v.add_argument("--no-encoder-keys", action="store_true", help="write decoder keys only")
     v.set_defaults(func=run)
+    t = models.add_parser("qwen3-tts", help="full Qwen3-TTS 12 Hz model root (talker, code predictor, speaker "
+                          "encoder, text tokenizer, speech_tokenizer/)")
+    t.add_argument("--config", choices=("published", "reduced"), default="reduced")
+    t.add_argument("--variant", choices=("base", "custom-voice", "voice-design"), default="custom-voice")
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--out", required=True, help="model root to write")
+    t.set_defaults(func=run_tts)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
 
@@ -26,4 +33,16 @@ def run(args: argparse.Namespace) -> int:
     with progress.stage(f"synthetic {args.config} checkpoint (seed {args.seed})"):
         folder = write_checkpoint(args.out, args.config, args.seed, with_encoder_keys=not args.no_encoder_keys)
     print(folder)
+    return 0
+
+
+def run_tts(args: argparse.Namespace) -> int:
+    from rkspeech.core import progress
+    from rkspeech.core.atomic import check_writable
+    from rkspeech.models.qwen3_tts.synthetic_tts import write_tts_checkpoint
+
+    check_writable(args.out, what="output", folder=True)
+    with progress.stage(f"synthetic {args.config} {args.variant} Qwen3-TTS model (seed {args.seed})"):
+        root = write_tts_checkpoint(args.out, args.config, args.variant, args.seed)
+    print(root)
     return 0

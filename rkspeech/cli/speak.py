@@ -1,0 +1,135 @@
+"""``rkspeech speak "TEXT" --model-dir DIR --plan plan.json -o out.wav``: text to speech, streaming.
+
+The talker and code predictor generate frames on the host (torch); each frame goes to the
+plan's streaming vocoder at once, and each finished vocoder step's audio goes straight to the
+wav, or with ``-o -`` to stdout as raw 16-bit little-endian mono PCM while generation goes on
+(``| aplay -f S16_LE -r 24000 -c 1``).  Progress and the summary table go to stderr then.
+``--codes-out`` saves the frames as ``[T, 16]`` int64, the layout ``rkspeech decode`` reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from rkspeech.core.targets import CORE_MASKS
+from rkspeech.runtime.runners import BACKENDS
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("speak", help="text to speech through a plan's streaming vocoder")
+    p.add_argument("text", help="the text to speak")
+    p.add_argument("--model-dir", default=None, help="Qwen3-TTS model root or HF cache snapshot "
+                                                       "(default $QWEN3_TTS_MODEL)")
+    p.add_argument("--plan", required=True, help="plan.json from `rkspeech build qwen3-tts-vocoder` for this model")
+    p.add_argument("-o", "--output", required=True, help="output .wav, or - for raw s16le PCM on stdout")
+    p.add_argument("--speaker", default=None, help="a named speaker (custom-voice models)")
+    p.add_argument("--instruct", default=None, help="a description of the voice (voice-design models; "
+                                                     "with --speaker on 1.7B custom-voice models)")
+    p.add_argument("--ref-audio", default=None, help="a recording of the voice to clone from its speaker "
+                                                      "embedding (Base models)")
+    p.add_argument("--language", default=None, help="language name (default: auto)")
+    p.add_argument("--backend", choices=BACKENDS, default="ort", help="vocoder backend (default ort)")
+    p.add_argument("--core-mask", default="auto", choices=CORE_MASKS, help="rknnlite NPU core(s)")
+    p.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads")
+    p.add_argument("--target", default=None, help="chip for sim/rknnlite (default: the plan's target)")
+    p.add_argument("--greedy", action="store_true", help="greedy decoding (no sampling)")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    p.add_argument("--temperature", type=float, default=None)
+    p.add_argument("--top-k", type=int, default=None)
+    p.add_argument("--top-p", type=float, default=None)
+    p.add_argument("--repetition-penalty", type=float, default=None)
+    p.add_argument("--max-frames", type=int, default=None, help="stop after this many frames (12.5 per second)")
+    p.add_argument("--codes-out", default=None, help="save the generated codes here ([T,16] int64 .npy)")
+    p.add_argument("--report", default=None, help="write the timing report JSON here")
+    p.set_defaults(func=run)
+
+
+def _options(args):
+    """Sampling controls for the talker (the code predictor keeps qwen-tts' defaults)."""
+    from rkspeech.models.qwen3_tts.generate import GenerationOptions
+
+    talker = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p,
+              "repetition_penalty": args.repetition_penalty, "max_new_tokens": args.max_frames}
+    talker = {k: v for k, v in talker.items() if v is not None}
+    if args.greedy:
+        return GenerationOptions.greedy(seed=args.seed, **talker)
+    return GenerationOptions(seed=args.seed, **talker)
+
+
+def run(args: argparse.Namespace) -> int:
+    import contextlib
+    import sys
+    import time
+    from pathlib import Path
+
+    import numpy as np
+
+    from rkspeech.core import progress
+    from rkspeech.core.atomic import atomic_path, check_writable, output_lock, write_json
+    from rkspeech.core.errors import RkspeechError
+    from rkspeech.core.reporting import print_table
+    from rkspeech.core.targets import board_target
+    from rkspeech.runtime.speak import Speaker, SpeechTiming, load_ref_audio
+    from rkspeech.runtime.wav import WavWriter, to_int16
+
+    if not args.text.strip():
+        raise RkspeechError("the text is empty; give something to say")
+    to_stdout = args.output == "-"
+    out = None if to_stdout else Path(args.output)
+    if out is not None:
+        if out.suffix.lower() != ".wav":
+            raise RkspeechError(f"output {out} must end in .wav (or - for raw PCM on stdout)")
+        check_writable(out, what="output wav")
+    for flag, path in (("--codes-out", args.codes_out), ("--report", args.report)):
+        if path:
+            check_writable(path, what=flag[2:].replace("-", " "))
+            if out is not None and Path(path).resolve() == out.resolve():
+                raise RkspeechError(f"{flag} {path} is the output wav; pick another name")
+    if args.codes_out and not args.codes_out.endswith(".npy"):
+        raise RkspeechError(f"--codes-out {args.codes_out} must end in .npy")
+    if args.threads is not None and args.threads < 1:
+        raise RkspeechError(f"--threads must be >= 1, got {args.threads}")
+    options = _options(args)
+    target = args.target or (board_target() if args.backend == "rknnlite" else None)
+
+    with contextlib.ExitStack() as stack:
+        if out is not None:
+            stack.enter_context(output_lock(out, what="output wav"))
+        with progress.stage("load the model and the vocoder plan"):
+            speaker = stack.enter_context(Speaker(args.model_dir, args.plan, backend=args.backend,
+                                                  threads=args.threads, core_masks=[args.core_mask], target=target))
+        rate = speaker.sample_rate
+        ref = load_ref_audio(args.ref_audio, rate) if args.ref_audio else None
+        timing, codes = SpeechTiming(), []
+        chunks = speaker.stream(args.text, speaker=args.speaker, language=args.language, instruct=args.instruct,
+                                ref_audio=ref, options=options, codes_out=codes,
+                                timing=timing)
+        start = time.perf_counter()
+        if to_stdout:
+            sink = sys.stdout.buffer
+            for pcm in chunks:
+                sink.write(to_int16(pcm).astype("<i2").tobytes())
+                sink.flush()
+        else:
+            with WavWriter(out, rate) as wav:
+                for pcm in chunks:
+                    wav.write(pcm)
+        seconds = time.perf_counter() - start
+        if args.codes_out:
+            with atomic_path(args.codes_out, suffix=".npy") as tmp:
+                np.save(tmp, np.stack(codes).astype(np.int64))
+    report = {"text": args.text, "backend": args.backend, "output": args.output, "sample_rate": rate,
+              **timing.to_dict(rate)}
+    if args.report:
+        write_json(args.report, report)
+    audio_s = timing.samples / rate
+    rows = [
+        ("output", f"{args.output} ({audio_s:.2f} s of audio, {timing.frames} frames, {rate} Hz, 16-bit)"),
+        ("time to first audio", f"{timing.first_audio_s:.3f} s" if timing.first_audio_s is not None else "-"),
+        ("total time", f"{seconds:.2f} s (realtime factor {seconds / audio_s:.2f})" if audio_s else f"{seconds:.2f} s"),
+        ("talker + code predictor", f"{timing.generate_s:.2f} s"),
+        (f"vocoder ({args.backend})", f"{timing.vocoder_s:.2f} s"),
+        ("host (rest)", f"{timing.host_s:.2f} s"),
+    ]
+    print_table("rkspeech speak", rows, stderr=to_stdout)
+    return 0

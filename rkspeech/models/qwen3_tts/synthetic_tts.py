@@ -1,0 +1,227 @@
+"""Synthetic full Qwen3-TTS 12 Hz model roots in the real on-disk format.
+
+``write_tts_checkpoint(out, config="reduced"|"published", variant="base"|"custom-voice"|"voice-design")``
+writes what a published model root holds and what qwen-tts 0.1.1 loads with its own classes:
+
+* ``config.json`` (``model_type`` qwen3_tts, ``talker_config`` with ``code_predictor_config``,
+  ``speaker_encoder_config``, the text special-token ids) and ``generation_config.json``;
+* ``model.safetensors`` with the official keys: ``talker.model.*`` (layers, norm,
+  ``codec_embedding``, ``text_embedding``), ``talker.text_projection.*``, ``talker.codec_head``,
+  ``talker.code_predictor.*`` and, for Base, ``speaker_encoder.*``;
+* a small byte-level BPE text tokenizer in the Qwen file format (``vocab.json``, ``merges.txt``,
+  ``tokenizer_config.json`` with its ``added_tokens_decoder``), trained here with ``tokenizers`` on
+  a built-in English text; the special tokens sit at the ids ``config.json`` names (for the
+  published config the real ids 151643-151673, the gap filled with placeholder entries);
+* ``speech_tokenizer/`` from ``synthetic.write_checkpoint`` (same config name and seed).
+
+Sources of the published values (``PUBLISHED``):
+
+* architecture (talker 28 layers, hidden 1024, 16 heads / 8 kv heads, head_dim 128, intermediate
+  3072, rope_theta 1e6, interleaved mrope_section [24, 20, 20], vocab 3072, text vocab 151936,
+  text hidden 2048; code predictor 5 layers, hidden 1024, vocab 2048, 16 code groups; codec ids
+  pad 2148 / bos 2149 / eos 2150 / think 2154 / nothink 2155 / think_bos 2156 / think_eos 2157;
+  text ids im_start 151644, im_end 151645, tts_pad 151671, tts_bos 151672, tts_eos 151673):
+  public copies of the 0.6B model's config.json quoted in third-party ports (found with code search;
+  they agree with each other); qwen-tts 0.1.1's ``configuration_qwen3_tts.py`` defaults differ
+  (talker 20 layers, kv heads 2, codec ids 4196-4205) and are not the published model;
+* speaker encoder: qwen-tts defaults (ECAPA 512x4 + 1536, enc_dim 1024, the published value);
+* languages and speakers: the ids seen in those public copies (english 2050, german 2053,
+  chinese 2055, sichuan_dialect 2062, beijing_dialect 2074; aiden 2861, eric 2875 (sichuan),
+  dylan 2878 (beijing), uncle_fu 3010, ryan 3061, vivian 3065, serena 3066).  The other published
+  languages and speakers (Japanese, Korean, ..., ono_anna, sohee) were not found and are left out;
+* generation_config.json: the values repeated in those copies and qwen-tts' hard defaults.
+
+Published VoiceDesign exists only at 1.7B; ``--config published --variant voice-design`` writes the
+0.6B shape with ``tts_model_type`` voice_design (a synthetic stand-in).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from pathlib import Path
+
+from rkspeech.core.atomic import atomic_path, write_json, write_text
+from rkspeech.core.errors import RkspeechError
+
+VARIANTS = {"base": "base", "custom-voice": "custom_voice", "voice-design": "voice_design"}
+
+_LANGUAGES = {"english": 2050, "german": 2053, "chinese": 2055, "sichuan_dialect": 2062, "beijing_dialect": 2074}
+_SPEAKERS = {"aiden": 2861, "eric": 2875, "dylan": 2878, "uncle_fu": 3010, "ryan": 3061, "vivian": 3065,
+             "serena": 3066}
+_DIALECT = {"eric": "sichuan_dialect", "dylan": "beijing_dialect"}
+_CODEC_IDS = {"codec_pad_id": 2148, "codec_bos_id": 2149, "codec_eos_token_id": 2150, "codec_think_id": 2154,
+              "codec_nothink_id": 2155, "codec_think_bos_id": 2156, "codec_think_eos_id": 2157}
+
+PUBLISHED = {
+    "talker": {"vocab_size": 3072, "hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28,
+               "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128,
+               "max_position_embeddings": 32768, "rope_theta": 1000000, "rms_norm_eps": 1e-6,
+               "text_vocab_size": 151936, "text_hidden_size": 2048, "num_code_groups": 16,
+               "mrope_section": [24, 20, 20]},
+    "code_predictor": {"vocab_size": 2048, "hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 5,
+                       "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128,
+                       "max_position_embeddings": 65536, "rope_theta": 1000000, "rms_norm_eps": 1e-6,
+                       "num_code_groups": 16},
+    "speaker_encoder": {"mel_dim": 128, "enc_dim": 1024, "enc_channels": [512, 512, 512, 512, 1536],
+                        "enc_kernel_sizes": [5, 3, 3, 3, 1], "enc_dilations": [1, 2, 3, 4, 1],
+                        "enc_attention_channels": 128, "enc_res2net_scale": 8, "enc_se_channels": 128,
+                        "sample_rate": 24000},
+    "first_special": 151643, "size": "0b6",
+}
+#: Same structure, narrow and shallow: parity tests run in seconds.  Code predictor narrower than
+#: the talker so ``small_to_mtp_projection`` is exercised (the 1.7B model has one).
+REDUCED = {
+    "talker": {**PUBLISHED["talker"], "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+               "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "text_hidden_size": 48,
+               "mrope_section": [4, 2, 2]},
+    "code_predictor": {**PUBLISHED["code_predictor"], "hidden_size": 48, "intermediate_size": 96,
+                       "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 12},
+    "speaker_encoder": {**PUBLISHED["speaker_encoder"], "enc_dim": 64, "enc_channels": [32, 32, 32, 32, 96],
+                        "enc_attention_channels": 16, "enc_res2net_scale": 4, "enc_se_channels": 16},
+    "first_special": None, "size": "reduced",
+}
+CONFIGS = {"published": PUBLISHED, "reduced": REDUCED}
+GENERATION_CONFIG = {"do_sample": True, "repetition_penalty": 1.05, "temperature": 0.9, "top_p": 1.0, "top_k": 50,
+                     "subtalker_dosample": True, "subtalker_temperature": 0.9, "subtalker_top_k": 50,
+                     "subtalker_top_p": 1.0, "max_new_tokens": 8192}
+
+BPE_VOCAB = 600
+_CORPUS = """The quick brown fox jumps over the lazy dog. Hello, world! This is a synthetic checkpoint for
+speech synthesis on the board. The assistant reads text aloud, one sentence at a time, and the user listens.
+A warm, gentle voice speaks slowly and clearly. Numbers such as 1, 2, 3 and 2026 are read digit by digit.
+Streaming speech starts playing before the whole sentence has been generated. Good morning, good evening.
+She said she would be here by noon. It is a bright, cold day in April, and the clocks are striking thirteen.
+""" + "assistant user system " * 50
+
+
+def _train_bpe(vocab_size: int):
+    from tokenizers import (
+        Regex,
+        Tokenizer,
+        models,
+        normalizers,
+        pre_tokenizers,
+        trainers,
+    )
+
+    from rkspeech.models.qwen3_tts.text_tokenizer import QWEN2_SPLIT
+
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2_SPLIT), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False, special_tokens=[])
+    tok.train_from_iterator(_CORPUS.splitlines(), trainer=trainer)
+    return json.loads(tok.to_str())["model"]
+
+
+def write_text_tokenizer(root: Path, first_special: int | None) -> dict:
+    """vocab.json, merges.txt, tokenizer_config.json; returns the special-token ids."""
+    model = _train_bpe(BPE_VOCAB)
+    vocab = dict(sorted(model["vocab"].items(), key=lambda kv: kv[1]))
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model["merges"]]
+    n = len(vocab)
+    first = n if first_special is None else first_special
+    if first < n:
+        raise RkspeechError(f"first special id {first} below the BPE vocabulary ({n})")
+    for i in range(n, first):
+        vocab[f"<|placeholder_{i}|>"] = i  # the real vocabulary's ordinary tokens stand here
+    names = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    if first_special is not None:  # the real layout: other specials up to 151670, then the tts tokens
+        names += [f"<|reserved_special_{i}|>" for i in range(first + 3, 151671)]
+    names += ["<tts_pad>", "<tts_text_bos>", "<tts_text_eod>"]
+    added = {str(first + i): {"content": name, "lstrip": False, "normalized": False, "rstrip": False,
+                              "single_word": False, "special": True} for i, name in enumerate(names)}
+    ids = {name: first + i for i, name in enumerate(names)}
+    write_text(root / "vocab.json", json.dumps(vocab, ensure_ascii=False))
+    write_text(root / "merges.txt", "#version: 0.2\n" + "\n".join(merges) + "\n")
+    write_json(root / "tokenizer_config.json", {
+        "add_prefix_space": False, "added_tokens_decoder": added, "bos_token": None, "clean_up_tokenization_spaces": False,
+        "eos_token": "<|im_end|>", "errors": "replace", "model_max_length": 131072, "pad_token": "<|endoftext|>",
+        "split_special_tokens": False, "tokenizer_class": "Qwen2Tokenizer", "unk_token": None,
+    })
+    return {"im_start": ids["<|im_start|>"], "im_end": ids["<|im_end|>"], "tts_pad": ids["<tts_pad>"],
+            "tts_bos": ids["<tts_text_bos>"], "tts_eos": ids["<tts_text_eod>"], "text_vocab": first + len(names)}
+
+
+def official_config_json(config: str, variant: str, special: dict) -> dict:
+    c = copy.deepcopy(CONFIGS[config])
+    t, cp = c["talker"], c["code_predictor"]
+    mrope = t.pop("mrope_section")
+    if config == "reduced":
+        t["text_vocab_size"] = -(-special["text_vocab"] // 64) * 64
+    mtype = VARIANTS[variant]
+    spk = dict(_SPEAKERS) if mtype == "custom_voice" else {}
+    talker = {
+        **t, **_CODEC_IDS, "model_type": "qwen3_tts_talker", "hidden_act": "silu", "attention_bias": False,
+        "attention_dropout": 0.0, "use_sliding_window": False, "sliding_window": None, "use_cache": True,
+        "rope_scaling": {"interleaved": True, "mrope_section": mrope, "rope_type": "default"},
+        "position_id_per_seconds": 13, "codec_language_id": dict(_LANGUAGES), "spk_id": spk,
+        "spk_is_dialect": {name: _DIALECT.get(name, False) for name in spk},
+        "code_predictor_config": {**cp, "model_type": "qwen3_tts_talker_code_predictor", "hidden_act": "silu",
+                                  "attention_bias": False, "attention_dropout": 0.0, "use_sliding_window": False,
+                                  "sliding_window": None, "rope_scaling": None, "use_cache": True,
+                                  "layer_types": ["full_attention"] * cp["num_hidden_layers"]},
+    }
+    return {
+        "architectures": ["Qwen3TTSForConditionalGeneration"], "model_type": "qwen3_tts",
+        "tokenizer_type": "qwen3_tts_tokenizer_12hz", "tts_model_size": c["size"], "tts_model_type": mtype,
+        "im_start_token_id": special["im_start"], "im_end_token_id": special["im_end"],
+        "tts_pad_token_id": special["tts_pad"], "tts_bos_token_id": special["tts_bos"],
+        "tts_eos_token_id": special["tts_eos"], "talker_config": talker,
+        "speaker_encoder_config": c["speaker_encoder"], "transformers_version": "4.57.3",
+    }
+
+
+def _init(module, seed: int) -> None:
+    """Fan-in scaled linears/convs, unit-variance embeddings, norms near 1 (deterministic in seed)."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
+            elif p.dim() == 1:
+                p.copy_(0.02 * torch.randn(p.shape, generator=g))
+            elif "embedding" in name:
+                p.copy_(torch.randn(p.shape, generator=g))
+            else:
+                fan_in = p[0].numel()
+                p.copy_(torch.randn(p.shape, generator=g) / fan_in**0.5)
+
+
+def write_tts_checkpoint(out_dir: str | os.PathLike, config: str = "reduced", variant: str = "custom-voice",
+                         seed: int = 0) -> Path:
+    """Write a synthetic model root at ``out_dir``; returns it."""
+    import torch
+    from safetensors.torch import save_file
+
+    from rkspeech.models.qwen3_tts.synthetic import write_checkpoint
+    from rkspeech.models.qwen3_tts.tts_checkpoint import TTSNet
+    from rkspeech.models.qwen3_tts.tts_config import TTSConfig
+
+    if config not in CONFIGS:
+        raise RkspeechError(f"unknown synthetic config {config!r}; choose one of {', '.join(CONFIGS)}")
+    if variant not in VARIANTS:
+        raise RkspeechError(f"unknown variant {variant!r}; choose one of {', '.join(VARIANTS)}")
+    root = Path(out_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    special = write_text_tokenizer(root, CONFIGS[config]["first_special"])
+    raw = official_config_json(config, variant, special)
+    cfg = TTSConfig.from_dict(raw)
+    net = TTSNet(cfg)
+    _init(net.module, seed)
+    dtype = torch.bfloat16 if config == "published" else torch.float32  # published files are bf16
+    tensors = {k: v.detach().to(dtype).contiguous() for k, v in net.module.state_dict().items()}
+    with atomic_path(root / "model.safetensors") as tmp:
+        save_file(tensors, str(tmp), metadata={"format": "pt", "rkspeech_synthetic": f"{config}/{variant}/seed={seed}"})
+    write_json(root / "generation_config.json", GENERATION_CONFIG)
+    write_checkpoint(root, config, seed)
+    write_json(root / "config.json", raw)  # last: a root with config.json is complete
+    return root

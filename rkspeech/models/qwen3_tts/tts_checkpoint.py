@@ -1,0 +1,125 @@
+"""Find and load a full Qwen3-TTS 12 Hz model root: talker, code predictor, speaker encoder.
+
+Accepted forms: a model root (``config.json`` with ``model_type`` qwen3_tts, ``model.safetensors``,
+the text tokenizer files and ``speech_tokenizer/``), a Hugging Face cache snapshot or cache repo
+folder (as ``checkpoint.resolve_checkpoint``).  Keys are the official ones (``talker.*``,
+``speaker_encoder.*``); every missing, unexpected or mis-shaped tensor is an ``RkspeechError``
+naming the key.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from rkspeech.core.errors import RkspeechError
+from rkspeech.models.qwen3_tts.checkpoint import ENV_VAR, _snapshot_of_cache_repo
+from rkspeech.models.qwen3_tts.text_tokenizer import missing_files
+from rkspeech.models.qwen3_tts.tts_config import TTSConfig
+
+
+@dataclass(frozen=True)
+class ModelFiles:
+    root: Path
+    config: Path
+    weights: Path
+
+
+def resolve_model_root(model_dir) -> ModelFiles:
+    if not model_dir:
+        model_dir = os.environ.get(ENV_VAR, "")
+    if not model_dir:
+        raise RkspeechError(f"no model given: pass --model-dir DIR or set {ENV_VAR} "
+                            "(or make one: rkspeech synth-checkpoint qwen3-tts --out DIR)")
+    path = Path(model_dir).expanduser()
+    if not path.is_dir():
+        raise RkspeechError(f"model folder {path} does not exist" if not path.exists()
+                            else f"{path} is a file; --model-dir wants the model folder")
+    snapshot = _snapshot_of_cache_repo(path)
+    if snapshot is not None:
+        path = snapshot
+    if path.name == "speech_tokenizer" and (path.parent / "config.json").is_file():
+        path = path.parent
+    config, weights = path / "config.json", path / "model.safetensors"
+    if not config.is_file():
+        raise RkspeechError(f"{path}: config.json is missing; is this a Qwen3-TTS model root?")
+    if not weights.is_file():
+        raise RkspeechError(f"{path}: model.safetensors is missing (the talker, code predictor and speaker "
+                            "encoder weights)")
+    missing = missing_files(path)
+    if missing:
+        raise RkspeechError(f"{path}: text tokenizer file(s) missing: {', '.join(missing)}")
+    return ModelFiles(path, config, weights)
+
+
+def read_tts_config(files: ModelFiles) -> TTSConfig:
+    try:
+        raw = json.loads(files.config.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RkspeechError(f"{files.config}: cannot read JSON ({exc})") from None
+    try:
+        return TTSConfig.from_dict(raw)
+    except RkspeechError as exc:
+        raise RkspeechError(f"{files.config}: {exc}") from None
+    except (TypeError, ValueError) as exc:
+        raise RkspeechError(f"{files.config}: bad config ({exc})") from None
+
+
+class TTSNet:
+    """Holds ``talker`` (with the code predictor) and, for Base models, ``speaker_encoder``."""
+
+    def __init__(self, cfg: TTSConfig):
+        from torch import nn
+
+        from rkspeech.models.qwen3_tts.speaker_encoder import SpeakerEncoder
+        from rkspeech.models.qwen3_tts.talker import Talker
+
+        self.module = nn.Module()
+        self.module.talker = Talker(cfg.talker, cfg.code_predictor)
+        if cfg.tts_model_type == "base":
+            self.module.speaker_encoder = SpeakerEncoder(cfg.speaker_encoder)
+        self.talker = self.module.talker
+        self.speaker_encoder = getattr(self.module, "speaker_encoder", None)
+
+
+def _list(keys, what: str, files: ModelFiles) -> str:
+    more = f" (+{len(keys) - 3} more)" if len(keys) > 3 else ""
+    return f"{files.weights}: {what} key {', '.join(keys[:3])}{more}"
+
+
+def load_tts_net(files: ModelFiles, cfg: TTSConfig) -> TTSNet:
+    import torch
+    from safetensors import SafetensorError
+    from safetensors.torch import safe_open
+
+    net = TTSNet(cfg)
+    expected = net.module.state_dict()
+    state = {}
+    try:
+        with safe_open(str(files.weights), framework="pt") as f:
+            for key in f.keys():  # noqa: SIM118 (safe_open has no __iter__)
+                if key.startswith("speaker_encoder.") and net.speaker_encoder is None:
+                    continue  # a custom-voice/voice-design file may carry them; the official class ignores them
+                state[key] = f.get_tensor(key)
+    except (SafetensorError, OSError) as exc:
+        raise RkspeechError(f"{files.weights}: not a readable safetensors file ({exc})") from None
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    if missing:
+        raise RkspeechError(_list(missing, "missing", files) + " (does config.json match the weights?)")
+    if unexpected:
+        raise RkspeechError(_list(unexpected, "unexpected", files) + " (does config.json match the weights?)")
+    for key, tensor in expected.items():
+        got = state[key]
+        if tuple(got.shape) != tuple(tensor.shape):
+            raise RkspeechError(f"{files.weights}: {key} has shape {tuple(got.shape)}, config.json implies "
+                                f"{tuple(tensor.shape)}")
+        if not got.is_floating_point():
+            raise RkspeechError(f"{files.weights}: {key} is stored as {got.dtype}; weights must be floating point")
+        state[key] = got.to(torch.float32)
+    with torch.no_grad():
+        net.module.load_state_dict(state, strict=True)
+    net.module.eval()
+    return net

@@ -1,0 +1,215 @@
+"""Text to speech, streaming: talker + code predictor frames into the plan's streaming vocoder.
+
+:class:`Speaker` holds one loaded Qwen3-TTS model (talker, code predictor, speaker encoder, in
+torch on the host until they become step graphs) and an engine pool over the vocoder plan that
+``rkspeech build qwen3-tts-vocoder`` wrote.  :meth:`Speaker.stream` yields PCM while generation
+goes on: each frame (16 codes) is pushed into a :class:`StreamingVocoder` as soon as the
+generator yields it, so the first audio comes after the first step's worth of frames (the
+plan's first B, else its main B), not after the whole utterance.  The steps the vocoder runs
+are the ones a whole-codes decode runs (it buffers to B), so the streamed audio is
+bit-identical to ``rkspeech decode`` of the same codes on the same backend (tested).
+
+The plan must be the one built for this model's speech tokenizer: its contract is checked
+against the checkpoint's vocoder config (codebooks, codebook size, attention geometry, sample
+rate), and a mismatch is one line naming the fields.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from rkspeech.core.errors import RkspeechError
+
+
+@dataclass
+class SpeechTiming:
+    """Where the time of one utterance went (seconds, wall clock)."""
+
+    frames: int = 0
+    samples: int = 0
+    generate_s: float = 0.0  # talker + code predictor, inside the frame generator
+    vocoder_s: float = 0.0  # inside vocoder engine calls (includes waiting for a pool slot)
+    total_s: float = 0.0
+    first_audio_s: float | None = None
+    stages: dict = field(default_factory=dict)  # per-stage split when the generator reports it
+
+    @property
+    def host_s(self) -> float:
+        return max(0.0, self.total_s - self.generate_s - self.vocoder_s)
+
+    def to_dict(self, sample_rate: int) -> dict:
+        audio_s = self.samples / sample_rate if sample_rate else 0.0
+        return {
+            "frames": self.frames, "samples": self.samples, "audio_seconds": round(audio_s, 4),
+            "total_seconds": round(self.total_s, 4), "generate_seconds": round(self.generate_s, 4),
+            "vocoder_seconds": round(self.vocoder_s, 4), "host_seconds": round(self.host_s, 4),
+            "time_to_first_audio_s": None if self.first_audio_s is None else round(self.first_audio_s, 4),
+            "realtime_factor": round(self.total_s / audio_s, 4) if audio_s else None,
+            "stages": {k: round(v, 4) for k, v in self.stages.items()},
+        }
+
+
+_CHECKED_FIELDS = ("num_quantizers", "codebook_size", "head_dim", "sliding_window", "rope_theta",
+                   "samples_per_token", "sample_rate")
+
+
+def check_plan_for_model(plan, vocoder_cfg) -> None:
+    """Refuse a plan built for another speech tokenizer (names each differing field)."""
+    c = plan.contract
+    diffs = [f"{name} {getattr(c, name)} vs {getattr(vocoder_cfg, name)}" for name in _CHECKED_FIELDS
+             if getattr(c, name) != getattr(vocoder_cfg, name)]
+    if diffs:
+        raise RkspeechError(f"plan {plan.path} was not built for this model's speech tokenizer (plan vs "
+                            f"model: {', '.join(diffs)}); build it with rkspeech build qwen3-tts-vocoder "
+                            "--model-dir MODEL")
+
+
+class Speaker:
+    """Text in, an iterator of float32 PCM chunks (mono, :attr:`sample_rate`) out.
+
+    ``model_dir``: a Qwen3-TTS model root (or HF cache snapshot); ``plan``: ``plan.json`` from
+    ``rkspeech build qwen3-tts-vocoder`` for its speech tokenizer; ``backend`` runs the vocoder
+    (``ort``, ``sim``, ``rknnlite``); ``engines``: pool slots, so that several streams can
+    decode at once (a server's; one is enough for the CLI).  Each :meth:`stream` call owns its
+    own generation state and vocoder stream, so calls from several threads do not mix; the
+    torch talker is shared and serialised by a lock (one generation at a time per Speaker).
+    """
+
+    def __init__(self, model_dir, plan, *, backend: str = "ort", engines: int = 1, threads: int | None = None,
+                 core_masks=None, target: str | None = None, model=None):
+        import threading
+
+        from rkspeech.plan.plan import load_plan
+        from rkspeech.runtime.pool import open_pool
+
+        from rkspeech.models.qwen3_tts.checkpoint import read_config, resolve_checkpoint
+
+        self.backend = backend
+        self.model = model if model is not None else _load_model(model_dir)
+        self.plan = load_plan(plan, backend=backend, expect_target=target if backend == "rknnlite" else None)
+        check_plan_for_model(self.plan, read_config(resolve_checkpoint(self.model.files.root)))
+        self.pool = open_pool(self.plan, backend, size=engines, threads=threads, core_masks=core_masks,
+                              target=target)
+        self._lock = threading.Lock()
+
+    # ---- what the model offers --------------------------------------------------------------
+    @property
+    def sample_rate(self) -> int:
+        return int(self.plan.contract.sample_rate)
+
+    @property
+    def speakers(self) -> list[str]:
+        return list(self.model.speakers)
+
+    @property
+    def languages(self) -> list[str]:
+        return list(self.model.languages)
+
+    @property
+    def variant(self) -> str:
+        return self.model.variant
+
+    # ---- speech -----------------------------------------------------------------------------
+    def stream(self, text: str, *, speaker: str | None = None, language: str | None = None,
+               instruct: str | None = None, ref_audio=None, ref_text: str | None = None, ref_codes=None,
+               options=None,
+               codes_out: list | None = None, timing: SpeechTiming | None = None) -> Iterator[np.ndarray]:
+        """Yield PCM chunks (float32, [-1, 1]) as the vocoder steps complete.
+
+        ``ref_audio`` (float32 mono at :attr:`sample_rate`) clones a voice on Base models; with
+        ``ref_text`` and ``ref_codes`` (its transcript and its ``[T, 16]`` codes) in context.
+        ``codes_out``: a list that receives each frame's 16 codes as it is generated;
+        ``timing``: filled in as the stream goes (time to first audio, per-stage seconds).
+        Bad text, speaker, language or mode is refused before any audio is produced."""
+        timing = timing if timing is not None else SpeechTiming()
+        frames = self.model.generate_frames(text, speaker=speaker, language=language, instruct=instruct,
+                                            ref_audio=ref_audio, ref_text=ref_text, ref_codes=ref_codes,
+                                            options=options)
+        sv = self.pool.open_stream()
+        start = time.perf_counter()
+        with self._lock:
+            it = iter(frames)
+            while True:
+                t0 = time.perf_counter()
+                try:
+                    frame = next(it)
+                except StopIteration:
+                    timing.generate_s += time.perf_counter() - t0
+                    break
+                timing.generate_s += time.perf_counter() - t0
+                frame = np.asarray(frame, dtype=np.int64).reshape(1, -1)
+                timing.frames += 1
+                if codes_out is not None:
+                    codes_out.append(frame[0].copy())
+                pcm = self._push(sv, frame, timing)
+                if pcm.size:
+                    if timing.first_audio_s is None:
+                        timing.first_audio_s = time.perf_counter() - start
+                    timing.samples += pcm.size
+                    timing.total_s = time.perf_counter() - start
+                    yield pcm
+            stages = getattr(self.model, "last_timing", None)
+            if stages:
+                timing.stages = dict(stages)
+        if timing.frames == 0:
+            raise RkspeechError("the model generated no speech frames for this text (it ended at once)")
+        tail = self._push(sv, None, timing)
+        timing.total_s = time.perf_counter() - start
+        if tail.size:
+            if timing.first_audio_s is None:
+                timing.first_audio_s = timing.total_s
+            timing.samples += tail.size
+            yield tail
+
+    @staticmethod
+    def _push(sv, frame, timing: SpeechTiming) -> np.ndarray:
+        steps = len(sv.timings)
+        pcm = sv.push(frame) if frame is not None else sv.flush()
+        timing.vocoder_s += sum(t.engine_s for t in sv.timings[steps:])
+        return pcm
+
+    def speak(self, text: str, **kwargs) -> np.ndarray:
+        """The whole utterance as one array (see :meth:`stream`)."""
+        chunks = list(self.stream(text, **kwargs))
+        return np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.float32)
+
+    def close(self) -> None:
+        self.pool.close()
+
+    def __enter__(self) -> Speaker:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _load_model(model_dir):
+    from rkspeech.models.qwen3_tts.generate import TTSModel
+
+    return TTSModel.load(model_dir)
+
+
+def load_ref_audio(path, sample_rate: int) -> np.ndarray:
+    """A reference recording for voice cloning as float32 mono at ``sample_rate`` (any format
+    PyAV reads, through faster-whisper's decoder); one-line errors for a missing or unreadable
+    file."""
+    p = Path(path)
+    if p.is_dir():
+        raise RkspeechError(f"reference audio {p} is a directory; pass an audio file")
+    if not p.is_file():
+        raise RkspeechError(f"reference audio {p}: no such file")
+    try:
+        from faster_whisper.audio import decode_audio
+
+        audio = decode_audio(str(p), sampling_rate=sample_rate)
+    except Exception as exc:  # noqa: BLE001 - PyAV raises many types for bad files
+        raise RkspeechError(f"reference audio {p} could not be decoded ({type(exc).__name__}: "
+                            f"{str(exc).splitlines()[0] if str(exc) else 'no detail'})") from None
+    if audio.size < sample_rate // 2:
+        raise RkspeechError(f"reference audio {p} is {audio.size / sample_rate:.2f} s long; give at least 0.5 s")
+    return np.asarray(audio, dtype=np.float32)

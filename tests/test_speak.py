@@ -1,0 +1,154 @@
+"""Text to speech through the plan's streaming vocoder (``rkspeech speak``, ``runtime.speak``).
+
+The reduced custom-voice model (talker + code predictor on the host) feeds the session's reduced
+B=4 / B=16 step graphs on onnxruntime.  What must hold: the streamed wav is the decode of the
+codes it saved (bit for bit, and >= 80 dB against the torch full decode), the first audio comes
+before generation ends, ``-o -`` streams the same samples, and bad requests are one line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from rkspeech.core.errors import RkspeechError
+from streaming_fixtures import step_graphs, write_ort_plan
+
+REPO = Path(__file__).resolve().parents[1]
+FRAMES = 24  # enough for a B=4 first step and one B=16 main step plus a flushed tail
+
+
+@pytest.fixture(scope="module")
+def plan(tmp_path_factory, reduced_model):
+    return write_ort_plan(tmp_path_factory.mktemp("speak_plan"), step_graphs(tmp_path_factory, reduced_model))
+
+
+def _run(argv, capsys):
+    from rkspeech.cli import main
+
+    rc = main(argv)
+    return rc, capsys.readouterr()
+
+
+def _speak_argv(root, plan, out, *extra):
+    return ["speak", "The quick brown fox.", "--model-dir", str(root), "--plan", str(plan), "-o", str(out),
+            "--speaker", "vivian", "--language", "english", "--greedy", "--max-frames", str(FRAMES),
+            "--threads", "1", *extra]
+
+
+def _snr_db(ref, x):
+    n = min(ref.size, x.size)
+    return 10 * np.log10(np.sum(ref[:n] ** 2) / max(np.sum((ref[:n] - x[:n]) ** 2), 1e-30))
+
+
+@pytest.fixture(scope="module")
+def spoken(tts_custom_ckpt, plan, tmp_path_factory):
+    """One in-process ``rkspeech speak`` run: (folder, stderr)."""
+    from rkspeech.cli import main
+
+    d = tmp_path_factory.mktemp("spoken")
+    rc = main(_speak_argv(tts_custom_ckpt, plan, d / "a.wav", "--codes-out", str(d / "codes.npy"),
+                          "--report", str(d / "r.json")))
+    assert rc == 0
+    return d
+
+
+def test_speak_wav_is_the_decode_of_its_codes(spoken, plan, reduced_model, tmp_path, capsys):
+    import torch
+
+    from rkspeech.runtime.wav import read_wav_int16
+
+    c = np.load(spoken / "codes.npy")
+    assert c.dtype == np.int64 and c.ndim == 2 and c.shape[1] == 16 and 0 < c.shape[0] <= FRAMES
+    rc, cap = _run(["decode", "--plan", str(plan), str(spoken / "codes.npy"), "-o", str(tmp_path / "b.wav"),
+                    "--threads", "1"], capsys)
+    assert rc == 0, cap.err
+    wav_a, rate = read_wav_int16(spoken / "a.wav")
+    wav_b, _ = read_wav_int16(tmp_path / "b.wav")
+    assert rate == 24000 and wav_a.size == c.shape[0] * 1920
+    assert np.array_equal(wav_a, wav_b)  # the same steps as a whole-codes decode
+    with torch.no_grad():
+        full = reduced_model(torch.from_numpy(c.T[None].copy())).reshape(-1).numpy()
+    assert _snr_db(np.round(np.clip(full, -1, 1) * 32767), wav_a.astype(np.float64)) >= 80
+    r = json.loads((spoken / "r.json").read_text())
+    assert r["frames"] == c.shape[0] and r["samples"] == wav_a.size
+    # streaming: the first audio (after the B=4 first step) comes before generation has ended
+    assert 0 < r["time_to_first_audio_s"] < r["generate_seconds"]
+
+
+def test_speak_to_stdout_streams_the_same_samples(spoken, tts_custom_ckpt, plan):
+    from rkspeech.runtime.wav import read_wav_int16
+
+    p = subprocess.run([sys.executable, "-m", "rkspeech", *_speak_argv(tts_custom_ckpt, plan, "-")],
+                       capture_output=True, cwd=REPO, check=False)
+    assert p.returncode == 0, p.stderr.decode()[-2000:]
+    raw = np.frombuffer(p.stdout, dtype="<i2")
+    assert np.array_equal(raw, read_wav_int16(spoken / "a.wav")[0])
+    assert b"rkspeech speak" in p.stderr  # the table went to stderr, not into the audio
+
+
+def test_stream_api_yields_chunks_as_steps_finish(tts_custom_ckpt, plan):
+    from rkspeech.models.qwen3_tts.generate import GenerationOptions
+    from rkspeech.runtime.speak import Speaker, SpeechTiming
+
+    with Speaker(tts_custom_ckpt, plan, threads=1) as sp:
+        assert sp.sample_rate == 24000 and "vivian" in sp.speakers and "english" in sp.languages
+        timing, codes = SpeechTiming(), []
+        chunks = list(sp.stream("Hello there.", speaker="vivian", options=GenerationOptions.greedy(max_new_tokens=FRAMES),
+                                codes_out=codes, timing=timing))
+    sizes = [c.size for c in chunks]
+    assert sizes[0] == 4 * 1920  # the B=4 first step, as soon as 4 frames exist
+    assert all(s == 16 * 1920 for s in sizes[1:-1]) and sum(sizes) == len(codes) * 1920
+    assert timing.frames == len(codes) and timing.samples == sum(sizes)
+
+
+def test_plan_for_another_speech_tokenizer_is_refused():
+    from rkspeech.models.qwen3_tts.config import VocoderConfig
+    from rkspeech.runtime.speak import check_plan_for_model
+
+    cfg = VocoderConfig()
+    good = SimpleNamespace(path="plan.json", contract=SimpleNamespace(
+        num_quantizers=16, codebook_size=cfg.codebook_size, head_dim=cfg.head_dim, sliding_window=cfg.sliding_window,
+        rope_theta=cfg.rope_theta, samples_per_token=cfg.samples_per_token, sample_rate=cfg.sample_rate))
+    check_plan_for_model(good, cfg)
+    good.contract.sliding_window = 36
+    with pytest.raises(RkspeechError, match=r"not built for this model's speech tokenizer .*sliding_window 36 vs 72"):
+        check_plan_for_model(good, cfg)
+
+
+BAD = [
+    (["--speaker", "nobody"], r"nobody.*vivian"),
+    (["--speaker", "vivian", "--language", "klingon"], r"klingon.*english"),
+    (["--speaker", "vivian", "--ref-audio", "{ref}"], r"custom-voice checkpoint cannot clone a voice"),
+    ([], r"custom-voice checkpoint needs a speaker; one of: aiden, .*vivian"),
+    (["--speaker", "vivian", "--ref-audio", "/nonexistent/ref.wav"], r"reference audio /nonexistent/ref.wav: no such file"),
+]
+
+
+@pytest.mark.parametrize("extra,pattern", BAD, ids=["speaker", "language", "mode", "no-speaker", "ref-audio"])
+def test_bad_requests_are_one_line(extra, pattern, tts_custom_ckpt, plan, tmp_path, tmp_path_factory, capsys):
+    import re
+
+    from rkspeech.runtime.wav import write_wav
+
+    ref = write_wav(tmp_path_factory.mktemp("ref") / "ref.wav", np.sin(np.arange(24000) / 9.0) * 0.3, 24000)
+    extra = [x.format(ref=ref) for x in extra]
+    out = tmp_path / "x.wav"
+    argv = ["speak", "Hello.", "--model-dir", str(tts_custom_ckpt), "--plan", str(plan), "-o", str(out), *extra]
+    rc, cap = _run(argv, capsys)
+    lines = cap.err.strip().splitlines()  # progress lines may come first; the error is one line
+    assert rc == 2 and "Traceback" not in cap.err and re.search(pattern, lines[-1], re.I), cap.err
+    assert lines[-1].startswith("rkspeech speak: error: ")
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_empty_text_and_wrong_output_are_refused_before_loading(tmp_path, capsys):
+    rc, cap = _run(["speak", "  ", "--plan", "nowhere.json", "-o", str(tmp_path / "x.wav")], capsys)
+    assert rc == 2 and "the text is empty" in cap.err
+    rc, cap = _run(["speak", "Hi.", "--plan", "nowhere.json", "-o", str(tmp_path / "x.mp3")], capsys)
+    assert rc == 2 and "must end in .wav" in cap.err
