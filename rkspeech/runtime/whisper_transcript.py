@@ -55,16 +55,27 @@ def _segment_dict(segment) -> dict:
     return dataclasses.asdict(segment)
 
 
-def transcribe_audio(model, audio, *, batch_size: int | None = None, **options) -> Transcription:
+def transcribe_audio(model, audio, *, batch_size: int | None = None, seed: int | None = None,
+                     **options) -> Transcription:
     """Run ``model.transcribe(audio, **options)`` to the end; ``model`` may be a
     ``BatchedInferencePipeline`` (then ``batch_size`` is passed on).  The timing split is read
-    from the underlying rkspeech model when there is one."""
+    from the underlying rkspeech model when there is one.
+
+    ``seed`` seeds CTranslate2's random generator first.  The temperature fallback (a window
+    whose compression ratio or log probability fails its threshold is decoded again at 0.2,
+    0.4, ... 1.0) *samples*; two runs compared without the same seed draw different samples
+    (measured on base, German speech translated greedily: fallback to 1.0, two different texts
+    from the same encoder output), so comparisons pass the same seed to both."""
     owner = model if hasattr(model, "reset_timing") else getattr(model, "model", None)
     timed = owner.timing if hasattr(owner, "reset_timing") else None
     if timed is not None:
         owner.reset_timing()
     if batch_size:
         options["batch_size"] = batch_size
+    if seed is not None:
+        import ctranslate2
+
+        ctranslate2.set_random_seed(seed)
     start = time.perf_counter()
     segments, info = model.transcribe(audio, **options)
     segments = list(segments)
@@ -103,11 +114,12 @@ def compare_transcriptions(reference: Transcription, test: Transcription) -> dic
     ref_words, test_words = reference.words(), test.words()
     moved, max_shift, one_step = [], 0.0, 0
     for i, (a, b) in enumerate(zip(ref_words, test_words)):
-        shift = max(abs(a.start - b.start), abs(a.end - b.end))
+        # plain floats: word times may be numpy scalars, and this dict goes to JSON (--compare --json)
+        shift = float(max(abs(a.start - b.start), abs(a.end - b.end)))
         if shift > 0 or a.word != b.word:
             moved.append({"index": i, "word": b.word, "ref": [a.start, a.end], "ours": [b.start, b.end]})
             max_shift = max(max_shift, shift)
-            one_step += abs(shift - TIME_STEP_S) < 1e-6
+            one_step += int(abs(shift - TIME_STEP_S) < 1e-6)
     segments = {"ref": len(reference.segments), "ours": len(test.segments), "moved": seg_moved[:20],
                 "moved_count": len(seg_moved)}
     words = {"ref": len(ref_words), "ours": len(test_words), "moved_count": len(moved),
