@@ -31,6 +31,7 @@ COMMAND_MODULES = (
     "decode",
     "speak",
     "transcribe",
+    "serve",
     "doctor",
 )
 

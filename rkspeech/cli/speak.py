@@ -33,7 +33,7 @@ def register(subparsers) -> None:
     p.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads")
     p.add_argument("--target", default=None, help="chip for sim/rknnlite (default: the plan's target)")
     p.add_argument("--greedy", action="store_true", help="greedy decoding (no sampling)")
-    p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    p.add_argument("--seed", type=int, default=None, help="sampling seed (default 0, as the server uses)")
     p.add_argument("--temperature", type=float, default=None)
     p.add_argument("--top-k", type=int, default=None)
     p.add_argument("--top-p", type=float, default=None)
@@ -47,13 +47,15 @@ def register(subparsers) -> None:
 def _options(args):
     """Sampling controls for the talker (the code predictor keeps qwen-tts' defaults)."""
     from rkspeech.models.qwen3_tts.generate import GenerationOptions
+    from rkspeech.runtime.speak import DEFAULT_SEED
 
+    seed = DEFAULT_SEED if args.seed is None else args.seed
     talker = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p,
               "repetition_penalty": args.repetition_penalty, "max_new_tokens": args.max_frames}
     talker = {k: v for k, v in talker.items() if v is not None}
     if args.greedy:
-        return GenerationOptions.greedy(seed=args.seed, **talker)
-    return GenerationOptions(seed=args.seed, **talker)
+        return GenerationOptions.greedy(seed=seed, **talker)
+    return GenerationOptions(seed=seed, **talker)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -69,19 +69,26 @@ def check_plan_for_model(plan, vocoder_cfg) -> None:
                             "--model-dir MODEL")
 
 
+#: Sampling seed when the caller gives none (``rkspeech speak --seed``, the server): the same text
+#: and voice give the same audio from the CLI and from a server.
+DEFAULT_SEED = 0
+
+
 class Speaker:
     """Text in, an iterator of float32 PCM chunks (mono, :attr:`sample_rate`) out.
 
     ``model_dir``: a Qwen3-TTS model root (or HF cache snapshot); ``plan``: ``plan.json`` from
     ``rkspeech build qwen3-tts-vocoder`` for its speech tokenizer; ``backend`` runs the vocoder
     (``ort``, ``sim``, ``rknnlite``); ``engines``: pool slots, so that several streams can
-    decode at once (a server's; one is enough for the CLI).  Each :meth:`stream` call owns its
+    decode at once (a server's; one is enough for the CLI); ``options``: the
+    ``GenerationOptions`` of :meth:`stream` calls that pass none (default: sampling with
+    :data:`DEFAULT_SEED`).  Each :meth:`stream` call owns its
     own generation state and vocoder stream, so calls from several threads do not mix; the
     torch talker is shared and serialised by a lock (one generation at a time per Speaker).
     """
 
     def __init__(self, model_dir, plan, *, backend: str = "ort", engines: int = 1, threads: int | None = None,
-                 core_masks=None, target: str | None = None, model=None):
+                 core_masks=None, target: str | None = None, model=None, options=None):
         import threading
 
         from rkspeech.plan.plan import load_plan
@@ -90,6 +97,7 @@ class Speaker:
         from rkspeech.models.qwen3_tts.checkpoint import read_config, resolve_checkpoint
 
         self.backend = backend
+        self.options = options  # GenerationOptions for stream() calls that give none
         self.model = model if model is not None else _load_model(model_dir)
         self.plan = load_plan(plan, backend=backend, expect_target=target if backend == "rknnlite" else None)
         check_plan_for_model(self.plan, read_config(resolve_checkpoint(self.model.files.root)))
@@ -127,6 +135,10 @@ class Speaker:
         ``timing``: filled in as the stream goes (time to first audio, per-stage seconds).
         Bad text, speaker, language or mode is refused before any audio is produced."""
         timing = timing if timing is not None else SpeechTiming()
+        if options is None:
+            from rkspeech.models.qwen3_tts.generate import GenerationOptions
+
+            options = self.options if self.options is not None else GenerationOptions(seed=DEFAULT_SEED)
         frames = self.model.generate_frames(text, speaker=speaker, language=language, instruct=instruct,
                                             ref_audio=ref_audio, ref_text=ref_text, ref_codes=ref_codes,
                                             options=options)

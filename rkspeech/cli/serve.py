@@ -1,0 +1,154 @@
+"""``rkspeech serve``: a speech server -- Wyoming (Home Assistant) and OpenAI-compatible HTTP -- over
+one pool of engines, in one process.
+
+Transcription with ``--whisper-model DIR [--encoder FILE --backend ort|sim|rknnlite]`` (the same
+model and options as ``rkspeech transcribe``; ``--engines N`` models, each with its own encoder
+runner -- on a board one rknn-lite context per NPU core); speech with ``--tts-model DIR --plan
+plan.json`` (``rkspeech.runtime.speak.Speaker``).  Binds to 127.0.0.1 unless told otherwise;
+``--api-key`` (or the ``RKSPEECH_API_KEY`` environment variable, which keeps the key out of
+``ps``) protects the HTTP routes.  SIGINT/SIGTERM: stop accepting, refuse what waits, finish
+what runs, exit 0.  See docs/serve.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from rkspeech.core.targets import CORE_MASKS, DEFAULT_TARGET
+from rkspeech.runtime.runners import BACKENDS
+
+API_KEY_ENV = "RKSPEECH_API_KEY"
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("serve", help="Wyoming + OpenAI-compatible HTTP speech server over a pool of engines")
+    g = p.add_argument_group("transcription (Whisper)")
+    g.add_argument("--whisper-model", metavar="DIR", help="CTranslate2/faster-whisper Whisper folder")
+    g.add_argument("--encoder", metavar="FILE", help="offloaded encoder enc.onnx / enc.rknn (omit: CTranslate2's)")
+    g.add_argument("--backend", choices=BACKENDS, default=None,
+                   help="encoder runtime (default: ort for .onnx, rknnlite for .rknn)")
+    g.add_argument("--target", default=DEFAULT_TARGET, help=f"chip of the .rknn (default {DEFAULT_TARGET})")
+    g.add_argument("--core-masks", nargs="+", choices=CORE_MASKS, default=None, metavar="MASK",
+                   help="rknnlite: NPU core mask per engine, cycled (default: one engine per core of --target)")
+    g.add_argument("--engines", type=int, default=None, metavar="N",
+                   help="transcription engines = requests transcribed at once (default: 1; rknnlite: one per "
+                        "NPU core)")
+    g.add_argument("--threads", type=int, default=1, help="CPU threads per engine (default 1, as transcribe)")
+    g.add_argument("--compute-type", default="float32", help="CTranslate2 compute type (default float32)")
+    g.add_argument("--beam-size", type=int, default=5, help="beam size (default 5, as transcribe)")
+    g.add_argument("--language", default="auto", help="default language when a request names none (default auto)")
+    g.add_argument("--vad", action="store_true", help="faster-whisper's Silero VAD filter on every request")
+    s = p.add_argument_group("speech (text to speech)")
+    s.add_argument("--tts-model", metavar="DIR", help="Qwen3-TTS model folder")
+    s.add_argument("--plan", metavar="PLAN", help="plan.json of the vocoder built for --tts-model")
+    s.add_argument("--tts-backend", choices=BACKENDS, default="ort", help="vocoder runtime (default ort)")
+    n = p.add_argument_group("network and limits")
+    n.add_argument("--wyoming", default="tcp://127.0.0.1:10300", metavar="URI",
+                   help="Wyoming listener tcp://HOST:PORT or unix://PATH, or 'off' (default tcp://127.0.0.1:10300)")
+    n.add_argument("--http", default="127.0.0.1:8000", metavar="HOST:PORT",
+                   help="HTTP listener, or 'off' (default 127.0.0.1:8000)")
+    n.add_argument("--api-key", default=None, metavar="KEY",
+                   help=f"require 'Authorization: Bearer KEY' on HTTP (default: ${API_KEY_ENV} if set, else none)")
+    n.add_argument("--max-queue", type=int, default=8, metavar="N",
+                   help="requests that may wait per engine kind; more are refused at once (default 8)")
+    n.add_argument("--timeout", type=float, default=300.0, metavar="S", help="per-request time limit (default 300)")
+    n.add_argument("--max-upload-mb", type=float, default=25.0, help="upload size limit (default 25 MB)")
+    n.add_argument("--max-audio-s", type=float, default=600.0, help="audio length limit (default 600 s)")
+    n.add_argument("--max-text-chars", type=int, default=4096, help="text length limit for speech (default 4096)")
+    p.set_defaults(func=run)
+
+
+def options_from_args(args: argparse.Namespace):
+    import os
+
+    from rkspeech.serve.options import ServeOptions
+
+    off = ("off", "none", "")
+    return ServeOptions(
+        wyoming=None if args.wyoming.lower() in off else args.wyoming,
+        http=None if args.http.lower() in off else args.http,
+        api_key=args.api_key or os.environ.get(API_KEY_ENV) or None,
+        max_queue=args.max_queue, request_timeout_s=args.timeout,
+        max_upload_bytes=int(args.max_upload_mb * 1024 * 1024), max_audio_s=args.max_audio_s,
+        max_text_chars=args.max_text_chars, beam_size=args.beam_size,
+        language=None if args.language in ("auto", "") else args.language, vad=args.vad,
+        model_name=os.path.basename(os.path.normpath(args.whisper_model)) if args.whisper_model else "whisper",
+        speech_model_name=os.path.basename(os.path.normpath(args.tts_model)) if args.tts_model else "speech")
+
+
+def _open_speaker(args):
+    from rkspeech.core.errors import RkspeechError
+
+    if not args.plan:
+        raise RkspeechError("--tts-model needs --plan plan.json (the vocoder built for it)")
+    from rkspeech.runtime.speak import Speaker
+
+    return Speaker(args.tts_model, args.plan, backend=args.tts_backend, target=args.target)
+
+
+def run(args: argparse.Namespace) -> int:
+    import asyncio
+    import sys
+
+    from rkspeech.core import progress
+    from rkspeech.core.errors import RkspeechError
+    from rkspeech.serve.engines import EnginePool, open_transcribers
+    from rkspeech.serve.server import Server, serve_forever
+
+    options = options_from_args(args)  # address and limit errors before anything loads
+    if not args.whisper_model and not args.tts_model:
+        raise RkspeechError("nothing to serve: give --whisper-model DIR and/or --tts-model DIR --plan plan.json")
+    if args.backend and not args.encoder:
+        raise RkspeechError(f"--backend {args.backend} needs --encoder FILE")
+    if args.plan and not args.tts_model:
+        raise RkspeechError("--plan needs --tts-model DIR")
+    if args.threads < 0 or (args.engines is not None and args.engines < 1):
+        raise RkspeechError("--threads must be >= 0 and --engines >= 1")
+    transcribers, speakers = [], []
+    try:
+        if args.whisper_model:
+            from rkspeech.runtime.whisper_model import (
+                check_language,
+                check_model_dir,
+                is_multilingual,
+            )
+
+            check_model_dir(args.whisper_model)
+            check_language(options.language, multilingual=is_multilingual(args.whisper_model))
+            engines = args.engines
+            if engines is None:
+                is_rknn = args.backend == "rknnlite" or (args.encoder and args.encoder.lower().endswith(".rknn")
+                                                         and args.backend is None)
+                if is_rknn:
+                    from rkspeech.core.targets import cores_for
+
+                    engines = len(args.core_masks or cores_for(args.target))
+                else:
+                    engines = 1
+            with progress.stage(f"load {engines} Whisper engine(s)"):
+                transcribers = open_transcribers(args.whisper_model, engines=engines, encoder=args.encoder,
+                                                 backend=args.backend, target=args.target, core_masks=args.core_masks,
+                                                 threads=args.threads, compute_type=args.compute_type)
+        if args.tts_model:
+            with progress.stage("load the speech model"):
+                speakers = [_open_speaker(args)]
+        pool = EnginePool(transcribers=transcribers, speakers=speakers, max_queue=options.max_queue,
+                          request_timeout_s=options.request_timeout_s, retry_after_s=options.retry_after_s)
+    except BaseException:
+        for m in transcribers + speakers:
+            close = getattr(m, "close", None)
+            if close:
+                close()
+        raise
+
+    def ready(addresses: dict) -> None:
+        for kind, address in addresses.items():
+            print(f"rkspeech serve: {kind} on {address}", file=sys.stderr, flush=True)
+        if options.api_key is None and options.http and not options.http.startswith(("127.", "localhost", "[::1]")):
+            print("rkspeech serve: warning: HTTP is reachable from other hosts and has no --api-key",
+                  file=sys.stderr, flush=True)
+
+    finished = asyncio.run(serve_forever(Server(pool, options), on_ready=ready))
+    print(f"rkspeech serve: stopped ({'all requests finished' if finished else 'some requests were cut off'})",
+          file=sys.stderr)
+    return 0

@@ -1,0 +1,383 @@
+"""One pool of engines shared by both front ends: bounded waiting, refusal when full, time limits,
+graceful shutdown.
+
+An *engine* is one model instance that serves one request at a time: a transcription engine is a
+:class:`rkspeech.runtime.whisper_model.WhisperModel` (on a host: its own onnxruntime session; on
+a board: its own rknn-lite context pinned to one NPU core, see :func:`open_transcribers`), a
+speech engine anything that satisfies :class:`SpeechEngine`.  Each engine has its own worker
+thread (a one-thread executor), so blocking model calls never run on the event loop and a
+context that prefers one thread always sees the same one.
+
+Engines of one kind form a *lane*: a free list and a wait line of at most ``max_queue`` requests.
+A request that finds every engine busy and the wait line full is refused at once with
+:class:`Busy` (HTTP 503 with ``Retry-After``, a Wyoming ``error`` event); it never waits
+unboundedly.  Free engines go to waiters first-in first-out.
+
+Time limit: a request has ``request_timeout_s`` from arrival (waiting included).  When it runs
+out the request is answered with :class:`TimedOut`; a model call already running in its thread
+cannot be interrupted, so that engine returns to the lane when the call ends (nothing is ever
+handed two requests at once).  A speech stream checks the limit between chunks and stops there.
+
+Shutdown (:meth:`EnginePool.shutdown`): new requests and everything still waiting are refused
+with :class:`ShuttingDown`; requests already on an engine finish (up to ``grace_s``); then the
+worker threads end and owned engines are closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import (
+    Any,
+    Protocol,
+    runtime_checkable,
+)
+
+import numpy as np
+
+from rkspeech.core.errors import RkspeechError
+
+TRANSCRIBE = "transcribe"
+SPEECH = "speech"
+
+
+class ServeError(RkspeechError):
+    """A request the server answers with an error (``status`` for HTTP, ``code`` for Wyoming)."""
+
+    status = 400
+    code = "bad-request"
+
+
+class Busy(ServeError):
+    status = 503
+    code = "busy"
+
+    def __init__(self, kind: str, retry_after_s: int):
+        super().__init__(f"all {kind} engines are busy and {kind} requests are already waiting; retry later")
+        self.retry_after_s = retry_after_s
+
+
+class ShuttingDown(ServeError):
+    status = 503
+    code = "shutting-down"
+
+    def __init__(self):
+        super().__init__("the server is shutting down")
+
+
+class TimedOut(ServeError):
+    status = 504
+    code = "timeout"
+
+    def __init__(self, limit_s: float):
+        super().__init__(f"the request took longer than the server's limit of {limit_s:g} s")
+
+
+class Unavailable(ServeError):
+    status = 404
+    code = "not-available"
+
+
+@runtime_checkable
+class SpeechEngine(Protocol):
+    """What the server needs from a text-to-speech engine (``rkspeech.runtime.speak.Speaker``):
+    ``stream`` yields float32 mono PCM chunks in [-1, 1] at ``sample_rate`` as they are decoded."""
+
+    sample_rate: int
+    speakers: list[str]
+    languages: list[str]
+
+    def stream(self, text: str, *, speaker: str | None = None, language: str | None = None,
+               instruct: str | None = None) -> Iterator[np.ndarray]: ...
+
+
+@dataclass(eq=False)
+class Engine:
+    name: str
+    model: Any
+    executor: ThreadPoolExecutor = field(init=False)
+    busy_s: float = 0.0
+    served: int = 0
+
+    def __post_init__(self):
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"engine-{self.name}")
+
+
+class _Lane:
+    """Engines of one kind: a free list and a bounded wait line (event-loop thread only)."""
+
+    def __init__(self, kind: str, engines: Sequence[Engine], max_queue: int, retry_after_s: int, metrics):
+        self.kind, self.engines = kind, list(engines)
+        self.max_queue, self.retry_after_s = max_queue, retry_after_s
+        self.metrics = metrics
+        self._free: collections.deque[Engine] = collections.deque(self.engines)
+        self._waiters: collections.deque[asyncio.Future] = collections.deque()
+        self.closed = False
+
+    @property
+    def waiting(self) -> int:
+        return sum(not f.done() for f in self._waiters)
+
+    @property
+    def busy(self) -> int:
+        return len(self.engines) - len(self._free)
+
+    def _gauges(self) -> None:
+        if self.metrics is not None:
+            self.metrics.queue_depth.labels(self.kind).set(self.waiting)
+            self.metrics.engines_busy.labels(self.kind).set(self.busy)
+
+    async def acquire(self) -> Engine:
+        if self.closed:
+            raise ShuttingDown()
+        if self._free:
+            engine = self._free.popleft()
+            self._gauges()
+            return engine
+        if self.waiting >= self.max_queue:
+            raise Busy(self.kind, self.retry_after_s)
+        fut = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        self._gauges()
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                self.release(fut.result())  # handed an engine just as the request gave up
+            raise
+        finally:
+            with contextlib.suppress(ValueError):
+                self._waiters.remove(fut)
+            self._gauges()
+
+    def release(self, engine: Engine) -> None:
+        while self._waiters:
+            fut = self._waiters.popleft()
+            if not fut.done():
+                fut.set_result(engine)
+                self._gauges()
+                return
+        self._free.append(engine)
+        self._gauges()
+
+    def close(self) -> None:
+        """Refuse new requests and everything waiting."""
+        self.closed = True
+        while self._waiters:
+            fut = self._waiters.popleft()
+            if not fut.done():
+                fut.set_exception(ShuttingDown())
+        self._gauges()
+
+    def idle(self) -> bool:
+        return len(self._free) == len(self.engines)
+
+
+class EnginePool:
+    """Transcription engines and speech engines behind one set of limits.
+
+    ``EnginePool(transcribers=[model, ...], speakers=[speaker], max_queue=8, request_timeout_s=300,
+    retry_after_s=2, metrics=None, owned=True)``; use it from one event loop.  ``owned`` closes
+    the models on :meth:`shutdown` (tests pass shared models with ``owned=False``).
+    """
+
+    def __init__(self, *, transcribers: Sequence[Any] = (), speakers: Sequence[SpeechEngine] = (),
+                 max_queue: int = 8, request_timeout_s: float = 300.0, retry_after_s: int = 2,
+                 metrics=None, owned: bool = True):
+        if not transcribers and not speakers:
+            raise RkspeechError("the server needs a transcription model (--whisper-model) or a speech "
+                                "model (--tts-model), or both")
+        for s in speakers:
+            if not isinstance(s, SpeechEngine):
+                raise TypeError(f"{type(s).__name__} is not a SpeechEngine (sample_rate, speakers, languages, "
+                                "stream)")
+        self.timeout_s = request_timeout_s
+        self.metrics = metrics
+        self.owned = owned
+        self.lanes: dict[str, _Lane] = {}
+        if transcribers:
+            self.lanes[TRANSCRIBE] = _Lane(TRANSCRIBE, [Engine(f"whisper{i}", m) for i, m in enumerate(transcribers)],
+                                           max_queue, retry_after_s, metrics)
+        if speakers:
+            self.lanes[SPEECH] = _Lane(SPEECH, [Engine(f"speech{i}", s) for i, s in enumerate(speakers)],
+                                       max_queue, retry_after_s, metrics)
+        self.closing = False
+
+    # -- what is served ---------------------------------------------------------------------
+
+    def has(self, kind: str) -> bool:
+        return kind in self.lanes
+
+    def first_model(self, kind: str):
+        """One engine's model (for describing what is served: languages, voices, sample rate)."""
+        self._lane(kind)
+        return self.lanes[kind].engines[0].model
+
+    def _lane(self, kind: str) -> _Lane:
+        if kind not in self.lanes:
+            what = "transcription (start with --whisper-model)" if kind == TRANSCRIBE else \
+                "speech (start with --tts-model)"
+            raise Unavailable(f"this server does not serve {what}")
+        return self.lanes[kind]
+
+    def check_capacity(self, kind: str) -> None:
+        """Raise what :meth:`run` would raise at once (not served, shutting down, full), so a
+        front end can refuse before reading or decoding a request."""
+        lane = self._lane(kind)
+        if lane.closed:
+            raise ShuttingDown()
+        if not lane._free and lane.waiting >= lane.max_queue:
+            raise Busy(kind, lane.retry_after_s)
+
+    def status(self) -> dict:
+        return {kind: {"engines": len(lane.engines), "busy": lane.busy, "waiting": lane.waiting,
+                       "max_queue": lane.max_queue, "served": sum(e.served for e in lane.engines)}
+                for kind, lane in self.lanes.items()}
+
+    # -- running work -----------------------------------------------------------------------
+
+    def deadline(self) -> float:
+        return time.monotonic() + self.timeout_s
+
+    def _left(self, deadline: float) -> float:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimedOut(self.timeout_s)
+        return left
+
+    async def _acquire(self, kind: str, deadline: float) -> Engine:
+        lane = self._lane(kind)
+        start = time.perf_counter()
+        try:
+            engine = await asyncio.wait_for(lane.acquire(), self._left(deadline))
+        except asyncio.TimeoutError:
+            raise TimedOut(self.timeout_s) from None
+        if self.metrics is not None:
+            self.metrics.stage_seconds.labels(f"{kind}_queue").observe(time.perf_counter() - start)
+        return engine
+
+    def _timed(self, kind: str, engine: Engine, fn: Callable, *args):
+        def call():
+            start = time.perf_counter()
+            try:
+                return fn(*args)
+            finally:
+                spent = time.perf_counter() - start
+                engine.busy_s += spent
+                if self.metrics is not None:
+                    self.metrics.engine_busy.labels(kind, engine.name).inc(spent)
+        return call
+
+    async def run(self, kind: str, fn: Callable, *args, deadline: float | None = None):
+        """``fn(model, *args)`` on a free engine of ``kind``, in that engine's thread."""
+        deadline = deadline or self.deadline()
+        lane = self._lane(kind)
+        engine = await self._acquire(kind, deadline)
+        loop = asyncio.get_running_loop()
+        try:
+            fut = loop.run_in_executor(engine.executor, self._timed(kind, engine, fn, engine.model, *args))
+        except BaseException:
+            lane.release(engine)
+            raise
+        engine.served += 1
+        fut.add_done_callback(lambda _: lane.release(engine))  # only when the call really ended
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), self._left(deadline))
+        except asyncio.TimeoutError:
+            raise TimedOut(self.timeout_s) from None
+
+    async def stream(self, kind: str, open_iter: Callable, *args,
+                     deadline: float | None = None) -> AsyncIterator:
+        """Items of ``open_iter(model, *args)`` (an iterator) as they come, each ``next`` in the
+        engine's thread; the engine is held until the iterator ends or the consumer stops."""
+        deadline = deadline or self.deadline()
+        lane = self._lane(kind)
+        engine = await self._acquire(kind, deadline)
+        loop = asyncio.get_running_loop()
+        done = object()
+        iterator = None
+        pending = None
+        try:
+            engine.served += 1
+            pending = loop.run_in_executor(engine.executor, self._timed(kind, engine, lambda: iter(open_iter(engine.model, *args))))
+            iterator = await asyncio.shield(pending)
+            while True:
+                pending = loop.run_in_executor(engine.executor, self._timed(kind, engine, next, iterator, done))
+                try:
+                    item = await asyncio.wait_for(asyncio.shield(pending), self._left(deadline))
+                except asyncio.TimeoutError:
+                    raise TimedOut(self.timeout_s) from None
+                if item is done:
+                    return
+                yield item
+        finally:
+            # close the iterator in its thread after any running next(), then free the engine
+            close = getattr(iterator, "close", None)
+            try:
+                tail = loop.run_in_executor(engine.executor, close) if close else pending
+            except RuntimeError:  # the executor is already shut down
+                tail = None
+            if tail is not None:
+                tail.add_done_callback(lambda _: lane.release(engine))
+            else:
+                lane.release(engine)
+
+    # -- shutdown ---------------------------------------------------------------------------
+
+    async def shutdown(self, grace_s: float = 30.0) -> bool:
+        """Refuse new and waiting requests, let running ones finish (at most ``grace_s``), stop the
+        worker threads, close owned models.  True when every engine was idle at the end."""
+        self.closing = True
+        for lane in self.lanes.values():
+            lane.close()
+        end = time.monotonic() + grace_s
+        while not all(lane.idle() for lane in self.lanes.values()) and time.monotonic() < end:
+            await asyncio.sleep(0.02)
+        idle = all(lane.idle() for lane in self.lanes.values())
+        for lane in self.lanes.values():
+            for engine in lane.engines:
+                engine.executor.shutdown(wait=False, cancel_futures=True)
+                if self.owned and idle:
+                    close = getattr(engine.model, "close", None)
+                    if close is not None:
+                        with contextlib.suppress(Exception):
+                            close()
+        return idle
+
+
+def open_transcribers(model_dir, *, engines: int = 1, encoder=None, backend: str | None = None,
+                      target: str | None = None, core_masks: Sequence[str] | None = None,
+                      threads: int = 1, compute_type: str = "float32") -> list:
+    """``engines`` :class:`~rkspeech.runtime.whisper_model.WhisperModel` instances, each with its
+    own encoder runner (onnxruntime session, simulator, or an rknn-lite context).
+
+    With ``backend="rknnlite"`` engine i is pinned to NPU core ``core_masks[i % len]`` (default:
+    one per core of ``target``, :func:`rkspeech.core.targets.cores_for`) -- written to the
+    rknn-toolkit-lite2 API, not run on a board here.  ``threads`` is per engine (CTranslate2
+    decoder and onnxruntime).
+    """
+    from rkspeech.runtime.whisper_model import WhisperModel
+
+    if engines < 1:
+        raise RkspeechError(f"--engines must be >= 1, got {engines}")
+    masks: tuple = (None,)
+    if backend == "rknnlite":
+        from rkspeech.core.targets import cores_for
+
+        masks = tuple(core_masks) if core_masks else cores_for(target)
+    models = []
+    try:
+        for i in range(engines):
+            models.append(WhisperModel(model_dir, encoder=encoder, backend=backend, threads=threads,
+                                       target=target, core_mask=masks[i % len(masks)], compute_type=compute_type))
+    except BaseException:
+        for m in models:
+            with contextlib.suppress(Exception):
+                m.close()
+        raise
+    return models

@@ -1,0 +1,294 @@
+"""The OpenAI-compatible HTTP front end (Starlette app, served by uvicorn).
+
+* ``POST /v1/audio/transcriptions`` -- multipart: ``file`` (any format PyAV decodes), ``model``
+  (accepted, not used: the server has one), ``language``, ``prompt``, ``response_format``
+  (json | text | srt | vtt | verbose_json), ``timestamp_granularities[]`` (segment | word; word
+  turns on faster-whisper's word timestamps and adds ``words`` to verbose_json).  ``temperature``
+  is accepted and ignored (faster-whisper's fallback schedule, as ``rkspeech transcribe``).
+  verbose_json's ``language`` is Whisper's code ("en"; OpenAI's service writes "english").
+* ``POST /v1/audio/speech`` -- JSON: ``input``, ``voice`` (a speaker of the engine, or
+  "default"), ``response_format`` (wav | pcm: 16-bit mono at the engine's rate; WAV streamed with
+  an open-ended header), ``instructions``; the body is streamed as the engine decodes.
+* ``GET /v1/models``, ``GET /health`` (no key needed), ``GET /metrics`` (Prometheus text).
+
+Safety: with ``api_key`` every route but ``/health`` wants ``Authorization: Bearer KEY``
+(compared in constant time).  An upload is read into memory up to ``max_upload_bytes`` (413
+beyond, also when ``Content-Length`` says so up front) and parsed there: Starlette's multipart
+parser spools a file to disk past 1 MB, so ours keeps it in memory up to that bound, and no
+name or path from the request is used.  Errors are OpenAI-shaped JSON ``{"error": {"message",
+"type", "code"}}`` with one-line messages; 503 answers carry ``Retry-After``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import time
+
+from rkspeech.core.errors import RkspeechError
+from rkspeech.serve.engines import SPEECH, TRANSCRIBE, Busy, EnginePool, ServeError
+from rkspeech.serve.options import ServeOptions
+
+log = logging.getLogger("rkspeech.serve")
+
+
+class HttpError(ServeError):
+    def __init__(self, status: int, message: str, code: str):
+        super().__init__(message)
+        self.status, self.code = status, code
+
+
+def _error_response(exc: ServeError):
+    from starlette.responses import JSONResponse
+
+    kind = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
+            413: "invalid_request_error", 503: "server_busy", 504: "timeout"}.get(exc.status, "server_error")
+    headers = {}
+    if isinstance(exc, Busy) or exc.status == 503:
+        headers["Retry-After"] = str(getattr(exc, "retry_after_s", 2))
+    return JSONResponse({"error": {"message": str(exc), "type": kind, "param": None, "code": exc.code}},
+                        status_code=exc.status, headers=headers)
+
+
+def build_app(pool: EnginePool, options: ServeOptions, metrics=None):
+    """The Starlette application over ``pool``."""
+    from starlette.applications import Starlette
+    from starlette.responses import (
+        JSONResponse,
+        PlainTextResponse,
+        Response,
+        StreamingResponse,
+    )
+    from starlette.routing import Route
+
+    from rkspeech.serve import transcription
+    from rkspeech.serve.audio import decode_upload, float_to_pcm16, wav_header
+    from rkspeech.serve.speech import SPEECH_FORMATS, SpeakRequest
+
+    def count(endpoint: str, status) -> None:
+        if metrics is not None:
+            metrics.requests.labels(endpoint, str(status)).inc()
+
+    def authorize(request) -> None:
+        if options.api_key is None:
+            return
+        given = request.headers.get("authorization", "")
+        scheme, _, token = given.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), options.api_key.encode()):
+            raise HttpError(401, "missing or wrong API key (send Authorization: Bearer KEY)", "invalid_api_key")
+
+    def endpoint(name: str):
+        """Auth, error mapping and counting around a handler."""
+        def wrap(handler):
+            async def route(request):
+                start = time.perf_counter()
+                try:
+                    if name != "/health":
+                        authorize(request)
+                    response = await handler(request)
+                except ServeError as exc:
+                    response = _error_response(exc)
+                except RkspeechError as exc:  # the engine refused the input (bad voice, language, ...)
+                    response = _error_response(HttpError(400, str(exc), "bad_request"))
+                except Exception as exc:
+                    log.exception("%s failed", name)
+                    response = _error_response(HttpError(500, f"internal error: {type(exc).__name__}", "internal"))
+                count(name, response.status_code)
+                if metrics is not None and name.startswith("/v1/"):
+                    metrics.stage_seconds.labels("request").observe(time.perf_counter() - start)
+                return response
+            return route
+        return wrap
+
+    async def read_body(request, limit: int) -> bytes:
+        length = request.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > limit:
+            raise HttpError(413, f"the request body is {int(length)} bytes, the server's limit is {limit}", "too_large")
+        body = bytearray()
+        async for piece in request.stream():
+            body += piece
+            if len(body) > limit:
+                raise HttpError(413, f"the request body is larger than the server's limit of {limit} bytes", "too_large")
+        return bytes(body)
+
+    async def parse_form(request, body: bytes):
+        from starlette.formparsers import MultiPartException, MultiPartParser
+
+        class InMemory(MultiPartParser):
+            spool_max_size = len(body) + 1  # never rolls over to a temporary file
+
+        async def stream():
+            yield body
+            yield b""
+
+        ctype = request.headers.get("content-type", "")
+        if not ctype.startswith("multipart/form-data"):
+            raise HttpError(400, "send the audio as multipart/form-data with a 'file' field", "bad_request")
+        try:
+            return await InMemory(request.headers, stream(), max_files=1, max_fields=32,
+                                  max_part_size=64 * 1024).parse()
+        except MultiPartException as exc:
+            raise HttpError(400, f"malformed multipart body: {exc}", "bad_request") from None
+
+    @endpoint("/v1/audio/transcriptions")
+    async def transcriptions(request):
+        pool.first_model(TRANSCRIBE)
+        pool.check_capacity(TRANSCRIBE)  # refuse before reading and decoding when already full
+        deadline = pool.deadline()
+        form = await parse_form(request, await read_body(request, options.max_upload_bytes))
+        upload = form.get("file")
+        if upload is None or isinstance(upload, str):
+            raise HttpError(400, "no 'file' field with the audio", "bad_request")
+        data = await upload.read()
+        await upload.close()
+        fmt = str(form.get("response_format") or "json")
+        if fmt not in transcription.RESPONSE_FORMATS:
+            raise HttpError(400, f"response_format {fmt!r} is not one of {', '.join(transcription.RESPONSE_FORMATS)}",
+                            "bad_request")
+        grains = form.getlist("timestamp_granularities[]") + form.getlist("timestamp_granularities")
+        bad = [g for g in grains if g not in transcription.GRANULARITIES]
+        if bad:
+            raise HttpError(400, f"timestamp_granularities {bad[0]!r} is not one of segment, word", "bad_request")
+        model = pool.first_model(TRANSCRIBE)
+        req = transcription.TranscribeRequest(
+            language=transcription.check_language(model, form.get("language") or options.language),
+            prompt=form.get("prompt") or None, word_timestamps="word" in grains,
+            beam_size=options.beam_size, vad=options.vad)
+        start = time.perf_counter()
+        audio = await asyncio.to_thread(decode_upload, data, max_audio_s=options.max_audio_s)
+        if metrics is not None:
+            metrics.stage_seconds.labels("decode_audio").observe(time.perf_counter() - start)
+        result = await pool.run(TRANSCRIBE, transcription.run, audio, req, deadline=deadline)
+        if metrics is not None:
+            metrics.observe_timing(result.timing)
+        body, media = transcription.render(result, fmt, words="word" in grains)
+        if media == "json":
+            return JSONResponse(body)
+        return PlainTextResponse(body, media_type=media)
+
+    @endpoint("/v1/audio/speech")
+    async def speech(request):
+        engine = pool.first_model(SPEECH)
+        pool.check_capacity(SPEECH)
+        body = await read_body(request, options.max_text_chars * 8 + 4096)
+        try:
+            spec = json.loads(body or b"{}")
+        except ValueError:
+            raise HttpError(400, "the body is not JSON", "bad_request") from None
+        if not isinstance(spec, dict):
+            raise HttpError(400, "the body must be a JSON object", "bad_request")
+        fmt = spec.get("response_format") or "wav"
+        if fmt not in SPEECH_FORMATS:
+            raise HttpError(400, f"response_format {fmt!r} is not served; use one of {', '.join(SPEECH_FORMATS)}",
+                            "bad_request")
+        speed = spec.get("speed", 1.0)
+        if speed not in (None, 1, 1.0):
+            raise HttpError(400, "speed other than 1.0 is not supported", "bad_request")
+        voice = spec.get("voice")
+        if isinstance(voice, dict):
+            voice = voice.get("id") or voice.get("name")
+        req = SpeakRequest.checked(engine, spec.get("input"), speaker=voice, language=spec.get("language"),
+                                   instruct=spec.get("instructions") or None, max_chars=options.max_text_chars)
+        began = time.perf_counter()
+        chunks = pool.stream(SPEECH, req.open).__aiter__()
+        try:
+            first = await chunks.__anext__()  # errors before the first chunk get a status code
+        except StopAsyncIteration:
+            first = None
+        if metrics is not None:
+            metrics.stage_seconds.labels("speech_first_chunk").observe(time.perf_counter() - began)
+
+        async def body_stream():
+            try:
+                if fmt == "wav":
+                    yield wav_header(engine.sample_rate)
+                if first is not None:
+                    yield float_to_pcm16(first)
+                    async for chunk in chunks:
+                        yield float_to_pcm16(chunk)
+                if metrics is not None:
+                    metrics.stage_seconds.labels("speech_total").observe(time.perf_counter() - began)
+            finally:
+                await chunks.aclose()
+
+        media = "audio/wav" if fmt == "wav" else "audio/pcm"
+        return StreamingResponse(body_stream(), media_type=media,
+                                 headers={"X-Sample-Rate": str(engine.sample_rate)})
+
+    @endpoint("/health")
+    async def health(request):
+        status = "shutting-down" if pool.closing else "ok"
+        return JSONResponse({"status": status, "engines": pool.status()}, status_code=503 if pool.closing else 200)
+
+    @endpoint("/metrics")
+    async def metrics_route(request):
+        if metrics is None:
+            raise HttpError(404, "metrics are off", "not_found")
+        data, ctype = metrics.render()
+        return Response(data, media_type=ctype)
+
+    @endpoint("/v1/models")
+    async def models(request):
+        data = []
+        if pool.has(TRANSCRIBE):
+            data.append({"id": options.model_name, "object": "model", "owned_by": "rkspeech"})
+        if pool.has(SPEECH):
+            data.append({"id": options.speech_model_name, "object": "model", "owned_by": "rkspeech"})
+        return JSONResponse({"object": "list", "data": data})
+
+    return Starlette(routes=[
+        Route("/v1/audio/transcriptions", transcriptions, methods=["POST"]),
+        Route("/v1/audio/speech", speech, methods=["POST"]),
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/health", health, methods=["GET"]),
+        Route("/metrics", metrics_route, methods=["GET"]),
+    ])
+
+
+class HttpServer:
+    """uvicorn serving :func:`build_app` on ``host:port`` (port 0: a free one, see :attr:`address`),
+    in the caller's event loop; signals are left to the caller."""
+
+    def __init__(self, address: str, pool: EnginePool, options: ServeOptions, metrics=None):
+        from rkspeech.serve.options import split_host_port
+
+        self.host, self.port = split_host_port(address, flag="--http")
+        self.pool, self.options, self.metrics = pool, options, metrics
+        self._server = None
+        self._task = None
+        self.address: str | None = None
+
+    async def start(self) -> None:
+        import socket
+
+        import uvicorn
+
+        class _Server(uvicorn.Server):
+            def capture_signals(self):  # the serve command owns SIGINT/SIGTERM
+                import contextlib
+
+                return contextlib.nullcontext()
+
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        sock = socket.create_server((self.host, self.port), family=family, reuse_port=False)
+        sock.setblocking(False)
+        host, port = sock.getsockname()[:2]
+        self.address = f"{'[' + host + ']' if ':' in host else host}:{port}"
+        config = uvicorn.Config(build_app(self.pool, self.options, self.metrics), log_level="warning",
+                                lifespan="off", access_log=False,
+                                timeout_graceful_shutdown=max(1, int(self.options.shutdown_grace_s)))
+        self._server = _Server(config)
+        self._task = asyncio.create_task(self._server.serve(sockets=[sock]))
+        while not self._server.started:
+            if self._task.done():
+                self._task.result()  # raises the startup error
+                raise RuntimeError("the HTTP server stopped during startup")
+            await asyncio.sleep(0.01)
+
+    async def stop(self) -> None:
+        """Stop accepting; uvicorn lets running responses finish (up to the grace time)."""
+        if self._server is not None:
+            self._server.should_exit = True
+            await self._task

@@ -1,0 +1,46 @@
+"""Prometheus metrics of one server (its own registry, so several servers in one process -- tests --
+do not collide).
+
+* ``rkspeech_requests_total{endpoint, status}``: requests answered, by endpoint (``http
+  /v1/audio/transcriptions``, ``wyoming transcribe``, ...) and status (HTTP code; Wyoming:
+  ``ok`` or the error code).
+* ``rkspeech_queue_depth{kind}``: requests waiting for an engine; ``rkspeech_engines_busy{kind}``.
+* ``rkspeech_stage_seconds{stage}``: latency per stage -- ``transcribe_queue`` / ``speech_queue``
+  (waiting for an engine), ``decode_audio``, ``encoder``, ``decoder``, ``host`` (faster-whisper's
+  own work), ``transcribe_total``, ``speech_first_chunk``, ``speech_total``, ``request`` (end to
+  end).
+* ``rkspeech_engine_busy_seconds_total{kind, engine}``: time each engine spent in model calls.
+"""
+
+from __future__ import annotations
+
+BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+
+
+class Metrics:
+    def __init__(self):
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+        self.registry = CollectorRegistry()
+        self.requests = Counter("rkspeech_requests", "Requests answered", ["endpoint", "status"],
+                                registry=self.registry)
+        self.queue_depth = Gauge("rkspeech_queue_depth", "Requests waiting for an engine", ["kind"],
+                                 registry=self.registry)
+        self.engines_busy = Gauge("rkspeech_engines_busy", "Engines running a request", ["kind"],
+                                  registry=self.registry)
+        self.stage_seconds = Histogram("rkspeech_stage_seconds", "Latency per stage", ["stage"],
+                                       buckets=BUCKETS, registry=self.registry)
+        self.engine_busy = Counter("rkspeech_engine_busy_seconds", "Seconds each engine spent in model calls",
+                                   ["kind", "engine"], registry=self.registry)
+
+    def observe_timing(self, timing: dict) -> None:
+        """A transcription's time split (``Transcription.timing``) into the stage histogram."""
+        for key, stage in (("encoder_s", "encoder"), ("decoder_s", "decoder"), ("host_s", "host"),
+                           ("total_s", "transcribe_total")):
+            if key in timing:
+                self.stage_seconds.labels(stage).observe(max(0.0, timing[key]))
+
+    def render(self) -> tuple[bytes, str]:
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST

@@ -1,0 +1,136 @@
+"""Both front ends over one :class:`~rkspeech.serve.engines.EnginePool`, in one asyncio loop.
+
+``server = Server(pool, options)``; ``await server.start()`` binds what ``options`` asks for
+(``server.addresses`` says where, ports 0 resolved); ``await server.stop()`` shuts down
+gracefully: the listeners close, the pool refuses queued and new requests, running requests
+finish (up to ``options.shutdown_grace_s``), then connections close and owned models are
+released.  :func:`serve_forever` runs that until SIGINT/SIGTERM (the CLI);
+:class:`ServerThread` runs it in a background thread (tests, benchmarks).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from rkspeech.serve.engines import EnginePool
+from rkspeech.serve.options import ServeOptions
+
+
+class Server:
+    def __init__(self, pool: EnginePool, options: ServeOptions, *, metrics=None):
+        if metrics is None:
+            from rkspeech.serve.metrics import Metrics
+
+            metrics = Metrics()
+        pool.metrics = metrics
+        for lane in pool.lanes.values():
+            lane.metrics = metrics
+        self.pool, self.options, self.metrics = pool, options, metrics
+        self.wyoming = self.http = None
+        self.addresses: dict[str, str] = {}
+
+    async def start(self) -> None:
+        from rkspeech.core.errors import RkspeechError
+
+        if self.options.wyoming is None and self.options.http is None:
+            raise RkspeechError("nothing to serve on: give --wyoming URI and/or --http HOST:PORT")
+        try:
+            if self.options.wyoming is not None:
+                from rkspeech.serve.wyoming_server import WyomingServer
+
+                self.wyoming = WyomingServer(self.options.wyoming, self.pool, self.options, self.metrics)
+                await self.wyoming.start()
+                self.addresses["wyoming"] = self.wyoming.address
+            if self.options.http is not None:
+                from rkspeech.serve.http_server import HttpServer
+
+                self.http = HttpServer(self.options.http, self.pool, self.options, self.metrics)
+                await self.http.start()
+                self.addresses["http"] = self.http.address
+        except OSError as exc:
+            await self.stop()
+            raise RkspeechError(f"cannot listen: {exc.strerror or exc}") from None
+
+    async def stop(self) -> bool:
+        """Graceful shutdown; True when every running request finished in time."""
+        grace = self.options.shutdown_grace_s
+        if self.wyoming is not None:
+            await self.wyoming.stop_listening()
+        stop_http = asyncio.create_task(self.http.stop()) if self.http is not None else None
+        finished = await self.pool.shutdown(grace)
+        if self.wyoming is not None:
+            await self.wyoming.stop(grace_s=1.0)
+        if stop_http is not None:
+            await stop_http
+        return finished
+
+
+async def serve_forever(server: Server, *, on_ready=None) -> bool:
+    """Start, call ``on_ready(addresses)``, run until SIGINT or SIGTERM, shut down gracefully."""
+    import signal
+
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    installed = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+            installed.append(sig)
+        except (NotImplementedError, RuntimeError, ValueError):
+            pass
+    try:
+        await server.start()
+        if on_ready is not None:
+            on_ready(server.addresses)
+        await stop.wait()
+        return await server.stop()  # a second signal during the grace time changes nothing
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+
+
+class ServerThread:
+    """A :class:`Server` in a background thread with its own loop: ``with ServerThread(pool,
+    options) as st: st.addresses``; ``st.call(coro_fn)`` runs a coroutine in the server's loop."""
+
+    def __init__(self, pool: EnginePool, options: ServeOptions):
+        self.pool, self.options = pool, options
+        self.loop = asyncio.new_event_loop()
+        self.server = None
+        self._thread = threading.Thread(target=self.loop.run_forever, name="rkspeech-serve", daemon=True)
+
+    def start(self) -> ServerThread:
+        self._thread.start()
+
+        async def make():
+            self.server = Server(self.pool, self.options)
+            await self.server.start()
+
+        self.call(make)
+        return self
+
+    @property
+    def addresses(self) -> dict:
+        return self.server.addresses
+
+    def call(self, coro_fn, *args, timeout: float | None = 120):
+        return asyncio.run_coroutine_threadsafe(coro_fn(*args), self.loop).result(timeout)
+
+    def submit(self, coro_fn, *args):
+        """Schedule without waiting (a concurrent.futures.Future)."""
+        return asyncio.run_coroutine_threadsafe(coro_fn(*args), self.loop)
+
+    def stop(self) -> bool:
+        finished = True
+        if self.server is not None:
+            finished = self.call(self.server.stop)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+        return finished
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()

@@ -1,0 +1,381 @@
+"""The Wyoming front end (Home Assistant's voice pipeline; PyPI ``wyoming``).
+
+Per connection (:class:`WyomingHandler`):
+
+* ``describe`` -> ``info``: an ASR program with one model (its languages) when transcription is
+  served, a TTS program with one voice per speaker (the engine's languages, streaming
+  synthesis supported) when speech is.
+* Speech to text: ``transcribe`` (optional: language), ``audio-start``, ``audio-chunk``...,
+  ``audio-stop`` -> ``transcript`` (text stripped, language).  Chunks of any rate, width and
+  channel count are converted to 16 kHz 16-bit mono with ``AudioChunkConverter``; audio longer
+  than ``max_audio_s`` is refused when the limit is crossed.
+* Text to speech: ``synthesize`` -> ``audio-start``, ``audio-chunk`` per decoded chunk (sent as
+  the engine yields it), ``audio-stop``.  The streaming form ``synthesize-start``,
+  ``synthesize-chunk``..., ``synthesize-stop`` synthesizes each complete sentence as its text
+  arrives, then ends with ``synthesize-stopped``; a plain ``synthesize`` sent alongside a
+  streaming request (Home Assistant sends both) is ignored, as wyoming-piper does.
+* Anything wrong -- a line that is not JSON, an unknown event type, events out of order, a full
+  queue, a time limit -- is answered with an ``error`` event (text, code) on that connection,
+  which stays open; other connections are not affected.  A line longer than the reader's limit
+  or a header whose data/payload cannot be read loses the framing: error, then the connection
+  is closed.
+
+The events are read here rather than by ``wyoming.event.async_read_event``, which returns None
+(= end of stream) for a malformed line, so a client would see a silent disconnect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import time
+
+from rkspeech.core.errors import RkspeechError
+from rkspeech.serve.audio import pcm16_to_float
+from rkspeech.serve.engines import SPEECH, TRANSCRIBE, EnginePool, ServeError
+from rkspeech.serve.options import SAMPLE_RATE, ServeOptions
+
+#: Bytes of one event header line or data block at most.
+MAX_LINE = 1024 * 1024
+#: Output chunk size for speech (samples): engines may yield longer chunks; Wyoming clients
+#: expect a steady stream of small ones.
+CHUNK_SAMPLES = 2048
+log = logging.getLogger("rkspeech.serve")
+_SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+")
+
+
+class _Framing(Exception):
+    """The stream can no longer be parsed: answer and close."""
+
+
+async def read_event(reader: asyncio.StreamReader):
+    """The next event, None at end of stream; ValueError for a bad line (framing intact),
+    :class:`_Framing` when framing is lost."""
+    from wyoming.event import Event
+
+    try:
+        line = await reader.readuntil(b"\n")
+    except asyncio.IncompleteReadError as exc:
+        if not exc.partial.strip():
+            return None
+        line = exc.partial
+    except asyncio.LimitOverrunError:
+        raise _Framing(f"event header longer than {MAX_LINE} bytes") from None
+    if not line.strip():
+        raise ValueError("empty event line")
+    try:
+        header = json.loads(line)
+    except ValueError:
+        raise ValueError("event header is not JSON") from None
+    if not isinstance(header, dict) or not isinstance(header.get("type"), str):
+        raise ValueError("event header has no type")
+    data = header.get("data") or {}
+    if not isinstance(data, dict):
+        raise ValueError("event data is not an object")
+    try:
+        data_length = int(header.get("data_length") or 0)
+        payload_length = int(header.get("payload_length") or 0)
+    except (TypeError, ValueError):
+        raise _Framing("data_length / payload_length are not numbers") from None
+    if not (0 <= data_length <= MAX_LINE) or not (0 <= payload_length <= 16 * MAX_LINE):
+        raise _Framing("data_length / payload_length out of range")
+    try:
+        if data_length:
+            extra = json.loads(await reader.readexactly(data_length))
+            if not isinstance(extra, dict):
+                raise ValueError("event data is not an object")
+            data.update(extra)
+        payload = await reader.readexactly(payload_length) if payload_length else None
+    except asyncio.IncompleteReadError:
+        raise _Framing("connection closed inside an event") from None
+    return Event(type=header["type"], data=data, payload=payload)
+
+
+class WyomingHandler:
+    def __init__(self, reader, writer, pool: EnginePool, options: ServeOptions, metrics, info_event):
+        self.reader, self.writer = reader, writer
+        self.pool, self.options, self.metrics = pool, options, metrics
+        self.info_event = info_event
+        self._language = None
+        self._converter = None
+        self._audio: list = []
+        self._audio_bytes = 0
+        self._too_long = False
+        self._streaming = None  # while synthesize-start .. synthesize-stop: {"voice", "text"}
+        self.busy = False  # inside handle(): shutdown waits for it; idle connections are closed
+
+    async def write(self, event) -> None:
+        from wyoming.event import async_write_event
+
+        await async_write_event(event, self.writer)
+
+    async def error(self, text: str, code: str, endpoint: str = "wyoming") -> None:
+        from wyoming.error import Error
+
+        self._count(endpoint, code)
+        await self.write(Error(text=text, code=code).event())
+
+    def _count(self, endpoint: str, status: str) -> None:
+        if self.metrics is not None:
+            self.metrics.requests.labels(endpoint, status).inc()
+
+    async def run(self) -> None:
+        try:
+            while True:
+                try:
+                    event = await read_event(self.reader)
+                except ValueError as exc:
+                    await self.error(f"malformed event: {exc}", "malformed-event")
+                    continue
+                except _Framing as exc:
+                    await self.error(f"malformed event: {exc}; closing the connection", "malformed-event")
+                    break
+                if event is None:
+                    break
+                self.busy = True
+                try:
+                    await self.handle(event)
+                except ServeError as exc:
+                    await self.error(str(exc), exc.code, f"wyoming {event.type}")
+                except RkspeechError as exc:  # the engine refused the input (bad voice, language, ...)
+                    await self.error(str(exc), "bad-request", f"wyoming {event.type}")
+                except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                    await self.error(f"malformed {event.type} event: {exc!r}", "malformed-event")
+                except (ConnectionError, asyncio.CancelledError):
+                    raise
+                except Exception as exc:
+                    log.exception("wyoming %s failed", event.type)
+                    await self.error(f"internal error: {type(exc).__name__}", "internal", f"wyoming {event.type}")
+                finally:
+                    self.busy = False
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            self.writer.close()
+
+    async def handle(self, event) -> None:
+        from wyoming.asr import Transcribe
+        from wyoming.audio import AudioChunk, AudioStart, AudioStop
+        from wyoming.info import Describe
+        from wyoming.tts import (
+            Synthesize,
+            SynthesizeChunk,
+            SynthesizeStart,
+            SynthesizeStop,
+        )
+
+        if Describe.is_type(event.type):
+            await self.write(self.info_event)
+            self._count("wyoming describe", "ok")
+        elif Transcribe.is_type(event.type):
+            self.pool.first_model(TRANSCRIBE)  # Unavailable when not served
+            self._language = Transcribe.from_event(event).language
+        elif AudioStart.is_type(event.type):
+            self.pool.first_model(TRANSCRIBE)
+            from wyoming.audio import AudioChunkConverter
+
+            AudioStart.from_event(event)  # validates rate/width/channels
+            self._converter = AudioChunkConverter(rate=SAMPLE_RATE, width=2, channels=1)
+            self._audio, self._audio_bytes, self._too_long = [], 0, False
+        elif AudioChunk.is_type(event.type):
+            if self._converter is None:
+                raise ServeError("audio-chunk before audio-start")
+            if self._too_long:
+                return
+            chunk = self._converter.convert(AudioChunk.from_event(event))
+            self._audio_bytes += len(chunk.audio)
+            if self._audio_bytes > self.options.max_audio_s * SAMPLE_RATE * 2:
+                self._too_long, self._audio = True, []
+                return
+            self._audio.append(chunk.audio)
+        elif AudioStop.is_type(event.type):
+            await self._transcribe()
+        elif Synthesize.is_type(event.type):
+            if self._streaming is not None:
+                return  # the non-streaming copy of a streaming request
+            request = Synthesize.from_event(event)
+            await self._speak(request.text, request.voice)
+            self._count("wyoming synthesize", "ok")
+        elif SynthesizeStart.is_type(event.type):
+            self.pool.first_model(SPEECH)
+            self._streaming = {"voice": SynthesizeStart.from_event(event).voice, "text": ""}
+            self._stream_started = False
+        elif SynthesizeChunk.is_type(event.type):
+            if self._streaming is None:
+                raise ServeError("synthesize-chunk before synthesize-start")
+            self._streaming["text"] += SynthesizeChunk.from_event(event).text
+            parts = _SENTENCE_END.split(self._streaming["text"])
+            for sentence in parts[:-1]:
+                await self._speak(sentence, self._streaming["voice"], start=not self._stream_started, stop=False)
+                self._stream_started = True
+            self._streaming["text"] = parts[-1]
+        elif SynthesizeStop.is_type(event.type):
+            if self._streaming is None:
+                raise ServeError("synthesize-stop before synthesize-start")
+            from wyoming.tts import SynthesizeStopped
+
+            state, self._streaming = self._streaming, None
+            if state["text"].strip() or not self._stream_started:
+                await self._speak(state["text"], state["voice"], start=not self._stream_started, stop=True)
+            else:
+                await self._audio_stop()
+            await self.write(SynthesizeStopped().event())
+            self._count("wyoming synthesize-stream", "ok")
+        else:
+            raise ServeError(f"unknown or unsupported event type {event.type!r}")
+
+    async def _transcribe(self) -> None:
+        from wyoming.asr import Transcript
+
+        from rkspeech.serve import transcription
+
+        if self._converter is None:
+            raise ServeError("audio-stop before audio-start")
+        audio_bytes, too_long, language = b"".join(self._audio), self._too_long, self._language
+        self._converter, self._audio, self._audio_bytes, self._language = None, [], 0, None  # per request
+        if too_long:
+            from rkspeech.serve.audio import TooLong
+
+            raise TooLong(f"the audio is longer than the server's limit of {self.options.max_audio_s:g} s")
+        start = time.perf_counter()
+        model = self.pool.first_model(TRANSCRIBE)
+        request = transcription.TranscribeRequest(
+            language=transcription.check_language(model, language or self.options.language),
+            beam_size=self.options.beam_size, vad=self.options.vad)
+        audio = pcm16_to_float(audio_bytes)
+        if audio.size == 0:
+            raise ServeError("no audio between audio-start and audio-stop")
+        result = await self.pool.run(TRANSCRIBE, transcription.run, audio, request)
+        await self.write(Transcript(text=result.text.strip(), language=result.language).event())
+        if self.metrics is not None:
+            self.metrics.observe_timing(result.timing)
+            self.metrics.stage_seconds.labels("request").observe(time.perf_counter() - start)
+        self._count("wyoming transcribe", "ok")
+
+    async def _speak(self, text: str, voice, *, start: bool = True, stop: bool = True) -> None:
+        """Synthesize ``text``; audio-start first when ``start``, audio-stop at the end when ``stop``."""
+        from wyoming.audio import AudioChunk, AudioStart
+
+        from rkspeech.serve.audio import float_to_pcm16
+        from rkspeech.serve.speech import SpeakRequest
+
+        engine = self.pool.first_model(SPEECH)
+        request = SpeakRequest.checked(engine, text, speaker=getattr(voice, "speaker", None) or getattr(voice, "name", None),
+                                       language=getattr(voice, "language", None),
+                                       max_chars=self.options.max_text_chars)
+        rate = engine.sample_rate
+        began = time.perf_counter()
+        if start:
+            await self.write(AudioStart(rate=rate, width=2, channels=1).event())
+        first = True
+        async for chunk in self.pool.stream(SPEECH, request.open):
+            if first and self.metrics is not None:
+                self.metrics.stage_seconds.labels("speech_first_chunk").observe(time.perf_counter() - began)
+            first = False
+            pcm = float_to_pcm16(chunk)
+            for i in range(0, len(pcm), CHUNK_SAMPLES * 2):
+                await self.write(AudioChunk(rate=rate, width=2, channels=1, audio=pcm[i:i + CHUNK_SAMPLES * 2]).event())
+        if self.metrics is not None:
+            self.metrics.stage_seconds.labels("speech_total").observe(time.perf_counter() - began)
+        if stop:
+            await self._audio_stop()
+
+    async def _audio_stop(self) -> None:
+        from wyoming.audio import AudioStop
+
+        await self.write(AudioStop().event())
+
+
+def info_event(pool: EnginePool, options: ServeOptions):
+    """The ``info`` answer to ``describe``."""
+    from wyoming.info import (
+        AsrModel,
+        AsrProgram,
+        Attribution,
+        Info,
+        TtsProgram,
+        TtsVoice,
+        TtsVoiceSpeaker,
+    )
+
+    from rkspeech import __version__ as version
+
+    whisper = Attribution(name="OpenAI Whisper (faster-whisper)", url="https://github.com/SYSTRAN/faster-whisper")
+    qwen = Attribution(name="Qwen3-TTS", url="https://github.com/QwenLM/Qwen3-TTS")
+    asr, tts = [], []
+    if pool.has(TRANSCRIBE):
+        from rkspeech.serve.transcription import model_languages
+
+        languages = model_languages(pool.first_model(TRANSCRIBE))
+        asr.append(AsrProgram(name="rkspeech-whisper", description="faster-whisper with the encoder offloaded",
+                              attribution=whisper, installed=True, version=version,
+                              models=[AsrModel(name=options.model_name, description=f"Whisper ({options.model_name})",
+                                               attribution=whisper, installed=True, languages=languages,
+                                               version=version)]))
+    if pool.has(SPEECH):
+        engine = pool.first_model(SPEECH)
+        voices = [TtsVoice(name=s, description=f"{options.speech_model_name}: {s}", attribution=qwen,
+                           installed=True, version=version, languages=list(engine.languages),
+                           speakers=[TtsVoiceSpeaker(name=s)])
+                  for s in (engine.speakers or ["default"])]
+        tts.append(TtsProgram(name="rkspeech-speech", description=options.speech_model_name, attribution=qwen,
+                              installed=True, version=version, voices=voices, supports_synthesize_streaming=True))
+    return Info(asr=asr, tts=tts).event()
+
+
+class WyomingServer:
+    """``await start()`` binds (port 0: a free one, see :attr:`address`); ``await stop()`` closes
+    the listener and every connection."""
+
+    def __init__(self, uri: str, pool: EnginePool, options: ServeOptions, metrics=None):
+        self.uri, self.pool, self.options, self.metrics = uri, pool, options, metrics
+        self._server = None
+        self._tasks: dict[asyncio.Task, WyomingHandler] = {}
+        self.address: str | None = None
+
+    async def start(self) -> None:
+        from urllib.parse import urlparse
+
+        info = info_event(self.pool, self.options)
+
+        async def on_connect(reader, writer):
+            handler = WyomingHandler(reader, writer, self.pool, self.options, self.metrics, info)
+            task = asyncio.current_task()
+            self._tasks[task] = handler
+            try:
+                await handler.run()
+            except asyncio.CancelledError:
+                pass  # shutdown past the grace time
+            finally:
+                self._tasks.pop(task, None)
+
+        parsed = urlparse(self.uri)
+        if parsed.scheme == "unix":
+            self._server = await asyncio.start_unix_server(on_connect, path=parsed.path, limit=MAX_LINE)
+            self.address = self.uri
+        else:
+            self._server = await asyncio.start_server(on_connect, host=parsed.hostname or "127.0.0.1",
+                                                      port=parsed.port or 0, limit=MAX_LINE)
+            host, port = self._server.sockets[0].getsockname()[:2]
+            self.address = f"tcp://{host}:{port}"
+
+    async def stop_listening(self) -> None:
+        if self._server is not None:
+            self._server.close()
+
+    async def stop(self, grace_s: float = 5.0) -> None:
+        """Stop listening; close idle connections now and busy ones when their request is answered
+        (at most ``grace_s``)."""
+        await self.stop_listening()
+        end = time.monotonic() + grace_s
+        while self._tasks:
+            for handler in list(self._tasks.values()):
+                if not handler.busy:
+                    handler.reader.feed_eof()  # the read loop ends as at end of stream
+            if time.monotonic() > end:
+                break
+            await asyncio.sleep(0.02)
+        for task in list(self._tasks):
+            task.cancel()

