@@ -92,3 +92,36 @@ def test_wyoming_synthesize_is_what_speak_writes(server, cli_pcm):
     assert len(chunks) >= 2  # streamed as the vocoder steps finish, not in one piece
     assert b"".join(chunks) == cli_pcm
     assert np.frombuffer(cli_pcm, "<i2").size == len(b"".join(chunks)) // 2
+
+
+def test_cli_bounds_the_speech_of_a_request(tts_custom_ckpt, plan, capsys):
+    """``--max-speech-s``: a talker that never chooses to stop (synthetic weights) cannot hold the
+    engine; the answer is that much audio, whole frames."""
+    import os
+    import re
+    import signal
+    import subprocess
+    import sys
+
+    import httpx
+
+    from rkspeech.cli import main
+
+    base = ["serve", "--tts-model", str(tts_custom_ckpt), "--plan", str(plan), "--wyoming", "off"]
+    assert main(base + ["--max-speech-s", "0"]) == 2
+    assert "--max-speech-s must be > 0, got 0.0" in capsys.readouterr().err
+    proc = subprocess.Popen([sys.executable, "-m", "rkspeech", *base, "--http", "127.0.0.1:0", "--max-speech-s", "0.5"],
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "RKSPEECH_API_KEY": ""})
+    try:
+        lines = []
+        while not (m := re.search(r"http on (\S+)", lines[-1] if lines else "")):
+            line = proc.stderr.readline()
+            assert line, "".join(lines)
+            lines.append(line)
+        r = httpx.post(f"http://{m.group(1)}/v1/audio/speech", json={"model": "tts-1", "input": TEXT, "voice": "ryan",
+                                                                    "response_format": "pcm"}, timeout=300)
+        assert r.status_code == 200 and len(r.content) == 7 * 1920 * 2  # ceil(0.5 s * 12.5 frames/s) frames
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+    assert proc.returncode == 0

@@ -55,6 +55,9 @@ def register(subparsers) -> None:
     n.add_argument("--max-upload-mb", type=float, default=25.0, help="upload size limit (default 25 MB)")
     n.add_argument("--max-audio-s", type=float, default=600.0, help="audio length limit (default 600 s)")
     n.add_argument("--max-text-chars", type=int, default=4096, help="text length limit for speech (default 4096)")
+    n.add_argument("--max-speech-s", type=float, default=120.0,
+                   help="speech generated per request at most (default 120 s): a talker that never chooses "
+                        "to stop (synthetic weights; a bad prompt) cannot hold an engine for long")
     p.set_defaults(func=run)
 
 
@@ -81,9 +84,19 @@ def _open_speaker(args):
 
     if not args.plan:
         raise RkspeechError("--tts-model needs --plan plan.json (the vocoder built for it)")
-    from rkspeech.runtime.speak import Speaker
+    import math
 
-    return Speaker(args.tts_model, args.plan, backend=args.tts_backend, target=args.target)
+    from rkspeech.models.qwen3_tts.generate import GenerationOptions
+    from rkspeech.runtime.speak import DEFAULT_SEED, Speaker
+
+    if not args.max_speech_s > 0:
+        raise RkspeechError(f"--max-speech-s must be > 0, got {args.max_speech_s}")
+    speaker = Speaker(args.tts_model, args.plan, backend=args.tts_backend, target=args.target)
+    c = speaker.plan.contract
+    frames = math.ceil(args.max_speech_s * c.sample_rate / c.samples_per_token)
+    # N talker steps give at most N - 1 frames (the last token's codes would come in step N + 1)
+    speaker.options = GenerationOptions(seed=DEFAULT_SEED, max_new_tokens=frames + 1)
+    return speaker
 
 
 def run(args: argparse.Namespace) -> int:
