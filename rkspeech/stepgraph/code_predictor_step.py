@@ -1,0 +1,294 @@
+"""The Qwen3-TTS code predictor as one fixed-shape graph per frame (issue #13, part 1).
+
+Per frame ``TTSModel._loop`` resets the code predictor's cache, feeds positions 0-1 (the
+talker's last hidden state and codebook 0's embedding, one 2-token pass), and then 14 single
+positions (codebook j's embedding, ``codec_embedding[j-1]``), reading codebook j from
+``lm_head[j-1]`` of the last hidden state: at most 16 positions, and nothing carries over to the
+next frame.  So the whole frame is one graph with the loop unrolled and the KV history kept
+*inside* it (concatenated keys/values of static length): no cache I/O, no RoPE input (the 16
+positions' cos/sin are constants), one NPU call per frame instead of 15.
+
+Graph I/O (``CodePredictorFrame``; contract ``CodePredictorContract`` in the ONNX metadata under
+the same key as the vocoder's, ``rkspeech.contract``, with its own format string):
+
+==============  =================  ==========================================================
+name            shape / dtype      meaning
+==============  =================  ==========================================================
+talker_hidden   [1, Ht] fp32       the talker's last (normed) hidden state for this frame
+first_embed     [1, Ht] fp32       codebook 0's embedding (``talker.codec([code0])``; the host
+                                   has it anyway for the talker's next input)
+logits          [G-1, V] fp32      ``lm_head[j-1]`` logits of codebooks 1..G-1
+codes           [G-1] int64        greedy codes (``embed="gather"`` only; with ``onehot`` the
+                                   host takes ``argmax(logits, -1)``: ``greedy_codes``)
+==============  =================  ==========================================================
+
+Two ways to feed the greedy code back in the graph (``embed``):
+
+* ``gather`` - ArgMax + the embedding table's Gather (the model's own ops).  rk3588 fp16
+  (reduced config): ArgMax x15 and Gather x14 on the CPU.
+* ``onehot`` (the NPU formulation) - the max by one global MaxPool over the logits viewed
+  ``[1, 1, rows, cols]``, ``onehot = 1 - clip((max - logits) * 65504, 0, 1)``, and
+  ``onehot @ table``: every op on the NPU.  ReduceMax and Equal ran on the CPU; so did the
+  Reshape of any small ``codes`` output (measured with 1-2 codebook graphs), hence no ``codes``
+  output: the host's argmax of 15 x V logits is cheap.  An exact tie of the maximum (fp16
+  logits tie where fp32 ones do not) keeps the first index, as argmax does: a second MaxPool
+  over ``onehot * (V - id)`` (integers, exact in fp16 for V <= 2048).  Without it a tie summed
+  two embedding rows (simulator: 30 dB logit SNR instead of 59; docs/code-predictor-step.md).
+
+Greedy only: sampling needs the host between codebooks (per-codebook calls), not built here.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from rkspeech.core.errors import RkspeechError
+from rkspeech.models.qwen3_tts.transformer import rotate_half
+
+CONTRACT_FORMAT = "rkspeech-code-predictor/1"
+INPUT_NAMES = ("talker_hidden", "first_embed")
+OUTPUT_NAMES = ("logits", "codes")  # "codes" only with embed="gather"
+EMBED_MODES = ("gather", "onehot")
+#: Additive mask of the 2-token prefill; finite so it survives fp16 (exp underflows to 0 either way).
+MASK_VALUE = -30000.0
+#: One-hot sharpness of ``embed="onehot"``: fp16's largest finite value.
+ONEHOT_GAIN = 65504.0
+
+
+def _pool_shape(v: int) -> tuple[int, int]:
+    """``(rows, cols)`` with ``rows * cols == v``, rows the largest divisor <= sqrt(v)."""
+    rows = max(d for d in range(1, int(v**0.5) + 1) if v % d == 0)
+    return rows, v // rows
+
+
+@dataclass(frozen=True)
+class CodePredictorContract:
+    talker_hidden: int
+    hidden: int
+    vocab_size: int
+    num_code_groups: int
+    layers: int
+    embed: str = "gather"
+    model: str = "qwen3-tts-code-predictor"
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        return OUTPUT_NAMES if self.embed == "gather" else OUTPUT_NAMES[:1]
+
+    def input_shapes(self) -> dict[str, list[int]]:
+        return {"talker_hidden": [1, self.talker_hidden], "first_embed": [1, self.talker_hidden]}
+
+    def output_shapes(self) -> dict[str, list[int]]:
+        g = self.num_code_groups - 1
+        shapes = {"logits": [g, self.vocab_size], "codes": [g]}
+        return {k: shapes[k] for k in self.output_names}
+
+    def to_json(self) -> str:
+        d = {"format": CONTRACT_FORMAT, "model": self.model, "Ht": self.talker_hidden, "H": self.hidden,
+             "V": self.vocab_size, "G": self.num_code_groups, "layers": self.layers, "embed": self.embed,
+             "outputs": list(self.output_names)}
+        return json.dumps(d, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> CodePredictorContract:
+        try:
+            d = json.loads(text)
+        except (json.JSONDecodeError, TypeError) as exc:
+            raise RkspeechError(f"code-predictor contract is not valid JSON: {exc}") from None
+        if not isinstance(d, dict) or d.get("format") != CONTRACT_FORMAT:
+            raise RkspeechError(f"not an rkspeech code-predictor contract (format "
+                                f"{d.get('format') if isinstance(d, dict) else None!r}, expected {CONTRACT_FORMAT!r})")
+        try:
+            contract = cls(talker_hidden=int(d["Ht"]), hidden=int(d["H"]), vocab_size=int(d["V"]),
+                           num_code_groups=int(d["G"]), layers=int(d["layers"]), embed=str(d["embed"]),
+                           model=str(d.get("model", "qwen3-tts-code-predictor")))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise RkspeechError(f"code-predictor contract is malformed: {exc!r}") from None
+        if contract.embed not in EMBED_MODES:
+            raise RkspeechError(f"code-predictor contract is malformed: embed {contract.embed!r} "
+                                f"is not one of {EMBED_MODES}")
+        return contract
+
+
+def _repeat_heads(attn, proj: nn.Linear) -> nn.Linear:
+    """``proj`` (kv heads) with each head's rows repeated for its ``heads // kv_heads`` query heads."""
+    rep = attn.heads // attn.kv_heads
+    hd = attn.head_dim
+    w = proj.weight.detach().view(attn.kv_heads, 1, hd, -1).expand(-1, rep, -1, -1).reshape(attn.heads * hd, -1)
+    out = nn.Linear(w.shape[1], w.shape[0], bias=proj.bias is not None)
+    out.weight = nn.Parameter(w.clone(), requires_grad=False)
+    if proj.bias is not None:
+        b = proj.bias.detach().view(attn.kv_heads, 1, hd).expand(-1, rep, -1).reshape(-1)
+        out.bias = nn.Parameter(b.clone(), requires_grad=False)
+    return out
+
+
+class CodePredictorFrame(nn.Module):
+    """One frame of the code predictor (all G-1 codebooks, greedy), fixed shapes, no cache I/O.
+
+    Shares the weights of a ``CodePredictor`` (``talker.code_predictor``); traces to the ops of
+    ``models.qwen3_tts.talker`` in the same order, so greedy codes equal ``TTSModel``'s.
+    """
+
+    def __init__(self, cp, embed: str = "gather"):
+        super().__init__()
+        if embed not in EMBED_MODES:
+            raise RkspeechError(f"embed must be one of {EMBED_MODES}, got {embed!r}")
+        self.cp = cp
+        self.embed = embed
+        model = cp.model
+        cfg = model.cfg
+        self.groups = cfg.num_code_groups
+        self.vocab = cfg.vocab_size
+        # RoPE of positions 0..G-1, computed as DecoderStack.forward does (float32 product)
+        pos = torch.arange(0, self.groups, dtype=torch.float32)
+        freqs = pos[:, None] * model.inv_freq[None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        self.register_buffer("cos", emb.cos(), persistent=False)
+        self.register_buffer("sin", emb.sin(), persistent=False)
+        self.register_buffer("prefill_mask", torch.tensor([[0.0, MASK_VALUE], [0.0, 0.0]]), persistent=False)
+        self.k_rep = nn.ModuleList(_repeat_heads(layer.self_attn, layer.self_attn.k_proj) for layer in model.layers)
+        self.v_rep = nn.ModuleList(_repeat_heads(layer.self_attn, layer.self_attn.v_proj) for layer in model.layers)
+        if embed == "onehot" and self.vocab > 2048:
+            raise RkspeechError(f"embed='onehot' needs a vocabulary of at most 2048 codes (fp16-exact ranks), "
+                                f"got {self.vocab}; use embed='gather'")
+        self._pool = _pool_shape(self.vocab)
+        self.register_buffer("rank", torch.arange(self.vocab, 0, -1, dtype=torch.float32).view(1, self.vocab),
+                             persistent=False)
+
+    def contract(self) -> CodePredictorContract:
+        cfg = self.cp.model.cfg
+        ht = self.cp.model.codec_embedding[0].embedding_dim
+        return CodePredictorContract(talker_hidden=ht, hidden=cfg.hidden_size, vocab_size=cfg.vocab_size,
+                                     num_code_groups=cfg.num_code_groups, layers=cfg.num_hidden_layers,
+                                     embed=self.embed)
+
+    # -- one pass of the stack over t new positions -------------------------------------------
+    def _attention(self, i: int, attn, x, start: int, kv):
+        t = x.shape[1]
+        heads, hd = attn.heads, attn.head_dim
+        k_rep, v_rep = self.k_rep[i], self.v_rep[i]
+        cos, sin = self.cos[start:start + t], self.sin[start:start + t]
+        q = attn.q_norm(attn.q_proj(x).view(t, heads, hd)).transpose(0, 1)  # [H, t, hd]
+        # keys/values of every query head straight from row-repeated projections: no
+        # repeat_interleave (it traces to Shape/Tile), no grouped view of q (its Reshapes ran on
+        # the rk3588 CPU; measured); the cache holds H heads (16 positions: small)
+        k = attn.k_norm(k_rep(x).view(t, heads, hd)).transpose(0, 1)
+        v = v_rep(x).view(t, heads, hd).transpose(0, 1)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        if kv is not None:
+            k = torch.cat((kv[0], k), dim=1)
+            v = torch.cat((kv[1], v), dim=1)
+        end = start + t
+        scores = q.unsqueeze(0) @ k.unsqueeze(0).transpose(2, 3) * hd**-0.5  # [1, H, t, end]
+        if t > 1:
+            scores = scores + self.prefill_mask[:t, :end]
+        o = (torch.softmax(scores, dim=-1) @ v.unsqueeze(0)).transpose(1, 2)  # [1, t, H, hd]
+        return attn.o_proj(o.reshape(1, t, heads * hd)), (k, v)
+
+    def _stack(self, x, start: int, caches):
+        model = self.cp.model
+        new = []
+        h = x
+        for i, layer in enumerate(model.layers):
+            a, kv = self._attention(i, layer.self_attn, layer.input_layernorm(h), start, caches[i] if caches else None)
+            h = h + a
+            h = h + layer.mlp(layer.post_attention_layernorm(h))
+            new.append(kv)
+        return model.norm(h), new
+
+    def _pick(self, logits, j: int):
+        """(code, embedding [1, 1, Ht]) of the greedy code of codebook j from ``logits [1, V]``."""
+        table = self.cp.model.codec_embedding[j - 1]
+        if self.embed == "gather":
+            code = torch.argmax(logits, dim=-1)  # [1]
+            return code, table(code.view(1, 1))
+        # max over the vocabulary as one global MaxPool (ReduceMax and Equal ran on the rk3588
+        # CPU; measured), then 1 at the max and 0 wherever the gap is >= 1/65504 (fp16-safe:
+        # an overflow to inf is clamped to 1 before the subtraction)
+        rows, cols = self._pool
+        m = F.max_pool2d(logits.view(1, 1, rows, cols), (rows, cols)).view(1, 1)
+        onehot = 1.0 - torch.clamp((m - logits) * ONEHOT_GAIN, 0.0, 1.0)  # [1, V]
+        # ties (fp16 logits tie the top two in ~0.3% of codebooks; measured on the simulator)
+        # would sum two rows: keep the first, as argmax does, with integer scores V - id
+        # (exact in fp16 up to 2048) and a second MaxPool
+        first = onehot * self.rank
+        top = F.max_pool2d(first.view(1, 1, rows, cols), (rows, cols)).view(1, 1)
+        onehot = torch.relu(1.0 - torch.abs(first - top))
+        return None, (onehot @ table.weight).view(1, 1, -1)
+
+    def forward(self, talker_hidden: torch.Tensor, first_embed: torch.Tensor):
+        cp = self.cp
+        x = cp.small_to_mtp_projection(torch.cat((talker_hidden, first_embed), dim=0).unsqueeze(0))  # [1, 2, H]
+        h, caches = self._stack(x, 0, None)
+        h = h[:, -1:]
+        all_logits, codes = [], []
+        for j in range(1, self.groups):
+            lg = cp.lm_head[j - 1](h).view(1, self.vocab)
+            all_logits.append(lg)
+            if j == self.groups - 1 and self.embed == "onehot":
+                break
+            code, emb = self._pick(lg, j)
+            codes.append(code)
+            if j < self.groups - 1:
+                h, caches = self._stack(cp.small_to_mtp_projection(emb), j + 1, caches)
+        logits = torch.cat(all_logits, dim=0)
+        if self.embed == "onehot":
+            return logits
+        return logits, torch.cat(codes, dim=0)
+
+
+def greedy_codes(outputs) -> np.ndarray:
+    """Codes ``int64 [G-1]`` of one frame from the graph's outputs (a dict or a tuple/tensor):
+    its ``codes`` when it has them, else the argmax of its ``logits``."""
+    if isinstance(outputs, dict):
+        if "codes" in outputs:
+            return np.asarray(outputs["codes"]).astype(np.int64).reshape(-1)
+        return np.asarray(outputs["logits"]).argmax(-1).astype(np.int64)
+    if isinstance(outputs, (tuple, list)):
+        return np.asarray(outputs[1]).astype(np.int64).reshape(-1)
+    return np.asarray(outputs).argmax(-1).astype(np.int64)
+
+
+def greedy_frames_with_inputs(tts, text: str, frames: int, **kw):
+    """Run ``tts`` (a ``TTSModel``) greedily for up to ``frames`` frames and capture, per frame,
+    the code predictor's inputs: ``[(talker_hidden [1, Ht], first_embed [1, Ht], frame codes [G])]``.
+
+    Wraps ``talker.code_predictor.small_to_mtp_projection`` for the duration: its first call in a
+    frame receives ``cat(hidden, first)`` ``[1, 2, Ht]`` (``generate._loop``).
+    """
+    from rkspeech.models.qwen3_tts.generate import GenerationOptions
+
+    cp = tts.net.talker.code_predictor
+    proj = cp.small_to_mtp_projection
+    seen: list[torch.Tensor] = []
+
+    class Spy(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = proj
+
+        def forward(self, x):
+            if x.shape[1] == 2:
+                seen.append(x.detach().clone()[0])
+            return self.inner(x)
+
+    cp.small_to_mtp_projection = Spy()
+    try:
+        opts = GenerationOptions.greedy(max_new_tokens=frames + 1)
+        out = []
+        for frame in tts.generate_frames(text, options=opts, **kw):
+            x = seen[-1]
+            out.append((x[0:1].clone(), x[1:2].clone(), frame))
+            if len(out) >= frames:
+                break
+        return out
+    finally:
+        cp.small_to_mtp_projection = proj
