@@ -8,18 +8,15 @@ output shapes declared, the contract in the metadata under ``rkspeech.contract``
 from __future__ import annotations
 
 import os
-import warnings
 from pathlib import Path
 
-from rkspeech.core.atomic import atomic_path
-from rkspeech.export.opset import OPSET
+from rkspeech.export.vocoder_onnx import export_traced
 from rkspeech.stepgraph.code_predictor_step import INPUT_NAMES, CodePredictorContract
 from rkspeech.stepgraph.contract import CONTRACT_KEY
 
 
 def export_code_predictor_onnx(step, output: str | os.PathLike) -> Path:
-    """Trace ``step`` (a ``CodePredictorFrame``) to ``output``; written under a temporary name first."""
-    import onnx
+    """Trace ``step`` (a ``CodePredictorFrame``) to ``output`` (``vocoder_onnx.export_traced``)."""
     import torch
 
     contract = step.contract()
@@ -27,25 +24,8 @@ def export_code_predictor_onnx(step, output: str | os.PathLike) -> Path:
     ht = contract.talker_hidden
     gen = torch.Generator().manual_seed(0)
     dummy = (torch.randn(1, ht, generator=gen), torch.randn(1, ht, generator=gen))
-    with atomic_path(out, suffix=".onnx") as tmp:
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore", torch.jit.TracerWarning)
-            torch.onnx.export(step, dummy, str(tmp), input_names=list(INPUT_NAMES),
-                              output_names=list(contract.output_names), opset_version=OPSET,
-                              do_constant_folding=True, dynamo=False)
-        model = onnx.load(str(tmp))
-        shapes = contract.output_shapes()
-        for o in model.graph.output:
-            dims = o.type.tensor_type.shape.dim
-            del dims[:]
-            for d in shapes[o.name]:
-                dims.add().dim_value = d
-        meta = model.metadata_props.add()
-        meta.key, meta.value = CONTRACT_KEY, contract.to_json()
-        model.producer_name = "rkspeech"
-        onnx.checker.check_model(model)
-        onnx.save(model, str(tmp))
-    return out
+    return export_traced(step, dummy, out, input_names=INPUT_NAMES, output_names=contract.output_names,
+                         contract=contract)
 
 
 def read_code_predictor_contract(path) -> CodePredictorContract:

@@ -34,8 +34,7 @@ RISKY_OPS = {
 
 
 def export_step_onnx(step, output: str | os.PathLike) -> Path:
-    """Trace ``step`` (a VocoderStep) to ``output``; written under a temporary name first."""
-    import onnx
+    """Trace ``step`` (a VocoderStep) to ``output`` (:func:`export_traced`)."""
     import torch
 
     from rkspeech.stepgraph.host import inverse_frequencies, rope_angles
@@ -51,15 +50,24 @@ def export_step_onnx(step, output: str | os.PathLike) -> Path:
         torch.full((1,), float(min(B, contract.kv_slots // 2)), dtype=torch.float32),
         torch.zeros(contract.cache_numel, dtype=torch.float32),
     )
+    return export_traced(step, dummy, out, input_names=INPUT_NAMES, output_names=OUTPUT_NAMES, contract=contract)
+
+
+def export_traced(module, dummy: tuple, output: str | os.PathLike, *, input_names, output_names, contract) -> Path:
+    """The one way a graph leaves torch: traced with static shapes (the module reads shapes as
+    python ints on purpose: no Shape ops), ``OPSET``, the TorchScript exporter, output shapes
+    declared from ``contract.output_shapes()``, ``contract.to_json()`` in the metadata under
+    ``rkspeech.contract``, checked, and renamed into place only when complete."""
+    import onnx
+    import torch
+
+    out = Path(output)
     with atomic_path(out, suffix=".onnx") as tmp:
         with torch.no_grad(), warnings.catch_warnings():
-            # the step reads shapes as python ints on purpose (no Shape ops in the graph)
             warnings.simplefilter("ignore", torch.jit.TracerWarning)
-            torch.onnx.export(
-                step, dummy, str(tmp),
-                input_names=list(INPUT_NAMES), output_names=list(OUTPUT_NAMES),
-                opset_version=OPSET, do_constant_folding=True, dynamo=False,
-            )
+            torch.onnx.export(module, dummy, str(tmp), input_names=list(input_names),
+                              output_names=list(output_names), opset_version=OPSET, do_constant_folding=True,
+                              dynamo=False)
         model = onnx.load(str(tmp))
         shapes = contract.output_shapes()
         for o in model.graph.output:
