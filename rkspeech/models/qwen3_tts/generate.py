@@ -120,9 +120,21 @@ class TTSModel:
     """A loaded Qwen3-TTS model root (talker, code predictor, speaker encoder, text tokenizer)."""
 
     def __init__(self, cfg, net, tokenizer, files):
+        from rkspeech.models.qwen3_tts.backends import TorchCodePredictor, TorchTalker
+
         self.cfg, self.net, self.tokenizer, self.files = cfg, net, tokenizer, files
         t = cfg.talker
         self._suppress = [i for i in range(t.vocab_size - SUPPRESSED_TAIL, t.vocab_size) if i != t.codec_eos_token_id]
+        #: where the decoder stacks run (``backends``): torch on the host unless a plan says otherwise
+        self.talker_backend = TorchTalker(net.talker)
+        self.code_predictor_backend = TorchCodePredictor(net.talker)
+
+    def use_backends(self, *, talker=None, code_predictor=None) -> None:
+        """Run the talker and/or the code predictor on other backends (``backends`` interfaces)."""
+        if talker is not None:
+            self.talker_backend = talker
+        if code_predictor is not None:
+            self.code_predictor_backend = code_predictor
 
     @classmethod
     def load(cls, model_dir: str | os.PathLike | None) -> TTSModel:
@@ -316,6 +328,11 @@ class TTSModel:
 
         opts = options or GenerationOptions()
         opts.check()
+        if getattr(self.code_predictor_backend, "greedy_only", False) and (
+                opts.subtalker_dosample or opts.subtalker_repetition_penalty != 1.0):
+            raise RkspeechError(f"the code predictor runs as a greedy graph ({self.code_predictor_backend.name}): "
+                                "it cannot sample; use greedy code-predictor options (subtalker_dosample=False, "
+                                "rkspeech speak --greedy or --subtalker-greedy)")
         with torch.no_grad():
             prompt, trailing, pad = self.build_prompt(text, speaker=speaker, language=language, instruct=instruct,
                                                       ref_audio=ref_audio, ref_text=ref_text, ref_codes=ref_codes,
@@ -336,17 +353,27 @@ class TTSModel:
         t = self.cfg.talker
         talker = self.net.talker
         cp = talker.code_predictor
-        groups = t.num_code_groups
+        stack, predictor = self.talker_backend, self.code_predictor_backend
         generator = torch.Generator()
         if opts.seed is not None:
             generator.manual_seed(opts.seed)
         else:
             generator.seed()
-        cache = talker.model.new_cache(prompt.shape[1] + steps)
-        cp_cache = cp.model.new_cache(groups + 1)
         suppress = torch.tensor(self._suppress, dtype=torch.long)
         history: list[int] = []
-        hidden = talker.model(prompt, cache)[:, -1:]
+        cp_hist: list[int] = []
+
+        def choose(j: int, lg) -> int:
+            if j == 1:
+                cp_hist.clear()
+            lg = _penalize(lg, cp_hist, opts.subtalker_repetition_penalty)
+            code = _process(lg, opts.subtalker_dosample, opts.subtalker_temperature, opts.subtalker_top_k,
+                            opts.subtalker_top_p, generator)
+            cp_hist.append(code)
+            return code
+
+        stack.start(prompt.shape[1] + steps)
+        hidden = torch.from_numpy(stack.forward(prompt[0].numpy())).view(1, 1, -1)
         for step in range(steps):
             logits = talker.codec_head(hidden)[0, 0].float()
             logits = _penalize(logits, history, opts.repetition_penalty)
@@ -357,27 +384,16 @@ class TTSModel:
             if token == t.codec_eos_token_id or step == steps - 1:
                 return
             history.append(token)
-            frame = [token]
             first = talker.codec([token])
-            embeds = [first]
-            cp_cache.reset()
-            h = cp.model(cp.small_to_mtp_projection(torch.cat((hidden, first), dim=1)), cp_cache)[:, -1:]
-            cp_hist: list[int] = []
-            for j in range(1, groups):
-                lg = cp.lm_head[j - 1](h)[0, 0].float()
-                lg = _penalize(lg, cp_hist, opts.subtalker_repetition_penalty)
-                code = _process(lg, opts.subtalker_dosample, opts.subtalker_temperature, opts.subtalker_top_k,
-                                opts.subtalker_top_p, generator)
-                cp_hist.append(code)
-                frame.append(code)
-                emb = cp.model.codec_embedding[j - 1](torch.tensor([[code]], dtype=torch.long))
-                embeds.append(emb)
-                if j < groups - 1:
-                    h = cp.model(cp.small_to_mtp_projection(emb), cp_cache)
+            codes = predictor.frame(hidden[0, 0].numpy(), first[0, 0].numpy(), choose)
+            frame = [token, *codes]
+            embeds = [first] + [cp.model.codec_embedding[j - 1](torch.tensor([[c]], dtype=torch.long))
+                                for j, c in enumerate(codes, start=1)]
             yield np.asarray(frame, dtype=np.int64)
             text_in = trailing[:, step:step + 1] if step < trailing.shape[1] else pad
             # summed as qwen-tts sums them (one cat + sum, the same float rounding)
-            hidden = talker.model(torch.cat(embeds, dim=1).sum(1, keepdim=True) + text_in, cache)
+            x = torch.cat(embeds, dim=1).sum(1, keepdim=True) + text_in
+            hidden = torch.from_numpy(stack.forward(x[0].numpy())).view(1, 1, -1)
 
     def generate_codes(self, text: str, **kw) -> np.ndarray:
         """All frames as ``int64 [T, num_code_groups]`` (``T`` may be 0)."""
