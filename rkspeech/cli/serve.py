@@ -86,8 +86,7 @@ def _open_speaker(args):
         raise RkspeechError("--tts-model needs --plan plan.json (the vocoder built for it)")
     import math
 
-    from rkspeech.models.qwen3_tts.generate import GenerationOptions
-    from rkspeech.runtime.speak import DEFAULT_SEED, Speaker
+    from rkspeech.runtime.speak import Speaker
 
     if not args.max_speech_s > 0:
         raise RkspeechError(f"--max-speech-s must be > 0, got {args.max_speech_s}")
@@ -95,7 +94,7 @@ def _open_speaker(args):
     c = speaker.plan.contract
     frames = math.ceil(args.max_speech_s * c.sample_rate / c.samples_per_token)
     # N talker steps give at most N - 1 frames (the last token's codes would come in step N + 1)
-    speaker.options = GenerationOptions(seed=DEFAULT_SEED, max_new_tokens=frames + 1)
+    speaker.options = speaker.default_options(max_new_tokens=frames + 1)
     return speaker
 
 

@@ -1,7 +1,7 @@
 """``rkspeech speak "TEXT" --model-dir DIR --plan plan.json -o out.wav``: text to speech, streaming.
 
-The talker and code predictor generate frames on the host (torch); each frame goes to the
-plan's streaming vocoder at once, and each finished vocoder step's audio goes straight to the
+The talker and code predictor generate frames (as the plan places them: their graphs from
+``build qwen3-tts``, else torch on the host); each frame goes to the plan's streaming vocoder at once, and each finished vocoder step's audio goes straight to the
 wav, or with ``-o -`` to stdout as raw 16-bit little-endian mono PCM while generation goes on
 (``| aplay -f S16_LE -r 24000 -c 1``).  Progress and the summary table go to stderr then.
 ``--codes-out`` saves the frames as ``[T, 16]`` int64, the layout ``rkspeech decode`` reads.
@@ -20,7 +20,10 @@ def register(subparsers) -> None:
     p.add_argument("text", help="the text to speak")
     p.add_argument("--model-dir", default=None, help="Qwen3-TTS model root or HF cache snapshot "
                                                        "(default $QWEN3_TTS_MODEL)")
-    p.add_argument("--plan", required=True, help="plan.json from `rkspeech build qwen3-tts-vocoder` for this model")
+    p.add_argument("--plan", required=True, help="plan.json from `rkspeech build qwen3-tts` (talker, code predictor "
+                                                 "and vocoder graphs) or `build qwen3-tts-vocoder` for this model")
+    p.add_argument("--host-stages", action="store_true",
+                   help="run the talker and code predictor in torch even when the plan holds their graphs")
     p.add_argument("-o", "--output", required=True, help="output .wav, or - for raw s16le PCM on stdout")
     p.add_argument("--speaker", default=None, help="a named speaker (custom-voice models)")
     p.add_argument("--instruct", default=None, help="a description of the voice (voice-design models; "
@@ -28,7 +31,8 @@ def register(subparsers) -> None:
     p.add_argument("--ref-audio", default=None, help="a recording of the voice to clone from its speaker "
                                                       "embedding (Base models)")
     p.add_argument("--language", default=None, help="language name (default: auto)")
-    p.add_argument("--backend", choices=BACKENDS, default="ort", help="vocoder backend (default ort)")
+    p.add_argument("--backend", choices=BACKENDS, default="ort",
+                   help="backend of the plan's NPU graphs (default ort; sim: the x86 simulator; rknnlite: a board)")
     p.add_argument("--core-mask", default="auto", choices=CORE_MASKS, help="rknnlite NPU core(s)")
     p.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads")
     p.add_argument("--target", default=None, help="chip for sim/rknnlite (default: the plan's target)")
@@ -44,8 +48,10 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def _options(args):
-    """Sampling controls for the talker (the code predictor keeps qwen-tts' defaults)."""
+def _options(args, speaker):
+    """Sampling controls for the talker; the code predictor keeps qwen-tts' defaults, or argmax
+    when the plan runs it as a greedy graph (said on stderr)."""
+    from rkspeech.core import progress
     from rkspeech.models.qwen3_tts.generate import GenerationOptions
     from rkspeech.runtime.speak import DEFAULT_SEED
 
@@ -55,7 +61,9 @@ def _options(args):
     talker = {k: v for k, v in talker.items() if v is not None}
     if args.greedy:
         return GenerationOptions.greedy(seed=seed, **talker)
-    return GenerationOptions(seed=seed, **talker)
+    if speaker.greedy_code_predictor:
+        progress.info("the plan's code predictor graph is greedy: codebooks 1-15 are argmax, the talker samples")
+    return speaker.default_options(seed=seed, **talker)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -91,7 +99,6 @@ def run(args: argparse.Namespace) -> int:
         raise RkspeechError(f"--codes-out {args.codes_out} must end in .npy")
     if args.threads is not None and args.threads < 1:
         raise RkspeechError(f"--threads must be >= 1, got {args.threads}")
-    options = _options(args)
     target = args.target or (board_target() if args.backend == "rknnlite" else None)
 
     with contextlib.ExitStack() as stack:
@@ -99,7 +106,9 @@ def run(args: argparse.Namespace) -> int:
             stack.enter_context(output_lock(out, what="output wav"))
         with progress.stage("load the model and the vocoder plan"):
             speaker = stack.enter_context(Speaker(args.model_dir, args.plan, backend=args.backend,
-                                                  threads=args.threads, core_masks=[args.core_mask], target=target))
+                                                  threads=args.threads, core_masks=[args.core_mask], target=target,
+                                                  host_stages=args.host_stages))
+        options = _options(args, speaker)
         rate = speaker.sample_rate
         ref = load_ref_audio(args.ref_audio, rate) if args.ref_audio else None
         timing, codes = SpeechTiming(), []
@@ -120,7 +129,8 @@ def run(args: argparse.Namespace) -> int:
         if args.codes_out:
             with atomic_path(args.codes_out, suffix=".npy") as tmp:
                 np.save(tmp, np.stack(codes).astype(np.int64))
-    report = {"text": args.text, "backend": args.backend, "output": args.output, "sample_rate": rate,
+    report = {"text": args.text, "backend": args.backend, "stages": speaker.stage_names, "output": args.output,
+              "sample_rate": rate,
               **timing.to_dict(rate)}
     if args.report:
         write_json(args.report, report)
@@ -129,7 +139,8 @@ def run(args: argparse.Namespace) -> int:
         ("output", f"{args.output} ({audio_s:.2f} s of audio, {timing.frames} frames, {rate} Hz, 16-bit)"),
         ("time to first audio", f"{timing.first_audio_s:.3f} s" if timing.first_audio_s is not None else "-"),
         ("total time", f"{seconds:.2f} s (realtime factor {seconds / audio_s:.2f})" if audio_s else f"{seconds:.2f} s"),
-        ("talker + code predictor", f"{timing.generate_s:.2f} s"),
+        (f"talker ({speaker.stage_names['talker']}) + code predictor ({speaker.stage_names['code_predictor']})",
+         f"{timing.generate_s:.2f} s"),
         (f"vocoder ({args.backend})", f"{timing.vocoder_s:.2f} s"),
         ("host (rest)", f"{timing.host_s:.2f} s"),
     ]

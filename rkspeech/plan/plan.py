@@ -36,6 +36,8 @@ class Plan:
     onnx: dict[str, Path] = field(default_factory=dict)  # main/first
     contracts: dict[str, StepContract] = field(default_factory=dict)  # per role (B differs)
     raw: dict = field(default_factory=dict)
+    #: text-to-speech stages placed by the plan (``plan.stages``): talker, code_predictor
+    stages: dict = field(default_factory=dict)
 
     def roles(self) -> list[str]:
         return [r for r in ("first", "main") if r in self.contracts]
@@ -43,7 +45,9 @@ class Plan:
 
 def write_plan(path, *, impl: str, target: str | None, contracts: dict[str, StepContract],
                rknn: dict[str, Path] | None = None, onnx: dict[str, Path] | None = None,
-               extra: dict | None = None) -> Path:
+               extra: dict | None = None, stages: dict[str, dict] | None = None) -> Path:
+    """``stages``: stage name -> section (``plan.stages.stage_section``), written beside
+    ``speech_decoder``."""
     p = Path(path)
     base = p.parent.resolve()
 
@@ -61,6 +65,8 @@ def write_plan(path, *, impl: str, target: str | None, contracts: dict[str, Step
             "codes_length": {role: c.codes_length for role, c in contracts.items()},
         },
     }
+    for name, section in (stages or {}).items():
+        data[name] = section
     if extra:
         data["build"] = extra
     return write_json(p, data)
@@ -173,4 +179,6 @@ def load_plan(path, *, backend: str | None = None, expect_target: str | None = N
             f"plan {p}: first and main artifacts have different caches or signals "
             f"(first vs main: {'; '.join(diff)}); rebuild them from one checkpoint"
         )
-    return Plan(p, impl, target, main, rknn, onnx, contracts, raw)
+    from rkspeech.plan.stages import load_stages
+
+    return Plan(p, impl, target, main, rknn, onnx, contracts, raw, load_stages(raw, p, backend))

@@ -1,8 +1,10 @@
 """Text to speech, streaming: talker + code predictor frames into the plan's streaming vocoder.
 
-:class:`Speaker` holds one loaded Qwen3-TTS model (talker, code predictor, speaker encoder, in
-torch on the host until they become step graphs) and an engine pool over the vocoder plan that
-``rkspeech build qwen3-tts-vocoder`` wrote.  :meth:`Speaker.stream` yields PCM while generation
+:class:`Speaker` holds one loaded Qwen3-TTS model (talker, code predictor, speaker encoder) and
+an engine pool over the plan's vocoder.  A plan from ``rkspeech build qwen3-tts`` also places
+the talker and the code predictor (``plan.stages``): those run as their graphs
+(``runtime.tts_stages``), the rest in torch on the host; a ``qwen3-tts-vocoder`` plan leaves both
+in torch.  :meth:`Speaker.stream` yields PCM while generation
 goes on: each frame (16 codes) is pushed into a :class:`StreamingVocoder` as soon as the
 generator yields it, so the first audio comes after the first step's worth of frames (the
 plan's first B, else its main B), not after the whole utterance.  The steps the vocoder runs
@@ -88,7 +90,7 @@ class Speaker:
     """
 
     def __init__(self, model_dir, plan, *, backend: str = "ort", engines: int = 1, threads: int | None = None,
-                 core_masks=None, target: str | None = None, model=None, options=None):
+                 core_masks=None, target: str | None = None, model=None, options=None, host_stages: bool = False):
         import threading
 
         from rkspeech.plan.plan import load_plan
@@ -103,6 +105,17 @@ class Speaker:
         check_plan_for_model(self.plan, read_config(resolve_checkpoint(self.model.files.root)))
         self.pool = open_pool(self.plan, backend, size=engines, threads=threads, core_masks=core_masks,
                               target=target)
+        self.stage_backends: dict = {}
+        try:
+            from rkspeech.runtime.tts_stages import check_stages_for_model, open_stage_backends
+
+            self.stage_backends = open_stage_backends(self.plan, backend, threads=threads, target=target,
+                                                      host_stages=host_stages)
+            check_stages_for_model(self.stage_backends, self.model)
+        except BaseException:
+            self.close()
+            raise
+        self.model.use_backends(**self.stage_backends)
         self._lock = threading.Lock()
 
     # ---- what the model offers --------------------------------------------------------------
@@ -122,6 +135,27 @@ class Speaker:
     def variant(self) -> str:
         return self.model.variant
 
+    @property
+    def greedy_code_predictor(self) -> bool:
+        """True when the code predictor runs as a greedy graph: its codebooks are argmax, and
+        requests must not ask it to sample (the default options do not)."""
+        return bool(getattr(self.model.code_predictor_backend, "greedy_only", False))
+
+    @property
+    def stage_names(self) -> dict[str, str]:
+        """Where each stage runs: ``{"talker": "torch"|graph backend, "code_predictor": ...}``."""
+        return {"talker": self.model.talker_backend.name, "code_predictor": self.model.code_predictor_backend.name}
+
+    def default_options(self, **kw):
+        """Sampling with :data:`DEFAULT_SEED` (qwen-tts' controls), the code predictor greedy
+        when its graph is (``kw``: GenerationOptions fields to set)."""
+        from rkspeech.models.qwen3_tts.generate import GenerationOptions
+
+        kw.setdefault("seed", DEFAULT_SEED)
+        if self.greedy_code_predictor:
+            kw["subtalker_dosample"] = False
+        return GenerationOptions(**kw)
+
     # ---- speech -----------------------------------------------------------------------------
     def stream(self, text: str, *, speaker: str | None = None, language: str | None = None,
                instruct: str | None = None, ref_audio=None, ref_text: str | None = None, ref_codes=None,
@@ -136,9 +170,7 @@ class Speaker:
         Bad text, speaker, language or mode is refused before any audio is produced."""
         timing = timing if timing is not None else SpeechTiming()
         if options is None:
-            from rkspeech.models.qwen3_tts.generate import GenerationOptions
-
-            options = self.options if self.options is not None else GenerationOptions(seed=DEFAULT_SEED)
+            options = self.options if self.options is not None else self.default_options()
         frames = self.model.generate_frames(text, speaker=speaker, language=language, instruct=instruct,
                                             ref_audio=ref_audio, ref_text=ref_text, ref_codes=ref_codes,
                                             options=options)
@@ -191,6 +223,8 @@ class Speaker:
         return np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.float32)
 
     def close(self) -> None:
+        for b in getattr(self, "stage_backends", {}).values():
+            b.close()
         self.pool.close()
 
     def __enter__(self) -> Speaker:

@@ -1,0 +1,94 @@
+"""``rkspeech build qwen3-tts``: flags -> ``TTSBuildOptions``, one summary table per graph."""
+
+from __future__ import annotations
+
+import argparse
+
+from rkspeech.core.targets import DEFAULT_TARGET, TARGETS
+from rkspeech.stepgraph.formulations import CHOICES, DEFAULT_FORMULATION
+
+HELP = "Qwen3-TTS talker + code predictor + vocoder -> one plan (.rknn step graphs)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model-dir", default=None, help="full Qwen3-TTS model root (default $QWEN3_TTS_MODEL)")
+    p.add_argument("--target", default=DEFAULT_TARGET, choices=TARGETS)
+    p.add_argument("--out", required=True, help="output folder (plan.json, build-report.json, graphs)")
+    p.add_argument("--codes-length", "-B", type=int, default=64, help="vocoder tokens per main step (default 64)")
+    p.add_argument("--first-length", type=int, default=16, help="vocoder tokens of the first step; 0 = main only")
+    p.add_argument("--formulation", choices=CHOICES, default=DEFAULT_FORMULATION, help="vocoder step formulation")
+    p.add_argument("--verify-steps", type=int, default=3, help="vocoder main steps run on the simulator")
+    p.add_argument("--sim-pieces", type=int, default=1, help="simulate the vocoder in N graph pieces")
+    p.add_argument("--verify-frames", type=int, default=50,
+                   help="code predictor frames replayed on the simulator (greedy agreement, logit SNR)")
+    p.add_argument("--talker-capacity", type=int, default=512,
+                   help="talker KV positions (prompt + frames of the longest utterance; default 512)")
+    p.add_argument("--talker-prefill", type=int, default=32, help="talker positions per prefill call")
+    p.add_argument("--skip-talker", action="store_true", help="no talker graph: the talker runs in torch")
+    p.add_argument("--skip-talker-rknn", action="store_true",
+                   help="talker as ONNX only (onnxruntime on the host; RKLLM is the board route)")
+    p.add_argument("--skip-code-predictor", action="store_true", help="no code predictor graph (torch)")
+    p.add_argument("--skip-verify", action="store_true", help="no simulator verification")
+    p.add_argument("--timeout", type=float, default=None, help="per-conversion timeout, seconds")
+    p.add_argument("--fail-on-cpu", action="store_true", help="fail when compute ops land on the CPU")
+    p.add_argument("--force", action="store_true", help="re-run every stage")
+
+
+def options_from(args: argparse.Namespace):
+    from rkspeech.pipelines.tts_build import TTSBuildOptions
+
+    return TTSBuildOptions(
+        out=args.out, model_dir=args.model_dir, target=args.target, codes_length=args.codes_length,
+        first_length=args.first_length, formulation=args.formulation, verify_steps=args.verify_steps,
+        sim_pieces=args.sim_pieces, verify_frames=args.verify_frames, skip_code_predictor=args.skip_code_predictor,
+        talker_capacity=args.talker_capacity, talker_prefill=args.talker_prefill, skip_talker=args.skip_talker,
+        skip_talker_rknn=args.skip_talker_rknn, skip_verify=args.skip_verify, timeout=args.timeout,
+        fail_on_cpu=args.fail_on_cpu, force=args.force)
+
+
+def _ops(row: dict) -> str:
+    pl = row.get("placement")
+    if not pl:
+        return "not converted (host)"
+    types = ", ".join(f"{k} x{v}" for k, v in sorted((pl.get("cpu_op_types") or {}).items(), key=lambda kv: -kv[1])[:4])
+    return f"{pl.get('npu_ops')} / {pl.get('cpu_ops')}" + (f"  ({types})" if types else "")
+
+
+def summary_rows(summary: dict) -> list[tuple]:
+    rows: list[tuple] = [("target", summary["target"])]
+    for name, row in summary["graphs"].items():
+        rows.append((f"{name}: NPU / CPU ops", _ops(row)))
+        b = row.get("build")
+        if b:
+            rows.append((f"{name}: build", f"{b.get('seconds') or 0:.0f} s, peak {b.get('peak_rss_mb')} MB, "
+                                           f"REGTASK lines {b.get('regtask_overflow_lines')}"))
+        if row.get("rknn") and row["rknn"].get("bytes"):
+            rows.append((f"{name}: .rknn", f"{row['rknn']['bytes'] / 1e6:.1f} MB"))
+    sim = (summary["graphs"].get("code_predictor") or {}).get("sim")
+    if sim:
+        rows.append(("code predictor on the simulator",
+                     f"greedy agreement {100 * sim['code_agreement']:.1f} % over {sim.get('frames')} frames, "
+                     f"logit SNR {sim['logit_snr_db']:.1f} dB"))
+    tv = (summary["graphs"].get("talker") or {}).get("verify")
+    if tv:
+        parts = []
+        if tv.get("codes_identical_ort") is not None:
+            parts.append(f"onnxruntime greedy codes {'identical' if tv['codes_identical_ort'] else 'DIFFER'}")
+        if tv.get("logit_snr_db") is not None:
+            parts.append(f"simulator logit SNR {tv['logit_snr_db']:.1f} dB")
+        rows.append(("talker checks", "; ".join(parts) or "-"))
+    v = (summary["graphs"].get("vocoder") or {}).get("verify")
+    if v:
+        rows.append(("vocoder simulator step vs full decode", f"{v['snr_db']['rknn_sim_step']:.1f} dB"))
+    rows.append(("plan", summary["plan"]))
+    rows.append(("total", f"{summary['seconds']:.0f} s"))
+    return rows
+
+
+def run(args: argparse.Namespace) -> int:
+    from rkspeech.core.reporting import print_table
+    from rkspeech.pipelines.tts_build import build_tts
+
+    summary = build_tts(options_from(args))
+    print_table("qwen3-tts build (NPU numerics from the x86 simulator; no board here)", summary_rows(summary))
+    return 0

@@ -1,0 +1,116 @@
+"""The text-to-speech stages of a plan: the talker and the code predictor, beside the vocoder.
+
+A ``rkspeech build qwen3-tts`` plan holds, next to ``speech_decoder`` (the vocoder), one section
+per stage that runs as a graph::
+
+    "code_predictor": {"impl": "rknn", "target": "rk3588",
+                       "artifacts": {"frame": {"onnx": "code_predictor/...onnx", "rknn": "...rknn"}},
+                       "contract": {"format": "rkspeech-code-predictor/1", ...}},
+    "talker": {"impl": "onnx", "artifacts": {"prefill": {"onnx": ...}, "decode": {"onnx": ...}},
+               "contract": {"format": "rkspeech-talker/1", ...}}
+
+``impl`` says where the stage is meant to run: ``rknn`` (the NPU: the simulator here, rknnlite on
+a board) or ``onnx`` (onnxruntime on the host, e.g. a talker built with ``--skip-talker-rknn``).
+A stage absent from the plan runs in torch on the host.  Paths are relative to the plan's folder.
+Validation: the files the chosen backend needs exist, and each ONNX artifact's contract has the
+section's format (the stage loaders check the rest against the model).  Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rkspeech.core.errors import RkspeechError
+
+#: stage name -> the artifact roles its section must hold
+STAGE_ROLES = {"talker": ("prefill", "decode"), "code_predictor": ("frame",)}
+STAGE_IMPLS = ("rknn", "onnx")
+
+
+@dataclass
+class StagePlan:
+    name: str
+    impl: str
+    target: str | None
+    artifacts: dict[str, dict[str, Path]]  # role -> {"onnx": path, "rknn": path}
+    contract: dict = field(default_factory=dict)
+
+    def backend_for(self, backend: str) -> str:
+        """The backend this stage runs on when the vocoder runs on ``backend``: an ``onnx`` stage
+        always on onnxruntime; an ``rknn`` stage on the same backend as the vocoder (``sim``
+        builds it from the ONNX, ``rknnlite`` loads the .rknn, ``ort`` runs the ONNX)."""
+        return "ort" if self.impl == "onnx" else backend
+
+    def paths(self, backend: str) -> dict[str, Path]:
+        """role -> the file ``backend`` loads (.rknn for rknnlite, else the ONNX)."""
+        kind = "rknn" if self.backend_for(backend) == "rknnlite" else "onnx"
+        return {role: files[kind] for role, files in self.artifacts.items()}
+
+
+def stage_section(*, impl: str, target: str | None, artifacts: dict[str, dict[str, Path | None]],
+                  contract: dict, base: Path) -> dict:
+    """A stage's JSON section, paths made relative to ``base`` (the plan's folder)."""
+    def rel(x) -> str:
+        return os.path.relpath(Path(x).resolve(), base.resolve())
+
+    return {"impl": impl, "target": target, "contract": contract,
+            "artifacts": {role: {kind: rel(p) for kind, p in files.items() if p is not None}
+                          for role, files in artifacts.items()}}
+
+
+def _contract_format(path: Path) -> str | None:
+    from rkspeech.export.onnx_contract import read_onnx_metadata
+    from rkspeech.stepgraph.contract import CONTRACT_KEY
+
+    raw = read_onnx_metadata(path).get(CONTRACT_KEY)
+    try:
+        value = json.loads(raw) if raw else None
+    except ValueError:
+        return None
+    return value.get("format") if isinstance(value, dict) else None
+
+
+def load_stages(raw: dict, plan_path: Path, backend: str | None) -> dict[str, StagePlan]:
+    """Parse and check every stage section of a plan (``raw``: its JSON)."""
+    out: dict[str, StagePlan] = {}
+    base = plan_path.parent
+    for name, roles in STAGE_ROLES.items():
+        sec = raw.get(name)
+        if sec is None:
+            continue
+        where = f"plan {plan_path}: {name}"
+        if not isinstance(sec, dict):
+            raise RkspeechError(f"{where} must be an object")
+        impl = sec.get("impl")
+        if impl not in STAGE_IMPLS:
+            raise RkspeechError(f"{where}.impl is {impl!r}, expected one of {STAGE_IMPLS}")
+        arts = sec.get("artifacts")
+        if not isinstance(arts, dict) or set(arts) != set(roles):
+            got = sorted(arts) if isinstance(arts, dict) else arts
+            raise RkspeechError(f"{where}.artifacts must hold {', '.join(roles)}; got {got!r}")
+        contract = sec.get("contract")
+        if not isinstance(contract, dict) or not isinstance(contract.get("format"), str):
+            raise RkspeechError(f"{where}.contract must be an object with a format")
+        artifacts: dict[str, dict[str, Path]] = {}
+        for role in roles:
+            files = arts[role]
+            if not isinstance(files, dict) or not isinstance(files.get("onnx"), str):
+                raise RkspeechError(f"{where}.artifacts.{role} must name its onnx file (and rknn when built)")
+            if impl == "rknn" and not isinstance(files.get("rknn"), str):
+                raise RkspeechError(f"{where} is placed on the NPU but {role} has no rknn file")
+            artifacts[role] = {k: (base / v if not os.path.isabs(v) else Path(v))
+                               for k, v in files.items() if k in ("onnx", "rknn") and isinstance(v, str)}
+        stage = StagePlan(name, impl, sec.get("target"), artifacts, contract)
+        for role, path in stage.paths(backend or "ort").items():
+            if not path.is_file():
+                raise RkspeechError(f"{where}: {role} artifact {path} is missing")
+            if path.suffix == ".onnx":
+                fmt = _contract_format(path)
+                if fmt != contract["format"]:
+                    raise RkspeechError(f"{where}: {role} artifact {path.name} carries contract format {fmt!r}, "
+                                        f"the plan says {contract['format']!r}; rebuild the plan")
+        out[name] = stage
+    return out

@@ -1,0 +1,120 @@
+"""Plan stage sections (talker, code predictor): written relative, read back, every fault one line."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from rkspeech.core.errors import RkspeechError
+from rkspeech.plan.plan import load_plan, write_plan
+from rkspeech.plan.stages import stage_section
+
+from streaming_fixtures import step_graphs, write_ort_plan
+
+CP_FORMAT = "rkspeech-code-predictor/1"
+
+
+def tagged_onnx(path, fmt: str | None):
+    """A one-node ONNX whose rkspeech.contract metadata has format ``fmt`` (None: no metadata)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    if fmt is not None:
+        m.metadata_props.add(key="rkspeech.contract", value=json.dumps({"format": fmt}))
+    onnx.save(m, str(path))
+    return path
+
+
+@pytest.fixture(scope="module")
+def graphs(tmp_path_factory, reduced_model):
+    return step_graphs(tmp_path_factory, reduced_model)
+
+
+def make_plan(tmp_path, graphs, *, cp_fmt=CP_FORMAT, impl="rknn", with_rknn=True):
+    for p in graphs.values():
+        shutil.copy(p, tmp_path / p.name)
+    plan = write_ort_plan(tmp_path, {r: tmp_path / p.name for r, p in graphs.items()})
+    raw = json.loads(plan.read_text())
+    (tmp_path / "cp").mkdir()
+    onnx_p = tagged_onnx(tmp_path / "cp" / "frame.onnx", cp_fmt)
+    rknn_p = tmp_path / "cp" / "frame.rknn"
+    rknn_p.write_bytes(b"not read unless rknnlite")
+    sec = stage_section(impl=impl, target="rk3588", artifacts={"frame": {"onnx": onnx_p, "rknn": rknn_p if with_rknn else None}},
+                        contract={"format": CP_FORMAT}, base=tmp_path)
+    raw["code_predictor"] = sec
+    plan.write_text(json.dumps(raw))
+    return plan
+
+
+def test_stage_section_round_trip_and_moves(tmp_path, graphs):
+    (tmp_path / "a").mkdir()
+    plan = make_plan(tmp_path / "a", graphs)
+    raw = json.loads(plan.read_text())
+    assert raw["code_predictor"]["artifacts"]["frame"] == {"onnx": "cp/frame.onnx", "rknn": "cp/frame.rknn"}
+    moved = tmp_path / "moved"
+    shutil.copytree(plan.parent, moved)
+    p = load_plan(moved / "plan.json", backend="ort")
+    st = p.stages["code_predictor"]
+    assert st.paths("ort") == {"frame": moved / "cp" / "frame.onnx"}
+    assert st.paths("rknnlite") == {"frame": moved / "cp" / "frame.rknn"}
+    assert st.backend_for("sim") == "sim" and st.backend_for("ort") == "ort"
+    assert "talker" not in p.stages  # absent: torch on the host
+
+
+def test_vocoder_only_plan_has_no_stages(tmp_path, graphs):
+    for p in graphs.values():
+        shutil.copy(p, tmp_path / p.name)
+    plan = write_ort_plan(tmp_path, {r: tmp_path / p.name for r, p in graphs.items()})
+    assert load_plan(plan, backend="ort").stages == {}
+
+
+@pytest.mark.parametrize("fault, message", [
+    ("missing", "frame artifact .* is missing"),
+    ("format", "carries contract format 'rkspeech-talker/1', the plan says 'rkspeech-code-predictor/1'"),
+    ("impl", r"code_predictor.impl is 'gpu'"),
+    ("roles", "artifacts must hold frame"),
+    ("no_rknn", "placed on the NPU but frame has no rknn file"),
+])
+def test_stage_faults_are_one_line(tmp_path, graphs, fault, message):
+    plan = make_plan(tmp_path, graphs, cp_fmt="rkspeech-talker/1" if fault == "format" else CP_FORMAT,
+                     with_rknn=fault != "no_rknn")
+    raw = json.loads(plan.read_text())
+    if fault == "missing":
+        (tmp_path / "cp" / "frame.onnx").unlink()
+    elif fault == "impl":
+        raw["code_predictor"]["impl"] = "gpu"
+    elif fault == "roles":
+        raw["code_predictor"]["artifacts"] = {"prefill": raw["code_predictor"]["artifacts"]["frame"]}
+    plan.write_text(json.dumps(raw))
+    with pytest.raises(RkspeechError, match=message) as e:
+        load_plan(plan, backend="ort")
+    assert "\n" not in str(e.value)
+
+
+def test_onnx_stage_runs_on_ort_whatever_the_vocoder_backend(tmp_path, graphs):
+    plan = make_plan(tmp_path, graphs, impl="onnx", with_rknn=False)
+    st = load_plan(plan, backend="ort").stages["code_predictor"]
+    assert st.backend_for("rknnlite") == "ort"
+    assert st.paths("rknnlite") == {"frame": tmp_path / "cp" / "frame.onnx"}
+
+
+def test_write_plan_writes_stage_sections(tmp_path, graphs):
+    from rkspeech.export.onnx_contract import read_onnx_contract
+
+    for p in graphs.values():
+        shutil.copy(p, tmp_path / p.name)
+    onnx = {r: tmp_path / p.name for r, p in graphs.items()}
+    contracts = {r: read_onnx_contract(p) for r, p in onnx.items()}
+    (tmp_path / "cp").mkdir()
+    cp = tagged_onnx(tmp_path / "cp" / "f.onnx", CP_FORMAT)
+    sec = stage_section(impl="onnx", target=None, artifacts={"frame": {"onnx": cp}}, contract={"format": CP_FORMAT},
+                        base=tmp_path)
+    plan = write_plan(tmp_path / "plan.json", impl="onnx", target=None, contracts=contracts, onnx=onnx,
+                      stages={"code_predictor": sec})
+    assert load_plan(plan, backend="ort").stages["code_predictor"].impl == "onnx"
