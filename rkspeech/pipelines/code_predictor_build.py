@@ -1,0 +1,219 @@
+"""Checkpoint -> verified .rknn of the Qwen3-TTS code predictor's frame graph (issue #13).
+
+Stages (``pipelines.stages``; each skipped when its inputs are unchanged), all under
+``out/code_predictor/``: export (``CodePredictorFrame(embed="onehot")``, the NPU formulation,
+onnxruntime codes checked against torch on one frame) -> lint -> convert (``rkspeech.convert``,
+the contract in the .rknn custom string) -> inspect (target, contract survived and equals the
+ONNX's) -> verify (the simulator: greedy codes of ``verify_frames`` frames against torch's).
+
+``build_code_predictor`` returns the JSON-able report the ``rkspeech build qwen3-tts`` plan keeps
+per graph: ``artifacts``, ``placement``, ``build``, ``rknn``, ``sim`` (None with ``skip_verify``).
+The verify frames come from greedy ``TTSModel`` runs (the talker in torch) whose code-predictor
+inputs are captured (``greedy_frames_with_inputs``) and replayed through the simulator; the talker
+is the slow part at the published size (~2 s a frame on the 2-core build host).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from rkspeech.core.errors import RkspeechError
+from rkspeech.core.targets import TARGETS
+
+SUBDIR = "code_predictor"
+EMBED = "onehot"
+#: Texts of the verify runs, in order, each run until it ends or the frames are collected.
+VERIFY_TEXTS = ("Hello there, this is a test of the code predictor.",
+                "The quick brown fox jumps over the lazy dog near the river bank.",
+                "Speech synthesis on a small board needs every stage to keep up with real time.",
+                "Numbers like twelve point five frames a second add up quickly.")
+
+
+class _Model:
+    """The torch model, loaded on first use (a fresh export or verify needs it, a resumed build not)."""
+
+    def __init__(self, files):
+        self.files, self._tts = files, None
+
+    def get(self):
+        if self._tts is None:
+            from rkspeech.models.qwen3_tts.generate import TTSModel
+
+            self._tts = TTSModel.load(self.files.root)
+        return self._tts
+
+
+def _request(tts, i: int) -> dict:
+    """generate_frames keywords for verify run ``i`` on this checkpoint's variant."""
+    kind = tts.cfg.tts_model_type
+    if kind == "custom_voice":
+        return {"speaker": tts.speakers[i % len(tts.speakers)], "language": "english"}
+    if kind == "voice_design":
+        return {"instruct": "A calm, clear voice.", "language": "english"}
+    t = np.arange(24000, dtype=np.float32) / 24000  # base: clone a 1 s two-tone reference
+    return {"ref_audio": (0.3 * np.sin(2 * np.pi * 220 * t) + 0.1 * np.sin(2 * np.pi * 1330 * t)).astype(np.float32),
+            "language": "english"}
+
+
+def capture_frames(tts, frames: int) -> list[tuple]:
+    """``frames`` greedy frames' code-predictor inputs and torch codes (``VERIFY_TEXTS`` in turn)."""
+    from rkspeech.stepgraph.code_predictor_step import greedy_frames_with_inputs
+
+    out: list[tuple] = []
+    for i, text in enumerate(VERIFY_TEXTS * max(1, math.ceil(frames / 8))):
+        if len(out) >= frames:
+            break
+        out += greedy_frames_with_inputs(tts, text, frames - len(out), **_request(tts, i))
+    if not out:
+        raise RkspeechError("the greedy verify runs produced no frame (the talker ended at once)")
+    return out
+
+
+def compare_frames(torch_logits, torch_codes, graph_logits) -> dict:
+    """Greedy agreement and logit SNR of a graph against torch over frames.
+
+    ``*_logits [F, G-1, V]``, ``torch_codes [F, G-1]``.  ``code_agreement``: fraction of codebook
+    entries whose graph code (argmax) equals torch's; ``logit_snr_db``: torch logits' energy over
+    the error energy, each frame counted up to and including its first disagreeing codebook
+    (after it the two see different inputs); ``frames_identical``; ``worst_frame_snr_db``."""
+    tl, gl = np.asarray(torch_logits, np.float64), np.asarray(graph_logits, np.float64)
+    tc = np.asarray(torch_codes)
+    if tl.shape != gl.shape or tc.shape != tl.shape[:2]:
+        raise RkspeechError(f"compare_frames: shapes {tl.shape} / {gl.shape} / {tc.shape} do not match")
+    gc = gl.argmax(-1)
+    sig = err = 0.0
+    identical, worst = 0, math.inf
+    for f in range(tl.shape[0]):
+        bad = np.nonzero(gc[f] != tc[f])[0]
+        k = int(bad[0]) + 1 if bad.size else tc.shape[1]
+        identical += not bad.size
+        s, e = float((tl[f, :k] ** 2).sum()), float(((gl[f, :k] - tl[f, :k]) ** 2).sum())
+        sig, err = sig + s, err + e
+        worst = min(worst, 10 * math.log10(s / e) if e > 0 else math.inf)
+    snr = 10 * math.log10(sig / err) if err > 0 else math.inf
+    return {"frames": int(tl.shape[0]), "code_agreement": float((gc == tc).mean()),
+            "frames_identical": identical, "logit_snr_db": round(snr, 2) if math.isfinite(snr) else None,
+            "worst_frame_snr_db": round(worst, 2) if math.isfinite(worst) else None}
+
+
+def torch_frame_logits(tts, captured) -> np.ndarray:
+    """The fp32 torch frame graph's logits ``[F, G-1, V]`` on captured inputs."""
+    import torch
+
+    from rkspeech.stepgraph.code_predictor_step import CodePredictorFrame
+
+    step = CodePredictorFrame(tts.net.talker.code_predictor, embed=EMBED).eval()
+    with torch.no_grad():
+        return np.stack([step(h, f).numpy() for h, f, _ in captured])
+
+
+def build_code_predictor(stages, files, out: Path, *, target: str, verify_frames: int = 20,
+                         skip_verify: bool = False, timeout: float | None = None) -> dict:
+    """Run (or resume) the code predictor's stages in ``out / "code_predictor"``; the report.
+
+    ``stages``: a ``pipelines.stages.StageRunner`` (its state file may be shared with the other
+    graphs of the build: the stage names here start with ``code_predictor_``); ``files``: the
+    model root's ``ModelFiles``."""
+    if target not in TARGETS:
+        raise RkspeechError(f"unknown target {target!r}; choose one of {', '.join(TARGETS)}")
+    if verify_frames < 1:
+        raise RkspeechError(f"verify_frames must be >= 1, got {verify_frames}")
+    folder = Path(out) / SUBDIR
+    folder.mkdir(parents=True, exist_ok=True)
+    onnx_path = folder / f"code_predictor_{EMBED}.onnx"
+    rknn_path = folder / f"code_predictor_{EMBED}_{target}.rknn"
+    model = _Model(files)
+    ckpt = [Path(files.config), Path(files.weights)]
+
+    def do_export():
+        from rkspeech.export.code_predictor_onnx import export_code_predictor_onnx
+        from rkspeech.stepgraph.code_predictor_backend import GraphCodePredictor
+        from rkspeech.stepgraph.code_predictor_step import CodePredictorFrame
+
+        tts = model.get()
+        step = CodePredictorFrame(tts.net.talker.code_predictor, embed=EMBED).eval()
+        export_code_predictor_onnx(step, onnx_path)
+        # one frame through onnxruntime must give torch's greedy codes
+        captured = capture_frames(tts, 1)
+        with GraphCodePredictor(onnx_path, "ort", model=tts) as g:
+            h, f, codes = captured[0]
+            got = g.frame(h.numpy()[0], f.numpy()[0])
+        if got != [int(c) for c in codes[1:]]:
+            raise RkspeechError(f"{onnx_path.name}: onnxruntime codes {got} differ from torch's {list(codes[1:])}")
+        return {"onnx": str(onnx_path), "bytes": onnx_path.stat().st_size, "contract": step.contract().to_json(),
+                "ort_codes_equal_torch": True}
+
+    export = stages.run("code_predictor_export", {"embed": EMBED}, ckpt, lambda: [onnx_path], do_export)
+
+    def do_lint():
+        from rkspeech.lint.checker import lint_model
+
+        lr = lint_model(onnx_path, target)
+        if lr.errors:
+            raise RkspeechError(f"lint: {onnx_path} has {len(lr.errors)} error(s): "
+                                + "; ".join(f.message for f in lr.errors[:3]))
+        d = lr.to_dict()
+        return {"errors": d["errors"], "warnings": d["warnings"]}
+
+    lint = stages.run("code_predictor_lint", {"target": target}, [onnx_path], lambda: [], do_lint)
+
+    def do_convert():
+        from rkspeech.convert.conversion import convert
+        from rkspeech.stepgraph.code_predictor_backend import read_artifact_contract
+
+        contract = read_artifact_contract(onnx_path)
+        return convert(onnx_path, rknn_path, target=target, dtype="fp16", timeout=timeout,
+                       custom_string=contract.to_json()).to_report()
+
+    conv = stages.run("code_predictor_convert", {"target": target, "timeout": timeout}, [onnx_path],
+                      lambda: [rknn_path], do_convert)
+
+    def do_inspect():
+        from rkspeech.inspect.container import read_container
+        from rkspeech.stepgraph.code_predictor_backend import read_artifact_contract
+
+        info = read_container(rknn_path, expect_target=target)
+        contract = read_artifact_contract(rknn_path)
+        if contract != read_artifact_contract(onnx_path):
+            raise RkspeechError(f"{rknn_path}: its contract differs from the ONNX's")
+        return {"bytes": info.file_size, "format": info.format, "target": info.target,
+                "toolkit_version": info.toolkit_version, "contract": contract.to_json()}
+
+    inspect = stages.run("code_predictor_inspect", {"target": target}, [rknn_path], lambda: [], do_inspect)
+
+    sim = None
+    if not skip_verify:
+        def do_verify():
+            from rkspeech.stepgraph.code_predictor_backend import GraphCodePredictor
+
+            tts = model.get()
+            captured = capture_frames(tts, verify_frames)
+            ref = torch_frame_logits(tts, captured)
+            codes = np.stack([c[1:] for _, _, c in captured])
+            if not (ref.argmax(-1) == codes).all():
+                raise RkspeechError("the torch frame graph's codes differ from TTSModel's (export bug)")
+            with GraphCodePredictor(onnx_path, "sim", model=tts, target=target,
+                                    log_path=str(folder / "simulator.log")) as g:
+                got = np.stack([g.infer(h.numpy()[0], f.numpy()[0])["logits"] for h, f, _ in captured])
+            return compare_frames(ref, codes, got)
+
+        sim = stages.run("code_predictor_verify", {"frames": verify_frames, "target": target},
+                         ckpt + [onnx_path, rknn_path], lambda: [], do_verify)
+
+    placement = conv["placement"]
+    return {
+        "target": target, "embed": EMBED,
+        "artifacts": {"onnx": str(onnx_path), "rknn": str(rknn_path)},
+        "contract": inspect["contract"],
+        "placement": {"npu_ops": placement.get("npu_ops"), "cpu_ops": placement.get("cpu_ops"),
+                      "cpu_op_types": placement.get("cpu_op_types"),
+                      "estimate": placement.get("estimate")},
+        "build": {k: conv["build"].get(k) for k in ("regtask_overflow_lines", "seconds", "peak_rss_mb", "log")},
+        "rknn": {"bytes": inspect["bytes"], "onnx_bytes": export["bytes"]},
+        "lint": lint,
+        "sim": sim,
+        "stages": {k: v for k, v in stages.timings.items() if k.startswith("code_predictor_")},
+    }
