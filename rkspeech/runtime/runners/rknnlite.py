@@ -57,8 +57,10 @@ class RknnLiteRunner(Runner):
         if self.rknn is None:
             raise RkspeechError(f"{self.name}: the runner is closed")
         inputs = list(arrays.values())
-        fmt = ["nchw" if a.ndim == 4 else None for a in inputs]
-        return self.rknn.inference(inputs=inputs, data_format=fmt if any(fmt) else None)
+        # one format per input, never None: the toolkit calls .lower() on each entry (a None
+        # beside a 4-D input failed; talker step graphs, 2026-12-01); it only applies to 4-D inputs
+        fmt = ["nchw" if a.ndim == 4 else "nhwc" for a in inputs]
+        return self.rknn.inference(inputs=inputs, data_format=fmt if any(a.ndim == 4 for a in inputs) else None)
 
     def close(self) -> None:
         if getattr(self, "rknn", None) is not None:

@@ -1,0 +1,77 @@
+"""Export the talker step graphs (``stepgraph.talker_step``) to ONNX: prefill (B = chunk) and decode (B = 1).
+
+As ``export.code_predictor_onnx``: ``vocoder_onnx.export_traced`` (static shapes, ``OPSET``, the
+TorchScript exporter, output shapes declared), the contract in the metadata under
+``rkspeech.contract`` with format ``rkspeech-talker/1`` (``rkspeech convert`` copies it into the
+.rknn custom string).  ``check_onnx_against_torch`` runs a graph with onnxruntime and the torch
+step on the same random inputs.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from rkspeech.core.errors import RkspeechError
+from rkspeech.export.vocoder_onnx import export_traced
+from rkspeech.stepgraph.contract import CONTRACT_KEY
+from rkspeech.stepgraph.talker_step import TalkerContract, TalkerStep
+
+
+def export_talker_onnx(step: TalkerStep, output: str | os.PathLike) -> Path:
+    """Trace ``step`` to ``output`` (``export_traced``); returns the path."""
+    contract = step.contract()
+    return export_traced(step.eval(), step.dummy_inputs(), Path(output), input_names=contract.input_names,
+                         output_names=contract.output_names, contract=contract)
+
+
+def export_talker_pair(model, out_dir: str | os.PathLike, *, capacity: int, prefill_B: int,
+                       kv_layout: str = "heads", cache_io: str = "flat") -> dict[str, Path]:
+    """``{"prefill": path, "decode": path}`` under ``out_dir`` for ``model`` (``talker.model``).
+    ``prefill_B <= 1``: decode graph only."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    roles = {"decode": 1}
+    if prefill_B > 1:
+        roles = {"prefill": prefill_B, **roles}
+    paths = {}
+    for role, B in roles.items():
+        step = TalkerStep(model, capacity=capacity, B=B, kv_layout=kv_layout, cache_io=cache_io)
+        paths[role] = export_talker_onnx(step, out_dir / f"talker_{role}_B{B}_cap{capacity}.onnx")
+    return paths
+
+
+def read_talker_contract(path) -> TalkerContract:
+    """The contract in ``path``'s metadata, checked against the graph's inputs and outputs."""
+    from rkspeech.export.onnx_contract import read_onnx_metadata
+    from rkspeech.export.onnx_reader import read_graph_io
+
+    meta = read_onnx_metadata(path)
+    if CONTRACT_KEY not in meta:
+        raise RkspeechError(f"{path}: no {CONTRACT_KEY} metadata; export it with export_talker_onnx")
+    contract = TalkerContract.from_json(meta[CONTRACT_KEY])
+    ins, outs = read_graph_io(path)
+    have = {**ins, **outs}
+    for name, shape in {**contract.input_shapes(), **contract.output_shapes()}.items():
+        if list(have.get(name, [])) != list(shape):
+            raise RkspeechError(f"{path}: its contract says {name} is {shape}, the graph has "
+                                f"{have.get(name)}; re-export it")
+    return contract
+
+
+def check_onnx_against_torch(step: TalkerStep, path, *, start: int | None = None) -> dict:
+    """Max abs difference of ``hidden`` and ``kv_new`` between onnxruntime and torch on
+    ``step.dummy_inputs(start)``."""
+    import torch
+
+    from rkspeech.runtime.runners import open_runner
+
+    contract = step.contract()
+    inputs = step.dummy_inputs(start)
+    with torch.no_grad():
+        want = [t.numpy() for t in step.eval()(*inputs)]
+    with open_runner("ort", path, threads=1) as r:
+        got = r.infer({n: t.numpy() for n, t in zip(contract.input_names, inputs)})
+    return {name: float(np.abs(got[name] - w).max()) for name, w in zip(contract.output_names, want)}

@@ -1,0 +1,246 @@
+"""The talker stage of ``rkspeech build qwen3-tts``: step graphs -> lint -> .rknn -> verify.
+
+``build_talker(stages, files, out, ...)`` writes under ``out/talker/``: ``onnx/`` (prefill B and
+decode B=1 graphs, ``export.talker_onnx``), ``rknn/`` (``convert.conversion.convert``, the
+vocoder build's conversion path, contract in the custom string), and returns a JSON-able report
+(``artifacts``, ``placement``, ``build``, ``rknn``, ``verify``; per graph under ``graphs``).
+Each stage is resumable through the caller's ``StageRunner``.
+
+Verification (``verify_talker``): greedy ``TTSModel`` codes with the talker on onnxruntime must
+equal torch's (``codes_identical_ort``; a mismatch fails the build); with .rknn graphs the same
+talker inputs replayed through the simulator give the codec_head logit SNR against torch
+(``logit_snr_db``, teacher forced) and a free-running greedy run's code agreement.
+``open_talker(artifacts, backend)`` opens the built graphs as a ``GraphTalker``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from rkspeech.core.errors import RkspeechError
+
+VERIFY_TEXT = "Hello there, this is a check of the talker step graph."
+ROLES = ("prefill", "decode")
+
+
+def build_talker(stages, files, out: Path, *, target: str, capacity: int, prefill_B: int, skip_rknn: bool,
+                 skip_verify: bool, timeout: float | None, verify_frames: int = 24,
+                 kv_layout: str = "heads", cache_io: str = "flat") -> dict:
+    """Export, lint, convert (unless ``skip_rknn``) and verify (unless ``skip_verify``) the talker."""
+    if capacity < 2 or prefill_B < 2 or prefill_B > capacity:
+        raise RkspeechError(f"talker capacity must be >= 2 and 2 <= prefill B <= capacity, got capacity={capacity}, "
+                            f"B={prefill_B}")
+    root = Path(out) / "talker"
+    onnx_dir, rknn_dir = root / "onnx", root / "rknn"
+    onnx_paths = {"prefill": onnx_dir / f"talker_prefill_B{prefill_B}_cap{capacity}.onnx",
+                  "decode": onnx_dir / f"talker_decode_B1_cap{capacity}.onnx"}
+    ckpt = [files.config, files.weights]
+    export_args = {"capacity": capacity, "B": prefill_B, "kv_layout": kv_layout, "cache_io": cache_io}
+
+    def do_export():
+        from rkspeech.export.talker_onnx import check_onnx_against_torch, export_talker_pair
+        from rkspeech.export.vocoder_onnx import graph_summary
+        from rkspeech.stepgraph.talker_step import TalkerStep
+
+        model = _load_net(files).talker.model
+        paths = export_talker_pair(model, onnx_dir, capacity=capacity, prefill_B=prefill_B, kv_layout=kv_layout,
+                                   cache_io=cache_io)
+        rep = {}
+        for role, path in paths.items():
+            step = TalkerStep(model, capacity=capacity, B=prefill_B if role == "prefill" else 1,
+                              kv_layout=kv_layout, cache_io=cache_io)
+            diff = check_onnx_against_torch(step, path)
+            if max(diff.values()) > 1e-3:
+                raise RkspeechError(f"talker {role} graph: onnxruntime differs from torch by {diff}")
+            s = graph_summary(path)
+            rep[role] = {"onnx": str(path), "nodes": s["nodes"], "bytes": s["bytes"], "ort_max_abs_diff": diff,
+                         "contract": json.loads(step.contract().to_json())}
+        return rep
+
+    export_rep = stages.run("talker_export", export_args, ckpt, lambda: list(onnx_paths.values()), do_export)
+
+    def do_lint():
+        from rkspeech.lint.checker import lint_model
+
+        rep = {}
+        for role, path in onnx_paths.items():
+            lr = lint_model(path, target)
+            if lr.errors:
+                raise RkspeechError(f"lint: {path} has {len(lr.errors)} error(s): "
+                                    + "; ".join(f.message for f in lr.errors[:3]))
+            rep[role] = {"errors": len(lr.errors), "warnings": len(lr.warnings)}
+        return rep
+
+    lint_rep = stages.run("talker_lint", {"target": target}, list(onnx_paths.values()), lambda: [], do_lint)
+
+    rknn_paths = {role: rknn_dir / f"{p.stem}_{target}.rknn" for role, p in onnx_paths.items()}
+    convert_reps: dict[str, dict] = {}
+    if not skip_rknn:
+        for role, onnx_path in onnx_paths.items():
+            def do_convert(role=role, onnx_path=onnx_path):
+                from rkspeech.convert.conversion import convert
+                from rkspeech.export.talker_onnx import read_talker_contract
+
+                rknn_dir.mkdir(parents=True, exist_ok=True)
+                return convert(onnx_path, rknn_paths[role], target=target, dtype="fp16", timeout=timeout,
+                               custom_string=read_talker_contract(onnx_path).to_json()).to_report()
+
+            convert_reps[role] = stages.run(f"talker_convert_{role}", {"target": target, "timeout": timeout},
+                                            [onnx_path], lambda role=role: [rknn_paths[role]], do_convert)
+
+    artifacts = {role: {"onnx": str(onnx_paths[role]), "rknn": None if skip_rknn else str(rknn_paths[role])}
+                 for role in ROLES}
+    verify_rep = None
+    if not skip_verify:
+        def do_verify():
+            return verify_talker(files, artifacts, sim=not skip_rknn, frames=verify_frames, target=target,
+                                 sim_log=str(root / "simulator.log"))
+
+        inputs = ckpt + list(onnx_paths.values()) + ([] if skip_rknn else list(rknn_paths.values()))
+        verify_rep = stages.run("talker_verify", {"frames": verify_frames, "sim": not skip_rknn, "target": target},
+                                inputs, lambda: [], do_verify)
+        if not verify_rep.get("codes_identical_ort"):
+            raise RkspeechError(f"talker verify: greedy codes through onnxruntime differ from torch "
+                                f"({verify_rep.get('ort_frames_equal')} frames equal); see {root}")
+    return _report(artifacts, export_rep, lint_rep, convert_reps, verify_rep, capacity, prefill_B)
+
+
+def _report(artifacts, export_rep, lint_rep, convert_reps, verify_rep, capacity, prefill_B) -> dict:
+    graphs = {}
+    for role in ROLES:
+        g = {"onnx": export_rep[role], "lint": lint_rep[role]}
+        c = convert_reps.get(role)
+        if c:
+            p = c["placement"]
+            g["placement"] = {"npu_ops": p.get("npu_ops"), "cpu_ops": p.get("cpu_ops"),
+                              "cpu_op_types": p.get("cpu_op_types", {}), "estimate": p.get("estimate")}
+            g["build"] = {k: c["build"][k] for k in ("regtask_overflow_lines", "seconds", "peak_rss_mb")}
+            g["rknn"] = {"bytes": c["rknn"]["bytes"], "has_contract": c["rknn"]["has_contract"]}
+        graphs[role] = g
+    rep = {"capacity": capacity, "prefill_B": prefill_B, "artifacts": artifacts, "graphs": graphs,
+           "verify": verify_rep}
+    if convert_reps:
+        conv = [graphs[r] for r in ROLES if "placement" in graphs[r]]
+        types: dict[str, int] = {}
+        for g in conv:
+            for k, v in g["placement"]["cpu_op_types"].items():
+                types[k] = types.get(k, 0) + v
+        rep["placement"] = {"npu_ops": sum(g["placement"]["npu_ops"] or 0 for g in conv),
+                            "cpu_ops": sum(g["placement"]["cpu_ops"] or 0 for g in conv), "cpu_op_types": types,
+                            **{r: graphs[r]["placement"] for r in ROLES if "placement" in graphs[r]}}
+        rep["build"] = {"regtask_overflow_lines": sum(g["build"]["regtask_overflow_lines"] or 0 for g in conv),
+                        "seconds": round(sum(g["build"]["seconds"] or 0 for g in conv), 1),
+                        "peak_rss_mb": max((g["build"]["peak_rss_mb"] or 0 for g in conv), default=None),
+                        **{r: graphs[r]["build"] for r in ROLES if "build" in graphs[r]}}
+        rep["rknn"] = {"bytes": sum(g["rknn"]["bytes"] for g in conv),
+                       **{r: graphs[r]["rknn"] for r in ROLES if "rknn" in graphs[r]}}
+    return rep
+
+
+def _load_net(files):
+    from rkspeech.models.qwen3_tts.tts_checkpoint import load_tts_net, read_tts_config
+
+    return load_tts_net(files, read_tts_config(files))
+
+
+def open_talker(artifacts: dict, backend: str = "ort", *, model=None, **runner_kw):
+    """A ``GraphTalker`` over the built graphs: ONNX for ``ort`` / ``sim``, .rknn for ``rknnlite``."""
+    from rkspeech.stepgraph.talker_backend import open_graph_talker
+
+    kind = "rknn" if backend == "rknnlite" else "onnx"
+    paths = {role: (artifacts.get(role) or {}).get(kind) for role in ROLES}
+    if not paths["decode"]:
+        raise RkspeechError(f"the plan has no talker decode graph as {kind} (backend {backend}); "
+                            "rebuild without --skip-talker-rknn" if kind == "rknn" else
+                            "the plan has no talker decode graph; rebuild it")
+    return open_graph_talker(paths["decode"], paths["prefill"], backend=backend, model=model, **runner_kw)
+
+
+class RecordingTalker:
+    """Wraps a TalkerBackend and records every ``forward``'s input and output (for replays)."""
+
+    def __init__(self, inner):
+        self.inner, self.name = inner, f"recording-{inner.name}"
+        self.calls: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def start(self, capacity: int) -> None:
+        self.calls.clear()
+        self.inner.start(capacity)
+
+    def forward(self, embeds: np.ndarray) -> np.ndarray:
+        out = self.inner.forward(embeds)
+        self.calls.append((np.array(embeds, dtype=np.float32), out.copy()))
+        return out
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def _snr_db(ref: np.ndarray, got: np.ndarray) -> float:
+    err = float(np.sum((got.astype(np.float64) - ref) ** 2))
+    sig = float(np.sum(ref.astype(np.float64) ** 2))
+    return math.inf if err == 0 else round(10 * math.log10(sig / err), 2)
+
+
+def verify_talker(files, artifacts: dict, *, sim: bool, frames: int, target: str = "rk3588",
+                  sim_log: str | None = None, text: str = VERIFY_TEXT) -> dict:
+    """Greedy codes torch vs onnxruntime (identical?); with ``sim``: the torch run's talker inputs
+    replayed through the simulator (codec_head logit SNR, teacher forced) and a free-running
+    simulator run (fraction of code entries equal to torch's over the common frames)."""
+    import torch
+
+    from rkspeech.models.qwen3_tts.backends import TorchTalker
+    from rkspeech.models.qwen3_tts.generate import GenerationOptions, TTSModel
+
+    tts = TTSModel.load(files.root)
+    model = tts.net.talker.model
+    kw = dict(speaker=tts.speakers[0] if tts.cfg.tts_model_type == "custom_voice" else None,
+              instruct="A calm voice." if tts.cfg.tts_model_type == "voice_design" else None,
+              options=GenerationOptions.greedy(max_new_tokens=frames + 1))
+    if tts.cfg.tts_model_type == "base":
+        kw["ref_audio"] = np.sin(np.arange(24000, dtype=np.float32) * 0.05) * 0.3
+    rec = RecordingTalker(TorchTalker(tts.net.talker))
+    tts.use_backends(talker=rec)
+    ref = tts.generate_codes(text, **kw)
+    rep: dict = {"frames": int(ref.shape[0]), "text": text}
+
+    def run(talker):
+        tts.use_backends(talker=talker)
+        try:
+            return tts.generate_codes(text, **kw)
+        finally:
+            tts.use_backends(talker=TorchTalker(tts.net.talker))
+            talker.close()
+
+    got = run(open_talker(artifacts, "ort", model=model, threads=1))
+    same = min(len(got), len(ref))
+    rep["codes_identical_ort"] = bool(got.shape == ref.shape and np.array_equal(got, ref))
+    rep["ort_frames_equal"] = int(np.sum(np.all(got[:same] == ref[:same], axis=1)))
+    if not sim:
+        return rep
+    head = tts.net.talker.codec_head
+    g = open_talker(artifacts, "sim", model=model, target=target, log_path=sim_log)
+    try:
+        g.start(0)
+        refs, outs = [], []
+        for embeds, hidden in rec.calls:
+            outs.append(g.forward(embeds))
+            refs.append(hidden)
+    finally:
+        g.close()
+    with torch.no_grad():
+        lr = head(torch.from_numpy(np.stack(refs))).numpy()
+        lg = head(torch.from_numpy(np.stack(outs))).numpy()
+    rep["logit_snr_db"] = _snr_db(lr, lg)
+    rep["hidden_snr_db"] = _snr_db(np.stack(refs), np.stack(outs))
+    rep["greedy_argmax_agreement"] = float(np.mean(lr.argmax(-1) == lg.argmax(-1)))
+    free = run(open_talker(artifacts, "sim", model=model, target=target, log_path=sim_log))
+    n = min(len(free), len(ref))
+    rep["sim_frames"] = int(len(free))
+    rep["code_agreement_sim"] = float(np.mean(free[:n] == ref[:n])) if n else 0.0
+    rep["codes_identical_sim"] = bool(free.shape == ref.shape and np.array_equal(free, ref))
+    return rep

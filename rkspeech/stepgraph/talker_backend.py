@@ -1,0 +1,146 @@
+"""``GraphTalker``: the ``TalkerBackend`` (``models.qwen3_tts.backends``) over talker step graphs.
+
+The host keeps the KV cache (``[2L, Hc, cap, hd]`` float32, ``TalkerContract.cache_shape``) and
+the position; each call feeds the whole cache, the chunk's embeddings, RoPE cos/sin and mask to a
+runner (``runtime.runners.open_runner``: onnxruntime, the simulator or rknn-toolkit-lite2) and
+writes the returned ``kv_new`` rows at the chunk's positions.  ``forward`` with one position runs
+the decode graph (B = 1); with more, the prefill graph in B-chunks, the last one padded with zero
+rows (their outputs and keys/values are dropped; the mask keeps real rows from seeing them).
+
+Refusals are one-line ``RkspeechError``s: the two graphs' contracts disagree, a contract does not
+match the model (``talker_step.check_contract_matches``), or an utterance needs more positions
+than the graphs' capacity.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rkspeech.core.errors import RkspeechError
+from rkspeech.stepgraph.talker_step import TalkerContract, rope_cos_sin, step_mask
+
+
+def inverse_frequencies(contract: TalkerContract):
+    """``DecoderStack.inv_freq`` from the contract alone (the same float32 expression)."""
+    import torch
+
+    hd = contract.head_dim
+    return 1.0 / (contract.rope_theta ** (torch.arange(0, hd, 2, dtype=torch.int64).float() / hd))
+
+
+class GraphTalker:
+    """``start(capacity)`` / ``forward(embeds [t, Ht]) -> [Ht]`` / ``close()`` over a decode runner
+    (B = 1) and an optional prefill runner (B > 1; without it the prompt runs one position at a
+    time).  ``model`` (``talker.model``), when given, is checked against the contracts."""
+
+    def __init__(self, decode, decode_contract: TalkerContract, prefill=None,
+                 prefill_contract: TalkerContract | None = None, *, model=None, name: str = "graph"):
+        if decode_contract.B != 1:
+            raise RkspeechError(f"the talker decode graph must have B=1, got B={decode_contract.B}")
+        if prefill is not None:
+            if prefill_contract is None or prefill_contract.B < 2:
+                raise RkspeechError("the talker prefill graph needs its contract with B >= 2")
+            if not prefill_contract.same_model(decode_contract):
+                raise RkspeechError("the talker prefill and decode graphs do not belong together (their contracts "
+                                    "differ in model, capacity or cache layout); export them as a pair")
+        if model is not None:
+            from rkspeech.stepgraph.talker_step import check_contract_matches
+
+            check_contract_matches(decode_contract, model, "the talker decode graph")
+        self.decode, self.prefill = (decode, decode_contract), None
+        if prefill is not None:
+            self.prefill = (prefill, prefill_contract)
+        self.contract = decode_contract
+        self.capacity = decode_contract.capacity
+        self.name = name
+        self.inv_freq = inverse_frequencies(decode_contract)
+        self.cache: np.ndarray | None = None
+        self.length = 0
+        #: calls per graph since start() (the NPU-call count of an utterance)
+        self.calls = {"prefill": 0, "decode": 0}
+
+    def start(self, capacity: int) -> None:
+        """Open an utterance.  ``capacity`` is what the loop may need at most; the graphs hold
+        ``self.capacity`` positions and ``forward`` refuses to go past them."""
+        del capacity  # the loop asks for prompt + max_new_tokens; only positions actually used count
+        if self.cache is None:
+            self.cache = np.zeros(self.contract.cache_shape(), dtype=np.float32)
+        else:
+            self.cache.fill(0.0)
+        self.length = 0
+        self.calls = {"prefill": 0, "decode": 0}
+
+    def forward(self, embeds: np.ndarray) -> np.ndarray:
+        if self.cache is None:
+            raise RuntimeError("GraphTalker.forward before start()")
+        x = np.ascontiguousarray(embeds, dtype=np.float32)
+        if x.ndim != 2 or x.shape[1] != self.contract.hidden:
+            raise RkspeechError(f"talker input must be [t, {self.contract.hidden}] embeddings, got {list(x.shape)}")
+        t = x.shape[0]
+        if self.length + t > self.capacity:
+            raise RkspeechError(f"the utterance needs more than the talker graphs' capacity of {self.capacity} "
+                                f"positions (at {self.length} + {t}); lower max_new_tokens, shorten the text, or "
+                                "export the talker with a larger capacity")
+        if t > 1 and self.prefill is not None:
+            runner, contract, role = *self.prefill, "prefill"
+        else:
+            runner, contract, role = *self.decode, "decode"
+        last = None
+        for lo in range(0, t, contract.B):
+            n = min(contract.B, t - lo)
+            last = self._step(runner, contract, x[lo:lo + n], role)[n - 1]
+        return last.copy()
+
+    def _step(self, runner, contract: TalkerContract, x: np.ndarray, role: str) -> np.ndarray:
+        B, n, start = contract.B, x.shape[0], self.length
+        if n < B:
+            x = np.concatenate([x, np.zeros((B - n, x.shape[1]), dtype=np.float32)])
+        cos, sin = rope_cos_sin(np.arange(start, start + B), self.inv_freq)
+        feed = {"embeds": x, "cos": cos, "sin": sin, "mask": step_mask(contract, start)}
+        if contract.cache_io == "flat":
+            feed["cache"] = self.cache
+        else:
+            for i in range(contract.layers):
+                feed[f"cache_k{i}"] = self.cache[2 * i:2 * i + 1]
+                feed[f"cache_v{i}"] = self.cache[2 * i + 1:2 * i + 2]
+        out = runner.infer(feed)
+        self.cache[:, :, start:start + n] = out["kv_new"][:, :, :n]
+        self.length = start + n
+        self.calls[role] += 1
+        return out["hidden"]
+
+    def close(self) -> None:
+        for pair in (self.decode, self.prefill):
+            if pair is not None:
+                pair[0].close()
+        self.cache = None
+
+
+def open_graph_talker(decode_path, prefill_path=None, *, backend: str = "ort", model=None, **runner_kw) -> GraphTalker:
+    """A ``GraphTalker`` over ONNX (``ort``, ``sim``) or .rknn (``rknnlite``) files; the contracts
+    come from the ONNX metadata (for .rknn: the custom string)."""
+    from rkspeech.runtime.runners import open_runner
+
+    def contract_of(path):
+        from pathlib import Path
+
+        if Path(path).suffix.lower() == ".rknn":
+            from rkspeech.inspect.container import read_container
+
+            return TalkerContract.from_json(read_container(path).custom_string)
+        from rkspeech.export.talker_onnx import read_talker_contract
+
+        return read_talker_contract(path)
+
+    dc = contract_of(decode_path)
+    pc = contract_of(prefill_path) if prefill_path else None
+    runners = []
+    try:
+        runners.append(open_runner(backend, decode_path, **runner_kw))
+        if prefill_path:
+            runners.append(open_runner(backend, prefill_path, **runner_kw))
+        return GraphTalker(runners[0], dc, runners[1] if prefill_path else None, pc, model=model, name=backend)
+    except BaseException:
+        for r in runners:
+            r.close()
+        raise
