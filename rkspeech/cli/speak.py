@@ -129,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
         if args.codes_out:
             with atomic_path(args.codes_out, suffix=".npy") as tmp:
                 np.save(tmp, np.stack(codes).astype(np.int64))
-    report = {"text": args.text, "backend": args.backend, "stages": speaker.stage_names, "output": args.output,
+    report = {"text": args.text, "backend": args.backend, "stage_backends": speaker.stage_names, "output": args.output,
               "sample_rate": rate,
               **timing.to_dict(rate)}
     if args.report:

@@ -107,11 +107,10 @@ class Speaker:
                               target=target)
         self.stage_backends: dict = {}
         try:
-            from rkspeech.runtime.tts_stages import check_stages_for_model, open_stage_backends
+            from rkspeech.runtime.tts_stages import open_stage_backends
 
-            self.stage_backends = open_stage_backends(self.plan, backend, threads=threads, target=target,
-                                                      host_stages=host_stages)
-            check_stages_for_model(self.stage_backends, self.model)
+            self.stage_backends = open_stage_backends(self.plan, backend, model=self.model, threads=threads,
+                                                      target=target, host_stages=host_stages)
         except BaseException:
             self.close()
             raise

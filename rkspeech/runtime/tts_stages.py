@@ -11,10 +11,11 @@ from __future__ import annotations
 from rkspeech.core import progress
 
 
-def open_stage_backends(plan, backend: str, *, threads: int | None = None, target: str | None = None,
+def open_stage_backends(plan, backend: str, *, model=None, threads: int | None = None, target: str | None = None,
                         host_stages: bool = False) -> dict:
     """``{"talker": TalkerBackend, "code_predictor": CodePredictorBackend}`` for the stages the
-    plan holds (either key may be absent: torch)."""
+    plan holds (either key may be absent: torch).  ``model``: the loaded ``TTSModel`` each graph's
+    contract is checked against (one line on a mismatch)."""
     if host_stages:
         return {}
     out = {}
@@ -23,23 +24,21 @@ def open_stage_backends(plan, backend: str, *, threads: int | None = None, targe
         from rkspeech.stepgraph.code_predictor_backend import GraphCodePredictor
 
         be = cp.backend_for(backend)
-        out["code_predictor"] = GraphCodePredictor(cp.paths(backend)["frame"], backend=be, threads=threads,
-                                                   target=target)
+        out["code_predictor"] = GraphCodePredictor(cp.paths(backend)["frame"], backend=be, model=model,
+                                                   threads=threads, target=target)
         progress.info(f"code predictor: {cp.impl} graph on {be}")
     talker = plan.stages.get("talker")
     if talker is not None:
         from rkspeech.pipelines.talker_build import open_talker
 
         be = talker.backend_for(backend)
-        out["talker"] = open_talker(talker.paths(backend), be, threads=threads, target=target)
+        try:
+            stack = model.net.talker.model if model is not None else None  # the talker's DecoderStack
+            out["talker"] = open_talker(talker.artifacts, be, model=stack, threads=threads, target=target)
+        except BaseException:
+            for b in out.values():
+                b.close()
+            raise
         progress.info(f"talker: {talker.impl} graph on {be}")
     return out
 
-
-def check_stages_for_model(backends: dict, model) -> None:
-    """Each graph backend checks its contract against the model it will serve (one line on a
-    mismatch); backends without such a check pass."""
-    for b in backends.values():
-        check = getattr(b, "check_model", None)
-        if check is not None:
-            check(model)
