@@ -27,6 +27,7 @@ COMMAND_MODULES = (
     "inspect",
     "estimate",
     "verify",
+    "accuracy",
     "build",
     "decode",
     "speak",

@@ -1,0 +1,82 @@
+"""The accuracy map for people: a summary, the worst blocks and layers as tables, the JSON."""
+
+from __future__ import annotations
+
+
+def _db(d: dict | None) -> str:
+    if not d:
+        return "-"
+    if d.get("nonfinite"):
+        return f"inf/NaN x{d['nonfinite']}"
+    if d.get("identical"):
+        return "exact"
+    return f"{d['snr_db']:.1f}" if d.get("snr_db") is not None else "-"
+
+
+def summary(rep: dict) -> dict:
+    """Headline figures: per graph output the simulator (whole, pieces) and fp16-model SNR,
+    the blocks with the lowest local simulator SNR, the layers nearest fp16's largest value."""
+    blocks = rep["blocks"]
+    key = "sim_local" if rep["simulated"] else "fp16_model_local"
+
+    def rank(b):
+        d = b.get(key) or {}
+        return -1e9 if d.get("nonfinite") else (1e9 if d.get("snr_db") is None else d["snr_db"])
+
+    layers = sorted(rep["layers"], key=lambda e: -e["max_abs"])
+    return {
+        "outputs": {n: {k: (d.get(k) or {}).get("snr_db") for k in ("sim_whole", "sim_pieces", "fp16_model")}
+                    for n, d in rep["graph_outputs"].items()},
+        "worst_blocks": [b["index"] for b in sorted(blocks, key=rank)[:3]],
+        "largest_activations": [{"tensor": e["tensor"], "op": e["op"], "max_abs": e["max_abs"],
+                                 "headroom_db": e["headroom_db"]} for e in layers[:5]],
+        "overflow": [t for b in blocks for t in b["overflow"]],
+        # blocks where the simulator's local SNR is > 3 dB below fp16 storage alone: the
+        # compiler's implementation, not fp16 storage, loses accuracy there
+        "sim_worse_than_fp16": [b["index"] for b in blocks
+                                if (b.get("sim_minus_fp16_local_db") or 0.0) < -3.0],
+    }
+
+
+def print_report(rep: dict, worst: int = 8) -> None:
+    from rkspeech.core.reporting import print_table
+
+    rows = []
+    for n, d in rep["graph_outputs"].items():
+        rows.append((n, _db(d.get("sim_whole")), _db(d.get("sim_pieces")), _db(d.get("fp16_model")),
+                     f"{d['max_abs']:.4g}"))
+    sim = f"{rep['target']} simulator" if rep["simulated"] else "no simulator"
+    print_table(f"{rep['model']}: SNR (dB) of each graph output against fp32 ({sim}, "
+                f"{rep['pieces']} pieces, inputs {rep['inputs']})", rows,
+                headers=("output", "sim whole", "sim pieces", "fp16 model", "max |x|"))
+    key = "sim_local" if rep["simulated"] else "fp16_model_local"
+
+    def rank(b):
+        d = b.get(key) or {}
+        return -1e9 if d.get("nonfinite") else (1e9 if d.get("snr_db") is None else d["snr_db"])
+
+    rows = []
+    for b in sorted(rep["blocks"], key=rank)[:worst]:
+        peak = b["max_activation"]
+        gap = b.get("sim_minus_fp16_local_db")
+        rows.append((str(b["index"]), b["label"][:22], _db(b.get("sim_local")), _db(b.get("sim_cumulative")),
+                     _db(b.get("fp16_model_local")), _db(b.get("fp16_model_cumulative")),
+                     "-" if gap is None else f"{gap:+.1f}",
+                     f"{peak.get('max_abs', 0):.4g}", "OVER" if b["overflow"] else
+                     (f"{peak['headroom_db']:.0f} dB" if peak.get("headroom_db") is not None else "-")))
+    headers = ("#", "block", "sim loc", "sim cum", "f16 loc", "f16 cum", "sim-f16", "max|x|", "room")
+    if not rep["simulated"]:  # the simulator's columns would be empty
+        keep = [0, 1, 4, 5, 7, 8]
+        headers = tuple(headers[i] for i in keep)
+        rows = [tuple(r[i] for i in keep) for r in rows]
+    print_table("worst blocks, lowest local SNR first (dB against fp32, each block's worst output; sim: "
+                "simulator, f16: fp16 storage model; loc: exact inputs, cum: error so far; room: fp16 headroom)",
+                rows, headers=headers)
+    over = summary(rep)["overflow"]
+    if over:
+        print(f"fp16 overflow: {len(over)} tensor(s) above 65504 in fp32, first {over[:3]}")
+
+
+def to_json(rep: dict) -> dict:
+    """The report as written: the summary first."""
+    return {"summary": summary(rep), **rep}

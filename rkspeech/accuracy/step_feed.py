@@ -1,0 +1,44 @@
+"""A realistic feed for a vocoder step graph: the k-th step of a stepwise decode on onnxruntime.
+
+A step's accuracy depends on its cache: a zero cache (step 1) leaves the KV history and the conv
+tails empty, random values are not a state the model reaches.  So the feed is taken from the
+graph itself, run stepwise on onnxruntime (fp32) over seeded random codes with the cache
+threaded (``runtime.streaming.StreamingVocoder``), as ``rkspeech verify`` runs it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rkspeech.core.errors import RkspeechError
+
+
+class _Recorder:
+    def __init__(self, runner):
+        self.runner, self.feeds = runner, []
+
+    def infer(self, feed):
+        self.feeds.append({k: np.array(v) for k, v in feed.items()})
+        return self.runner.infer(feed)
+
+
+def stepwise_feed(onnx_path, step: int, specs: dict, seed: int = 0, threads: int = 2) -> dict[str, np.ndarray]:
+    """The feed of step ``step`` (1-based) of a stepwise decode of ``onnx_path``, cast to the
+    graph's input dtypes ``specs``."""
+    from rkspeech.export.onnx_contract import read_onnx_contract
+    from rkspeech.runtime.runners import open_runner
+    from rkspeech.runtime.streaming import Engine, StreamingVocoder
+    from rkspeech.verify.stepwise import random_codes
+
+    if step < 1:
+        raise RkspeechError(f"--stepwise takes a step number >= 1, got {step}")
+    try:
+        contract = read_onnx_contract(onnx_path)
+    except RkspeechError as exc:
+        raise RkspeechError(f"--stepwise needs a vocoder step graph with its contract ({exc})") from None
+    with open_runner("ort", onnx_path, threads=threads) as runner:
+        rec = _Recorder(runner)
+        codes = random_codes(step * contract.codes_length, contract.num_quantizers, contract.codebook_size, seed)
+        StreamingVocoder(Engine(rec, contract)).decode(codes)
+    feed = rec.feeds[step - 1]
+    return {n: np.asarray(feed[n]).astype(dtype) for n, (_, dtype) in specs.items()}
