@@ -9,6 +9,8 @@ graph's promises (``check_encoder_onnx``), the geometry check the runtime applie
 (``check_encoder_geometry`` against the size's n_mels / d_model), and ``rkspeech lint``.  With
 ``--convert`` also the fp16 rk3588 conversion (not for sizes above base on a shared 24 GB host
 unless you mean it).  Prints one JSON line per size; nothing is kept unless ``--out`` is given.
+The per-size conversion table (conversion, placement, simulator accuracy on speech) is
+``benchmarks/bench_whisper_convert.py``, which runs the build pipeline itself.
 """
 
 from __future__ import annotations

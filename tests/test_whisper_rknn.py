@@ -75,6 +75,8 @@ def test_build_parity_and_simulator_numbers(build):
     sim = report["simulator"]
     # fp16 NPU simulation: measured here cosine 0.999999 (min frame 0.99999), SNR 57.5 dB
     assert sim["cosine_min_frame"] >= 0.999 and sim["snr_db"] >= 40.0
+    # the simulator's cost, for the per-size table (docs/whisper-sizes.md)
+    assert sim["build_s"] > 0 and sim["seconds"] > 0 and sim["peak_rss_mb"] > 100
     assert "simulator vs torch" in build["stdout"]
 
 

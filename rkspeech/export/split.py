@@ -27,11 +27,12 @@ def _size(vi) -> int:
     return n
 
 
-def split_onnx(onnx_path, parts: int, out_dir) -> list[Path]:
+def split_onnx(onnx_path, parts: int, out_dir, cuts: list[int] | None = None) -> list[Path]:
     """Write ``parts`` consecutive pieces of ``onnx_path`` to ``out_dir``; return their paths.
 
     A tensor ``t`` crossing a cut is the output ``t + FLAT_SUFFIX`` (1-D) of its piece and the
-    input of the same name of every later piece that reads it."""
+    input of the same name of every later piece that reads it.  ``cuts``: where pieces 2.. start,
+    as indices into the graph's non-Constant nodes (default: equal activation volume)."""
     import onnx
     from onnx import TensorProto, helper
 
@@ -46,11 +47,14 @@ def split_onnx(onnx_path, parts: int, out_dir) -> list[Path]:
     consts = {o: n for n in g.node if n.op_type == "Constant" for o in n.output}
     work = [n for n in g.node if n.op_type != "Constant"]
     volume = [sum(_size(info[o]) for o in n.output if o in info) for n in work]
-    cuts, acc, total = [0], 0, sum(volume)
-    for i, v in enumerate(volume):
-        acc += v
-        if len(cuts) < parts and acc >= total * len(cuts) / parts:
-            cuts.append(i + 1)
+    if cuts is not None:
+        cuts = [0] + sorted({int(c) for c in cuts if 0 < int(c) < len(work)})
+    else:
+        cuts, acc, total = [0], 0, sum(volume)
+        for i, v in enumerate(volume):
+            acc += v
+            if len(cuts) < parts and acc >= total * len(cuts) / parts:
+                cuts.append(i + 1)
     pieces = [work[a:b] for a, b in zip(cuts, cuts[1:] + [len(work)]) if b > a]
     produced_in = {o: k for k, nodes in enumerate(pieces) for n in nodes for o in n.output}
     crossing = {i for k, nodes in enumerate(pieces) for n in nodes for i in n.input

@@ -158,8 +158,8 @@ def build_whisper_encoder(options: WhisperEncoderBuildOptions) -> dict:
             raise RkspeechError(f"conversion did not produce {rknn_path}; see {out_dir / BUILD_REPORT}")
         if not args.skip_sim:
             with progress.stage("run on the rknn-toolkit2 simulator"):
-                sim_out, sim_s = _simulate(onnx_path, mel, args.target)
-            report["simulator"] = {**compare(ref, sim_out), "seconds": round(sim_s, 3)}
+                sim_out, sim_cost = _simulate(onnx_path, mel, args.target)
+            report["simulator"] = {**compare(ref, sim_out), **sim_cost}
 
     _write_report(out_dir, report)
     return report
@@ -191,11 +191,18 @@ def _ort_check(onnx_path: Path, mel, ref, threads: int) -> dict:
 
 
 def _simulate(onnx_path: Path, mel, target: str):
+    """The simulator's output on ``mel`` and its cost: ``build_s`` (graph build in the child),
+    ``seconds`` (one call), ``peak_rss_mb`` (the child's largest RSS: the simulator keeps every
+    intermediate tensor, so this, not the conversion, is what grows fastest with model size)."""
     import time
 
     from rkspeech.runtime.whisper import open_encoder
 
+    start = time.perf_counter()
     with open_encoder("sim", onnx_path, target=target) as enc:
-        start = time.perf_counter()
+        built = time.perf_counter()
         out = enc(mel)
-        return out, time.perf_counter() - start
+        done = time.perf_counter()
+        peak = getattr(enc.runner, "peak_rss_mb", None)
+    return out, {"seconds": round(done - built, 3), "build_s": round(built - start, 3),
+                 "peak_rss_mb": None if peak is None else round(peak, 1)}
