@@ -96,8 +96,14 @@ def test_cli_default_samples_the_talker_with_a_greedy_code_predictor(tts_custom_
     out = tmp_path / "s.wav"
     rc = main(["speak", TEXT, "--model-dir", str(tts_custom_ckpt), "--plan", str(stage_plan), "-o", str(out),
                "--speaker", "vivian", "--max-frames", "6", "--threads", "1", "--report", str(tmp_path / "r.json")])
-    err = capsys.readouterr().err
+    cap = capsys.readouterr()
+    err = cap.err
     assert rc == 0 and out.stat().st_size > 44
     assert "code predictor graph is greedy" in err
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["stage_backends"]["code_predictor"] != "torch"
+    # per-stage split: one code predictor call per frame, one talker call per frame plus the prompt
+    assert report["stages"]["code_predictor_calls"] == report["frames"]
+    assert report["stages"]["talker_calls"] == report["frames"] + 1
+    assert 0 < report["stages"]["talker_s"] < report["generate_seconds"]
+    assert "ms per call" in cap.out + cap.err

@@ -139,10 +139,20 @@ def run(args: argparse.Namespace) -> int:
         ("output", f"{args.output} ({audio_s:.2f} s of audio, {timing.frames} frames, {rate} Hz, 16-bit)"),
         ("time to first audio", f"{timing.first_audio_s:.3f} s" if timing.first_audio_s is not None else "-"),
         ("total time", f"{seconds:.2f} s (realtime factor {seconds / audio_s:.2f})" if audio_s else f"{seconds:.2f} s"),
-        (f"talker ({speaker.stage_names['talker']}) + code predictor ({speaker.stage_names['code_predictor']})",
-         f"{timing.generate_s:.2f} s"),
+        ("generation (talker, code predictor, sampling)", f"{timing.generate_s:.2f} s"),
+        *_stage_rows(timing.stages, speaker.stage_names),
         (f"vocoder ({args.backend})", f"{timing.vocoder_s:.2f} s"),
         ("host (rest)", f"{timing.host_s:.2f} s"),
     ]
     print_table("rkspeech speak", rows, stderr=to_stdout)
     return 0
+
+
+def _stage_rows(stages: dict, names: dict) -> list[tuple]:
+    """One row per generation stage: where it ran, its seconds, calls and ms per call."""
+    rows = []
+    for key, label in (("talker", "talker"), ("code_predictor", "code predictor")):
+        n, sec = stages.get(f"{key}_calls"), stages.get(f"{key}_s")
+        if n:
+            rows.append((f"  {label} ({names.get(key)})", f"{sec:.2f} s, {n} calls, {1000 * sec / n:.1f} ms per call"))
+    return rows

@@ -30,6 +30,7 @@ codes for the same seed (qwen-tts seeded with ``torch.manual_seed(s)``, ours wit
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -128,6 +129,8 @@ class TTSModel:
         #: where the decoder stacks run (``backends``): torch on the host unless a plan says otherwise
         self.talker_backend = TorchTalker(net.talker)
         self.code_predictor_backend = TorchCodePredictor(net.talker)
+        #: seconds and calls of the two stages in the last (or current) generation
+        self.last_timing: dict = {}
 
     def use_backends(self, *, talker=None, code_predictor=None) -> None:
         """Run the talker and/or the code predictor on other backends (``backends`` interfaces)."""
@@ -372,8 +375,18 @@ class TTSModel:
             cp_hist.append(code)
             return code
 
+        clock = time.perf_counter
+        tm = self.last_timing = {"talker_s": 0.0, "talker_calls": 0, "code_predictor_s": 0.0, "code_predictor_calls": 0}
+
+        def talk(x):
+            t0 = clock()
+            out = torch.from_numpy(stack.forward(x)).view(1, 1, -1)
+            tm["talker_s"] += clock() - t0
+            tm["talker_calls"] += 1
+            return out
+
         stack.start(prompt.shape[1] + steps)
-        hidden = torch.from_numpy(stack.forward(prompt[0].numpy())).view(1, 1, -1)
+        hidden = talk(prompt[0].numpy())
         for step in range(steps):
             logits = talker.codec_head(hidden)[0, 0].float()
             logits = _penalize(logits, history, opts.repetition_penalty)
@@ -385,7 +398,10 @@ class TTSModel:
                 return
             history.append(token)
             first = talker.codec([token])
+            t0 = clock()
             codes = predictor.frame(hidden[0, 0].numpy(), first[0, 0].numpy(), choose)
+            tm["code_predictor_s"] += clock() - t0
+            tm["code_predictor_calls"] += 1
             frame = [token, *codes]
             embeds = [first] + [cp.model.codec_embedding[j - 1](torch.tensor([[c]], dtype=torch.long))
                                 for j, c in enumerate(codes, start=1)]
@@ -393,7 +409,7 @@ class TTSModel:
             text_in = trailing[:, step:step + 1] if step < trailing.shape[1] else pad
             # summed as qwen-tts sums them (one cat + sum, the same float rounding)
             x = torch.cat(embeds, dim=1).sum(1, keepdim=True) + text_in
-            hidden = torch.from_numpy(stack.forward(x[0].numpy())).view(1, 1, -1)
+            hidden = talk(x[0].numpy())
 
     def generate_codes(self, text: str, **kw) -> np.ndarray:
         """All frames as ``int64 [T, num_code_groups]`` (``T`` may be 0)."""
