@@ -16,7 +16,9 @@ multilingual base assembled by ``tests/whisper_weights.py`` in ``$RKSPEECH_CACHE
 ``--synthetic``) is
 a synthetic openai ``.pt`` at the real geometry (``write_synthetic_openai``, random fp16
 weights).  ``NAME:L<k>`` (e.g. ``large-v3:L2``) is NAME's geometry with only k encoder blocks:
-the stand-in for one slice of an encoder too big to convert whole here.
+the stand-in for one slice of an encoder too big to convert whole here.  ``--parts K``: the
+whole encoder exported, cut at block boundaries into K consecutive graphs, each converted and
+simulated on its own (``WhisperEncoderBuildOptions.parts``), the chained output checked.
 
 Prints one JSON line per size (``--markdown``: also the docs table row).  Artifacts are removed
 unless ``--keep``.
@@ -78,7 +80,7 @@ def espeak_wav(path: Path) -> Path:
     return path
 
 
-def one_size(spec: str, model: str | None, out: Path, audio: str, threads: int) -> dict:
+def one_size(spec: str, model: str | None, out: Path, audio: str, threads: int, parts: int = 1) -> dict:
     from rkspeech.models.whisper.sizes import encoder_parameters, write_synthetic_openai
     from rkspeech.pipelines.whisper_encoder import WhisperEncoderBuildOptions, build_whisper_encoder
 
@@ -94,11 +96,13 @@ def one_size(spec: str, model: str | None, out: Path, audio: str, threads: int) 
         row["weights"] = f"real ({model})"
     t = time.perf_counter()
     report = build_whisper_encoder(WhisperEncoderBuildOptions(
-        model=model, out=out / "build", verify_audio=audio, threads=threads))
+        model=model, out=out / "build", verify_audio=audio, threads=threads, parts=parts))
     row["build_s"] = round(time.perf_counter() - t, 2)
     row["build_process_peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     if row["weights"] == "synthetic":
         Path(model).unlink(missing_ok=True)
+    if parts > 1:
+        return {**row, **pieces_row(report)}
     conv, pl = report["conversion"], report["conversion"]["placement"]
     onnx_files = list((out / "build").glob("*"))
     row.update({
@@ -112,6 +116,29 @@ def one_size(spec: str, model: str | None, out: Path, audio: str, threads: int) 
     if "parity_ctranslate2" in report:
         row["torch_vs_ct2"] = report["parity_ctranslate2"]
     return row
+
+
+def pieces_row(report: dict) -> dict:
+    """The figures of a ``parts > 1`` build: per piece and summed."""
+    pieces = []
+    for conv, sim in zip(report["conversion_pieces"], report["simulator"]["pieces"]):
+        pl = conv["placement"]
+        onnx_path = Path(conv["onnx"])
+        data = onnx_path.with_name(onnx_path.name + ".data")
+        pieces.append({"onnx_bytes": onnx_path.stat().st_size + (data.stat().st_size if data.is_file() else 0),
+                       "convert_s": conv["build"]["seconds"], "convert_peak_rss_mb": conv["build"]["peak_rss_mb"],
+                       "rknn_bytes": conv["rknn"]["bytes"], "npu_ops": pl.get("npu_ops"),
+                       "cpu_ops": pl.get("cpu_ops"), "cpu_op_types": pl.get("cpu_op_types"),
+                       "regtask_lines": conv["build"]["regtask_overflow_lines"], "sim": sim})
+    sim = {k: v for k, v in report["simulator"].items() if k != "pieces"}
+    return {"export_s": report["onnx"]["export_seconds"], "onnx_nodes": report["onnx"]["nodes"],
+            "split": {k: v for k, v in report["split"].items() if k != "pieces"}, "pieces": pieces,
+            "convert_s": round(sum(p["convert_s"] for p in pieces), 2),
+            "convert_peak_rss_mb": max(p["convert_peak_rss_mb"] for p in pieces),
+            "rknn_bytes": sum(p["rknn_bytes"] for p in pieces),
+            "npu_ops": sum(p["npu_ops"] or 0 for p in pieces), "cpu_ops": sum(p["cpu_ops"] or 0 for p in pieces),
+            "regtask_lines": sum(p["regtask_lines"] for p in pieces),
+            "ort_vs_torch": report["onnxruntime"], "sim_vs_torch": sim}
 
 
 def markdown_row(r: dict) -> str:
@@ -134,6 +161,7 @@ def main() -> int:
     p.add_argument("--model", action="append", default=[], help="SIZE=PATH: real weights for SIZE")
     p.add_argument("--synthetic", action="store_true", help="synthetic weights even where real ones exist")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--parts", type=int, default=1, help="cut the encoder into K graphs at block boundaries")
     p.add_argument("--keep", action="store_true", help="keep the artifacts in --out")
     p.add_argument("--markdown", action="store_true")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -142,7 +170,7 @@ def main() -> int:
     if args.child:
         (spec,) = args.sizes
         model = dict(m.split("=", 1) for m in args.model).get(spec)
-        print(json.dumps(one_size(spec, model, out, args.audio, args.threads)))
+        print(json.dumps(one_size(spec, model, out, args.audio, args.threads, args.parts)))
         return 0
     out.mkdir(parents=True, exist_ok=True)
     audio = args.audio or str(espeak_wav(out / "speech.wav"))
@@ -154,7 +182,7 @@ def main() -> int:
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
         cmd = [sys.executable, __file__, spec, "--child", "--out", str(work), "--audio", audio,
-               "--threads", str(args.threads)] + (["--model", f"{spec}={model}"] if model else [])
+               "--threads", str(args.threads), "--parts", str(args.parts)] + (["--model", f"{spec}={model}"] if model else [])
         start = time.perf_counter()
         before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
         proc = subprocess.run(cmd, check=False, stdout=subprocess.PIPE, text=True)
@@ -170,6 +198,12 @@ def main() -> int:
         print(json.dumps(row), flush=True)
         if args.markdown:
             print(markdown_row(row), flush=True)
+            for k, piece in enumerate(row.get("pieces", [])):
+                print(f"| piece {k} | {piece['onnx_bytes']:,} | {piece['convert_s']:.0f} "
+                      f"| {piece['convert_peak_rss_mb'] / 1024:.2f} GB | {piece['rknn_bytes']:,} "
+                      f"| {piece['npu_ops']} / {piece['cpu_ops']} | {piece['regtask_lines']} "
+                      f"| {piece['sim']['build_s']:.0f} + {piece['sim']['seconds']:.0f} "
+                      f"| {piece['sim']['peak_rss_mb'] / 1024:.2f} GB |", flush=True)
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
     return 0

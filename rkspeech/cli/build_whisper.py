@@ -20,6 +20,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--skip-convert", action="store_true", help="stop after the ONNX export and checks")
     parser.add_argument("--skip-sim", action="store_true", help="do not run the simulator check")
     parser.add_argument("--timeout", type=float, default=None, help="conversion timeout in seconds")
+    parser.add_argument("--parts", type=int, default=1,
+                        help="cut the encoder at block boundaries into N graphs, each converted and simulated "
+                             "in turn (large: 4 pieces of ~4.2 GB to convert; docs/whisper-sizes.md)")
     parser.add_argument("--threads", type=int, default=0, help="CPU threads for torch/ctranslate2/onnxruntime")
     parser.add_argument("--json", action="store_true", help="print the report JSON on stdout")
 
@@ -69,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         report = build_whisper_encoder(WhisperEncoderBuildOptions(
             model=args.model, out=args.out, target=args.target, frames=args.frames,
             verify_audio=args.verify_audio, skip_convert=args.skip_convert, skip_sim=args.skip_sim,
-            timeout=args.timeout, threads=args.threads))
+            timeout=args.timeout, threads=args.threads, parts=args.parts))
     if args.json:
         print(json.dumps(report, indent=2, default=str))
     else:

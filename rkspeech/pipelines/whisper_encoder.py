@@ -12,6 +12,14 @@ Steps (each reported in ``build-report.json`` in the output folder):
 5. run the encoder on rknn-toolkit2's x86 simulator (child process) and compare with the torch
    encoder (cosine, SNR).
 
+``parts > 1`` (for encoders too big to convert or load whole: large, 637 M parameters, a 2.55 GB
+fp32 graph): after step 3 the graph is cut at encoder-block boundaries into ``parts`` consecutive
+graphs (``encoder.partK.onnx``, :func:`rkspeech.export.split.split_onnx`; only the residual
+stream crosses a cut, flattened to 1-D), each converted in its own converter child to
+``encoder.partK.rknn``, and the simulator runs the pieces one after another, each in its own
+child, the residual stream handed from one to the next; the chained output is compared with the
+torch encoder.  Measured figures: docs/whisper-sizes.md.
+
 The check input is one 30 s window of real speech when ``--verify-audio`` is given, otherwise a
 deterministic synthetic signal (voiced-like harmonics with a moving pitch plus noise, 12 s,
 then faster-whisper's zero padding to 30 s) run through faster-whisper's feature extractor, so
@@ -56,6 +64,7 @@ class WhisperEncoderBuildOptions:
     skip_sim: bool = False
     timeout: float | None = None  # conversion timeout, seconds
     threads: int = 0  # CPU threads for torch/ctranslate2/onnxruntime (0: library default)
+    parts: int = 1  # > 1: cut the encoder at block boundaries into this many consecutive graphs
 
 
 def synthetic_audio(seconds: float = 12.0, sample_rate: int = SAMPLE_RATE, seed: int = 0):
@@ -105,6 +114,8 @@ def build_whisper_encoder(options: WhisperEncoderBuildOptions) -> dict:
     args = options
     if args.target not in TARGETS:
         raise RkspeechError(f"unknown target {args.target!r}; choose one of {', '.join(TARGETS)}")
+    if args.parts < 1:
+        raise RkspeechError(f"--parts must be >= 1, got {args.parts}")
     if args.threads:
         torch.set_num_threads(args.threads)
     out_dir = Path(args.out)
@@ -131,6 +142,7 @@ def build_whisper_encoder(options: WhisperEncoderBuildOptions) -> dict:
         ref = encoder(torch.from_numpy(mel)).numpy()
         report["stages"]["torch_encoder_s"] = round(time.perf_counter() - start, 3)
 
+    custom = _custom_string(loaded)
     if loaded.source == "ctranslate2":
         with progress.stage("parity with CTranslate2's encoder (float32)"):
             start = time.perf_counter()
@@ -142,7 +154,16 @@ def build_whisper_encoder(options: WhisperEncoderBuildOptions) -> dict:
     with progress.stage("export fixed-window ONNX"):
         exported = export_encoder(encoder, onnx_path, n_frames=args.frames)
     report["onnx"] = exported.to_report()
+    if args.parts > 1:
+        # the torch weights are not needed past here: free them before onnxruntime loads its own
+        # copy (large: 2.5 GB each)
+        encoder = loaded = None
+        import gc
+
+        gc.collect()
     report["onnxruntime"] = _ort_check(onnx_path, mel, ref, args.threads)
+    if args.parts > 1:
+        return _build_pieces(args, onnx_path, out_dir, mel, ref, report, custom)
 
     if not args.skip_convert:
         from rkspeech.convert.conversion import convert
@@ -150,7 +171,7 @@ def build_whisper_encoder(options: WhisperEncoderBuildOptions) -> dict:
         rknn_path = out_dir / "encoder.rknn"
         with progress.stage(f"convert to RKNN ({args.target}, fp16, child process)"):
             result = convert(str(onnx_path), str(rknn_path), target=args.target, dtype="fp16",
-                             timeout=args.timeout, custom_string=_custom_string(loaded))
+                             timeout=args.timeout, custom_string=custom)
         conv = result.to_report()
         report["conversion"] = conv
         if not rknn_path.is_file():
@@ -161,6 +182,89 @@ def build_whisper_encoder(options: WhisperEncoderBuildOptions) -> dict:
                 sim_out, sim_cost = _simulate(onnx_path, mel, args.target)
             report["simulator"] = {**compare(ref, sim_out), **sim_cost}
 
+    _write_report(out_dir, report)
+    return report
+
+
+def block_cuts(onnx_path, parts: int) -> list[int]:
+    """Where pieces 2..``parts`` start (indices into ``split.work_nodes``, as ``split_onnx``
+    takes them): the first node of encoder block ``round(k * n_layers / parts)``, so only the
+    residual stream ``[1, 1500, d]`` crosses each cut.  Reads the graph without its weights."""
+    import re
+
+    import onnx
+
+    from rkspeech.export.split import work_nodes
+
+    proto = onnx.load(os.fspath(onnx_path), load_external_data=False)
+    first: dict[int, int] = {}
+    work = work_nodes(proto.graph)
+    for i, node in enumerate(work):
+        m = re.match(r"/blocks\.(\d+)/", node.name)
+        if m:
+            first.setdefault(int(m.group(1)), i)
+    layers = len(first)
+    if not 2 <= parts <= layers:
+        raise RkspeechError(f"cannot cut an encoder of {layers} blocks into {parts} pieces at block boundaries")
+    return [first[round(k * layers / parts)] for k in range(1, parts)]
+
+
+def _build_pieces(args, onnx_path: Path, out_dir: Path, mel, ref, report: dict, custom: str) -> dict:
+    """Steps 4-5 for ``parts > 1``: split, convert each piece, chain the pieces on the simulator."""
+    import gc
+
+    from rkspeech.core import progress
+    from rkspeech.export.split import split_onnx
+    from rkspeech.verify.compare import compare_tensors as compare
+
+    start = time.perf_counter()
+    with progress.stage(f"cut the graph into {args.parts} pieces at block boundaries"):
+        cuts = block_cuts(onnx_path, args.parts)
+        paths = []
+        for k, p in enumerate(split_onnx(onnx_path, args.parts, out_dir / "pieces", cuts=cuts)):
+            paths.append(p.rename(out_dir / f"encoder.part{k}.onnx"))
+            data = p.with_name(p.name + ".data")
+            if data.is_file():  # the piece names its data file by this name: keep it beside it
+                data.rename(out_dir / data.name)
+        (out_dir / "pieces").rmdir()
+        gc.collect()
+    report["split"] = {"parts": len(paths), "cuts": cuts, "seconds": round(time.perf_counter() - start, 2),
+                       "pieces": [str(p) for p in paths]}
+    if args.skip_convert:
+        _write_report(out_dir, report)
+        return report
+    from rkspeech.convert.conversion import convert
+
+    pieces = []
+    for k, path in enumerate(paths):
+        rknn_path = path.with_suffix(".rknn")
+        with progress.stage(f"convert piece {k + 1}/{len(paths)} to RKNN ({args.target}, fp16, child process)"):
+            result = convert(str(path), str(rknn_path), target=args.target, dtype="fp16",
+                             timeout=args.timeout, custom_string=custom if k == 0 else None)
+        pieces.append(result.to_report())
+        report["conversion_pieces"] = pieces
+        if not rknn_path.is_file():
+            _write_report(out_dir, report)
+            raise RkspeechError(f"conversion of piece {k} did not produce {rknn_path}; see {out_dir / BUILD_REPORT}")
+    if not args.skip_sim:
+        from rkspeech.runtime.runners.sim_process import SimulatorProcess
+
+        env = {report["onnx"]["input"]["name"]: mel}
+        sims = []
+        for k, path in enumerate(paths):
+            with progress.stage(f"simulator, piece {k + 1}/{len(paths)}: build and run"):
+                t0 = time.perf_counter()
+                with SimulatorProcess(path, target=args.target, dtype="fp16") as sim:
+                    t1 = time.perf_counter()
+                    env.update(sim.infer({n: env[n] for n in sim.input_specs()}))
+                    t2 = time.perf_counter()
+                    peak = sim.peak_rss_mb
+            sims.append({"build_s": round(t1 - t0, 3), "seconds": round(t2 - t1, 3), "peak_rss_mb": round(peak, 1)})
+        out = env[report["onnx"]["output"]["name"]]
+        report["simulator"] = {**compare(ref, out), "pieces": sims,
+                               "build_s": round(sum(s["build_s"] for s in sims), 3),
+                               "seconds": round(sum(s["seconds"] for s in sims), 3),
+                               "peak_rss_mb": max(s["peak_rss_mb"] for s in sims)}
     _write_report(out_dir, report)
     return report
 
