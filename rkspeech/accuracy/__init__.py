@@ -15,7 +15,10 @@ One job per module:
 * ``blocks``: each piece run in fp32, in the fp16 model and on the simulator, fed exact inputs
   (local) and the previous pieces' outputs (cumulative).
 * ``analyse``: the whole map of one graph, checked against the whole graph on the simulator.
-* ``report``: the summary, the tables of the worst blocks, the JSON; ``plot``: the PNG.
+* ``report``: the summary, the tables of the worst blocks, the JSON, the headline a build
+  report records; ``plot``: the PNG.
+* ``stage``: the map as an optional build stage (``build qwen3-tts-vocoder --accuracy-pieces``)
+  and for ``verify --plot``: checks, the mapped step, reading a report back.
 
 Standard library only at import time.
 """

@@ -38,6 +38,38 @@ def summary(rep: dict) -> dict:
     }
 
 
+def _snr_of(d: dict | None):
+    return (d or {}).get("snr_db")
+
+
+def headline(rep: dict, worst: int = 3, layers: int = 5) -> dict:
+    """The map in a few lines, for a build report: per graph output the final SNR (simulator
+    whole graph / pieces chained, fp16 storage model), the ``worst`` blocks by local SNR with
+    their labels, the ``layers`` layers with the lowest fp16-storage-model SNR (cumulative: the
+    only per-layer figure the map has), the largest activations, fp16 overflow."""
+    s = summary(rep)
+    by_index = {b["index"]: b for b in rep["blocks"]}
+    finite = [e for e in rep["layers"] if _snr_of(e.get("fp16_model")) is not None
+              or (e.get("fp16_model") or {}).get("nonfinite")]
+    finite.sort(key=lambda e: -1e9 if e["fp16_model"].get("nonfinite") else e["fp16_model"]["snr_db"])
+    return {
+        "pieces": rep["pieces"],
+        "simulated": rep["simulated"],
+        "inputs": rep["inputs"],
+        "final_snr_db": {n: {k: v for k, v in d.items() if v is not None} for n, d in s["outputs"].items()},
+        "worst_blocks": [{"index": i, "label": by_index[i]["label"],
+                          **{k: _snr_of(by_index[i].get(k)) for k in
+                             ("sim_local", "sim_cumulative", "fp16_model_local", "fp16_model_cumulative")}}
+                         for i in s["worst_blocks"][:worst]],
+        "worst_layers": [{"node": e["node"], "op": e["op"], "block": e["block"],
+                          "fp16_model_snr_db": _snr_of(e["fp16_model"]),
+                          "nonfinite": e["fp16_model"].get("nonfinite", 0)} for e in finite[:layers]],
+        "largest_activations": s["largest_activations"][:3],
+        "overflow": s["overflow"],
+        "sim_worse_than_fp16": s["sim_worse_than_fp16"],
+    }
+
+
 def print_report(rep: dict, worst: int = 8) -> None:
     from rkspeech.core.reporting import print_table
 

@@ -27,6 +27,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--formulation", choices=CHOICES, default=DEFAULT_FORMULATION,
                    help="step graph formulation (npu: no CPU fallback, no REGTASK overflow; reference "
                         "(alias seed): the model's own ops; see docs)")
+    p.add_argument("--accuracy-pieces", type=int, default=0, metavar="N",
+                   help="also map the main step's accuracy in N blocks (fp16 simulator vs fp32, step "
+                        "3 of a stepwise decode): headline in build-report.json, the map in "
+                        "accuracy-report.json (rkspeech verify --plot draws it); about one more "
+                        "conversion of cost (default 0: off)")
+    p.add_argument("--accuracy-no-sim", action="store_true",
+                   help="the accuracy map without the simulator (fp32 and the fp16 storage model only)")
     p.add_argument("--force", action="store_true", help="re-run every stage")
 
 
@@ -37,7 +44,8 @@ def options_from(args: argparse.Namespace):
         out=args.out, model_dir=args.model_dir, target=args.target, codes_length=args.codes_length,
         first_length=args.first_length, verify_steps=args.verify_steps, skip_verify=args.skip_verify,
         sim_pieces=args.sim_pieces, timeout=args.timeout, fail_on_cpu=args.fail_on_cpu,
-        formulation=args.formulation, force=args.force)
+        formulation=args.formulation, force=args.force, accuracy_pieces=args.accuracy_pieces,
+        accuracy_sim=not args.accuracy_no_sim)
 
 
 def summary_rows(summary: dict) -> list[tuple]:
@@ -69,11 +77,37 @@ def summary_rows(summary: dict) -> list[tuple]:
         rows.append(("simulator step vs full decode",
                      f"{s['rknn_sim_step']:.1f} dB (onnxruntime {s['onnxruntime_step']:.1f} dB)"))
         rows.append(("simulator vs onnxruntime", f"{v['sim_vs_onnxruntime_db']:.1f} dB"))
+    rows.extend(accuracy_rows(summary.get("accuracy")))
     skipped = [k for k, st in summary["stages"].items() if st.get("skipped")]
     if skipped:
         rows.append(("skipped (unchanged)", ", ".join(skipped)))
     rows.append(("plan", summary["plan"]))
     rows.append(("total", f"{summary['seconds']:.0f} s"))
+    return rows
+
+
+def accuracy_rows(acc: dict | None) -> list[tuple]:
+    """The accuracy stage's headline (``rkspeech.accuracy.report.headline``) as table rows."""
+    if not acc:
+        return []
+
+    def db(x):
+        return "-" if x is None else f"{x:.1f}"
+
+    how = "simulator, blocks chained" if acc["simulated"] else "fp16 storage model"
+    rows = []
+    for name, d in acc["final_snr_db"].items():
+        rows.append((f"accuracy map: {name} vs fp32",
+                     f"{db(d.get('sim_pieces') if acc['simulated'] else d.get('fp16_model'))} dB ({how}, "
+                     f"{acc['pieces']} blocks; fp16 storage model {db(d.get('fp16_model'))} dB)"))
+    key = "sim_local" if acc["simulated"] else "fp16_model_local"
+    rows.append(("accuracy map: worst blocks (local dB)",
+                 "; ".join(f"{b['index']} {b['label'][:28]} {db(b.get(key))}" for b in acc["worst_blocks"])))
+    rows.append(("accuracy map: worst layers (fp16 model)",
+                 "; ".join(f"{e['node'][:28]} {db(e['fp16_model_snr_db'])}" for e in acc["worst_layers"][:3])))
+    if acc["overflow"]:
+        rows.append(("accuracy map: fp16 overflow", ", ".join(acc["overflow"][:4])))
+    rows.append(("accuracy map", acc["report"]))
     return rows
 
 

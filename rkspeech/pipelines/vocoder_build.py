@@ -2,7 +2,9 @@
 
 Stages: export (main + first ONNX, torch and onnxruntime stepwise checks) -> lint -> convert
 (main, first; child process, contract in the custom string) -> inspect (container invariant,
-target, contract) -> verify (simulator stepwise vs onnxruntime vs full decode) -> plan.json.
+target, contract) -> verify (simulator stepwise vs onnxruntime vs full decode) -> accuracy
+(optional, ``accuracy_pieces`` > 0: the main step's per-block accuracy map, ``rkspeech.accuracy``;
+its headline in the build report, the full map in ``accuracy-report.json``) -> plan.json.
 Each stage is skipped when its inputs are unchanged (``pipelines.stages``).
 """
 
@@ -38,6 +40,10 @@ class VocoderBuildOptions:
     fail_on_cpu: bool = False
     formulation: str = DEFAULT_FORMULATION
     force: bool = False  # re-run every stage
+    # accuracy map of the main step in N blocks (0: off, the default); each block is one more
+    # simulator build, so it costs about one more conversion (rkspeech.accuracy.stage)
+    accuracy_pieces: int = 0
+    accuracy_sim: bool = True  # False: the map's fp16 storage model only (no simulator builds)
 
 
 def _validate(o: VocoderBuildOptions) -> None:
@@ -51,6 +57,11 @@ def _validate(o: VocoderBuildOptions) -> None:
         raise RkspeechError(f"--verify-steps must be >= 1, got {o.verify_steps}")
     if o.sim_pieces < 1:
         raise RkspeechError(f"--sim-pieces must be >= 1, got {o.sim_pieces}")
+    from rkspeech.accuracy.stage import check_pieces
+
+    check_pieces(o.accuracy_pieces)
+    if not o.accuracy_sim and not o.accuracy_pieces:
+        raise RkspeechError("--accuracy-no-sim applies to the accuracy map: give --accuracy-pieces N too")
 
 
 def build_vocoder(options: VocoderBuildOptions) -> dict:
@@ -150,6 +161,20 @@ def _build(o: VocoderBuildOptions, files, out: Path) -> dict:
                                    ckpt_inputs + list(roles.values()) + list(rknn_paths.values()), lambda: [],
                                    do_verify)
 
+    accuracy_report = None
+    if o.accuracy_pieces:
+        from rkspeech.accuracy.stage import ACCURACY_REPORT, STEP
+
+        def do_accuracy():
+            from rkspeech.accuracy.stage import map_step
+
+            return map_step(main_onnx, out / ACCURACY_REPORT, target=o.target, pieces=o.accuracy_pieces,
+                            simulate=o.accuracy_sim, sim_log=str(out / "simulator.log"))
+
+        accuracy_report = stages.run("accuracy", {"pieces": o.accuracy_pieces, "target": o.target,
+                                                  "simulate": o.accuracy_sim, "step": STEP},
+                                     [main_onnx], lambda: [out / ACCURACY_REPORT], do_accuracy)
+
     from rkspeech.export.onnx_contract import read_onnx_contract
     from rkspeech.plan.plan import write_plan
 
@@ -169,6 +194,7 @@ def _build(o: VocoderBuildOptions, files, out: Path) -> dict:
         "convert": convert_reports,
         "inspect": inspect_report,
         "verify": verify_report,
+        "accuracy": accuracy_report,
         "options": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(o).items()},
     }
     write_json(out / BUILD_REPORT, summary)
