@@ -45,3 +45,15 @@ def tts_custom_ckpt(tmp_path_factory):
     from rkspeech.models.qwen3_tts.synthetic_tts import write_tts_checkpoint
 
     return write_tts_checkpoint(tmp_path_factory.mktemp("tts_custom_reduced"), "reduced", "custom-voice", 0)
+
+
+@pytest.fixture(scope="session")
+def reduced_vocoder_build(reduced_ckpt, tmp_path_factory):
+    """``build_vocoder`` of the reduced checkpoint (B=16, first step B=4, 3 verify steps):
+    ``(out, summary)``; shared by the vocoder build tests and ``build qwen3-tts --vocoder-plan``
+    (the custom-voice root's speech tokenizer is this checkpoint)."""
+    from rkspeech.pipelines.vocoder_build import VocoderBuildOptions, build_vocoder
+
+    out = tmp_path_factory.mktemp("build")
+    return out, build_vocoder(VocoderBuildOptions(model_dir=reduced_ckpt, target="rk3588", codes_length=16,
+                                                  first_length=4, out=out, verify_steps=3, timeout=900))

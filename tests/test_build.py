@@ -17,11 +17,8 @@ def _options(ckpt, out, **kw):
 
 
 @pytest.fixture(scope="module")
-def built(reduced_ckpt, tmp_path_factory):
-    from rkspeech.pipelines.vocoder_build import build_vocoder
-
-    out = tmp_path_factory.mktemp("build")
-    return out, build_vocoder(_options(reduced_ckpt, out))
+def built(reduced_vocoder_build):
+    return reduced_vocoder_build
 
 
 def test_build_converts_and_verifies_on_simulator(built):

@@ -109,7 +109,7 @@ def test_stream_api_yields_chunks_as_steps_finish(tts_custom_ckpt, plan):
 
 def test_plan_for_another_speech_tokenizer_is_refused():
     from rkspeech.models.qwen3_tts.config import VocoderConfig
-    from rkspeech.runtime.speak import check_plan_for_model
+    from rkspeech.plan.plan import check_plan_for_model
 
     cfg = VocoderConfig()
     good = SimpleNamespace(path="plan.json", contract=SimpleNamespace(

@@ -14,6 +14,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model-dir", default=None, help="full Qwen3-TTS model root (default $QWEN3_TTS_MODEL)")
     p.add_argument("--target", default=DEFAULT_TARGET, choices=TARGETS)
     p.add_argument("--out", required=True, help="output folder (plan.json, build-report.json, graphs)")
+    p.add_argument("--vocoder-plan", default=None,
+                   help="reuse this built qwen3-tts-vocoder plan.json (checked against the model) instead of "
+                        "building the vocoder; the vocoder flags below are then ignored")
     p.add_argument("--codes-length", "-B", type=int, default=64, help="vocoder tokens per main step (default 64)")
     p.add_argument("--first-length", type=int, default=16, help="vocoder tokens of the first step; 0 = main only")
     p.add_argument("--formulation", choices=CHOICES, default=DEFAULT_FORMULATION, help="vocoder step formulation")
@@ -38,7 +41,8 @@ def options_from(args: argparse.Namespace):
     from rkspeech.pipelines.tts_build import TTSBuildOptions
 
     return TTSBuildOptions(
-        out=args.out, model_dir=args.model_dir, target=args.target, codes_length=args.codes_length,
+        out=args.out, model_dir=args.model_dir, target=args.target, vocoder_plan=args.vocoder_plan,
+        codes_length=args.codes_length,
         first_length=args.first_length, formulation=args.formulation, verify_steps=args.verify_steps,
         sim_pieces=args.sim_pieces, verify_frames=args.verify_frames, skip_code_predictor=args.skip_code_predictor,
         talker_capacity=args.talker_capacity, talker_prefill=args.talker_prefill, skip_talker=args.skip_talker,

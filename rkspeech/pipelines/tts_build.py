@@ -30,6 +30,7 @@ class TTSBuildOptions:
     model_dir: str | os.PathLike | None = None  # a full model root (None: $QWEN3_TTS_MODEL)
     target: str = DEFAULT_TARGET
     # vocoder
+    vocoder_plan: str | os.PathLike | None = None  # reuse a built qwen3-tts-vocoder plan (checked) instead
     codes_length: int = 64
     first_length: int | None = 16
     formulation: str = DEFAULT_FORMULATION
@@ -82,9 +83,40 @@ def _graph_row(convert: dict | None, rknn_bytes: int | None) -> dict:
     if not convert:
         return {"placement": None, "build": None, "rknn": None}
     pl, b = convert.get("placement") or {}, convert.get("build") or {}
-    return {"placement": {k: pl.get(k) for k in ("npu_ops", "cpu_ops", "cpu_op_types")},
+    return {"placement": {k: pl.get(k) for k in ("npu_ops", "cpu_ops", "cpu_op_types", "estimate") if k in pl},
             "build": {k: b.get(k) for k in ("regtask_overflow_lines", "seconds", "peak_rss_mb")},
             "rknn": {"bytes": rknn_bytes if rknn_bytes is not None else (convert.get("rknn") or {}).get("bytes")}}
+
+
+def _reuse_vocoder(o: TTSBuildOptions, vfiles):
+    """A built vocoder plan (``--vocoder-plan``): .rknn graphs for ``o.target``, made for this
+    model's speech tokenizer (one line naming the differing fields otherwise), and its build
+    report when it sits beside the plan."""
+    from rkspeech.models.qwen3_tts.checkpoint import read_config
+    from rkspeech.plan.plan import check_plan_for_model, load_plan
+
+    vplan = load_plan(o.vocoder_plan, backend="ort")
+    if vplan.impl != "rknn" or vplan.target != o.target or not vplan.artifacts:
+        raise RkspeechError(f"--vocoder-plan {o.vocoder_plan}: holds {vplan.impl} graphs for {vplan.target}, "
+                            f"not .rknn graphs for {o.target}")
+    if vplan.stages:
+        raise RkspeechError(f"--vocoder-plan {o.vocoder_plan}: already a qwen3-tts plan; give the vocoder's plan")
+    check_plan_for_model(vplan, read_config(vfiles))
+    report = Path(vplan.path).parent / BUILD_REPORT
+    try:
+        vocoder = json.loads(report.read_text())
+    except (OSError, ValueError):
+        vocoder = {}
+    return vplan, {**vocoder, "reused_plan": str(vplan.path)}
+
+
+def _vocoder_row(vocoder: dict, vplan) -> dict:
+    conv, insp = vocoder.get("convert") or {}, vocoder.get("inspect") or {}
+    if "main" not in conv:
+        return {**_graph_row(None, None), "verify": vocoder.get("verify"), "plan": str(vplan.path)}
+    return {**_graph_row(conv["main"], (insp.get("main") or {}).get("bytes")),
+            "roles": {r: _graph_row(c, (insp.get(r) or {}).get("bytes")) for r, c in conv.items()},
+            "verify": vocoder.get("verify")}
 
 
 def _onnx_contract(path) -> dict:
@@ -104,12 +136,16 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
     from rkspeech.plan.stages import stage_section
 
     started = time.perf_counter()
-    (out / "vocoder").mkdir(parents=True, exist_ok=True)
-    vo = VocoderBuildOptions(out=out / "vocoder", model_dir=files.root, target=o.target, codes_length=o.codes_length,
-                             first_length=o.first_length, verify_steps=o.verify_steps, skip_verify=o.skip_verify,
-                             sim_pieces=o.sim_pieces, timeout=o.timeout, formulation=o.formulation, force=o.force)
-    vocoder = build_vocoder_in(vo, vfiles, out / "vocoder")
-    vplan = load_plan(out / "vocoder" / PLAN_FILE, backend="ort")
+    if o.vocoder_plan is not None:
+        vplan, vocoder = _reuse_vocoder(o, vfiles)
+    else:
+        (out / "vocoder").mkdir(parents=True, exist_ok=True)
+        vo = VocoderBuildOptions(out=out / "vocoder", model_dir=files.root, target=o.target,
+                                 codes_length=o.codes_length, first_length=o.first_length,
+                                 verify_steps=o.verify_steps, skip_verify=o.skip_verify, sim_pieces=o.sim_pieces,
+                                 timeout=o.timeout, formulation=o.formulation, force=o.force)
+        vocoder = build_vocoder_in(vo, vfiles, out / "vocoder")
+        vplan = load_plan(out / "vocoder" / PLAN_FILE, backend="ort")
 
     stages = StageRunner(out, o.force)
     sections: dict[str, dict] = {}
@@ -138,15 +174,11 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
             impl="rknn" if has_rknn else "onnx", target=o.target if has_rknn else None,
             artifacts={r: {"onnx": a[r]["onnx"], "rknn": a[r].get("rknn")} for r in ("prefill", "decode")},
             contract=_onnx_contract(a["decode"]["onnx"]), base=out)
-        graphs["talker"] = {"per_graph": {r: _graph_row((talker.get("convert") or {}).get(r), None)
-                                          for r in ("prefill", "decode")},
-                            **_graph_row((talker.get("convert") or {}).get("decode"), None),
+        graphs["talker"] = {**_graph_row(talker if talker.get("placement") else None, None),
+                            "per_graph": {r: _graph_row(talker["graphs"][r] if "placement" in talker["graphs"][r]
+                                                        else None, None) for r in ("prefill", "decode")},
                             "verify": talker.get("verify")}
-    vmain = vocoder["convert"]["main"]
-    graphs["vocoder"] = {**_graph_row(vmain, vocoder["inspect"]["main"]["bytes"]),
-                         "roles": {r: _graph_row(c, vocoder["inspect"][r]["bytes"])
-                                   for r, c in vocoder["convert"].items()},
-                         "verify": vocoder.get("verify")}
+    graphs["vocoder"] = _vocoder_row(vocoder, vplan)
     plan_path = write_plan(out / PLAN_FILE, impl="rknn", target=o.target, contracts=vplan.contracts,
                            rknn=vplan.artifacts, onnx=vplan.onnx, stages=sections,
                            extra={"checkpoint": str(files.root), "formulation": vplan.contract.formulation,

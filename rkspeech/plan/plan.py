@@ -182,3 +182,18 @@ def load_plan(path, *, backend: str | None = None, expect_target: str | None = N
     from rkspeech.plan.stages import load_stages
 
     return Plan(p, impl, target, main, rknn, onnx, contracts, raw, load_stages(raw, p, backend))
+
+
+_CHECKED_FIELDS = ("num_quantizers", "codebook_size", "head_dim", "sliding_window", "rope_theta",
+                   "samples_per_token", "sample_rate")
+
+
+def check_plan_for_model(plan, vocoder_cfg) -> None:
+    """Refuse a plan built for another speech tokenizer (names each differing field)."""
+    c = plan.contract
+    diffs = [f"{name} {getattr(c, name)} vs {getattr(vocoder_cfg, name)}" for name in _CHECKED_FIELDS
+             if getattr(c, name) != getattr(vocoder_cfg, name)]
+    if diffs:
+        raise RkspeechError(f"plan {plan.path} was not built for this model's speech tokenizer (plan vs "
+                            f"model: {', '.join(diffs)}); build it with rkspeech build qwen3-tts-vocoder "
+                            "--model-dir MODEL")

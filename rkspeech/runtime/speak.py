@@ -56,21 +56,6 @@ class SpeechTiming:
         }
 
 
-_CHECKED_FIELDS = ("num_quantizers", "codebook_size", "head_dim", "sliding_window", "rope_theta",
-                   "samples_per_token", "sample_rate")
-
-
-def check_plan_for_model(plan, vocoder_cfg) -> None:
-    """Refuse a plan built for another speech tokenizer (names each differing field)."""
-    c = plan.contract
-    diffs = [f"{name} {getattr(c, name)} vs {getattr(vocoder_cfg, name)}" for name in _CHECKED_FIELDS
-             if getattr(c, name) != getattr(vocoder_cfg, name)]
-    if diffs:
-        raise RkspeechError(f"plan {plan.path} was not built for this model's speech tokenizer (plan vs "
-                            f"model: {', '.join(diffs)}); build it with rkspeech build qwen3-tts-vocoder "
-                            "--model-dir MODEL")
-
-
 #: Sampling seed when the caller gives none (``rkspeech speak --seed``, the server): the same text
 #: and voice give the same audio from the CLI and from a server.
 DEFAULT_SEED = 0
@@ -93,7 +78,7 @@ class Speaker:
                  core_masks=None, target: str | None = None, model=None, options=None, host_stages: bool = False):
         import threading
 
-        from rkspeech.plan.plan import load_plan
+        from rkspeech.plan.plan import check_plan_for_model, load_plan
         from rkspeech.runtime.pool import open_pool
 
         from rkspeech.models.qwen3_tts.checkpoint import read_config, resolve_checkpoint

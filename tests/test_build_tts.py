@@ -1,0 +1,93 @@
+"""``rkspeech build qwen3-tts`` end to end on the reduced custom-voice root, then ``speak --plan``
+through the simulator.
+
+One build (the session's reduced vocoder build reused with ``--vocoder-plan``, a few verify
+frames): the report holds, per graph, the figures issue 13 names; the code predictor and the talker land
+wholly on the NPU; the talker's onnxruntime codes equal torch's; the plan speaks through the
+simulator with every stage on a graph.  Bad options fail in one line before any work."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from rkfixtures import have_rknn
+
+pytestmark = pytest.mark.skipif(not have_rknn(), reason="rknn-toolkit2 is not installed")
+
+
+@pytest.fixture(scope="module")
+def built(tts_custom_ckpt, reduced_vocoder_build, tmp_path_factory):
+    from rkspeech.cli import main
+
+    out = tmp_path_factory.mktemp("tts_build")
+    rc = main(["build", "qwen3-tts", "--model-dir", str(tts_custom_ckpt), "--out", str(out), "--vocoder-plan",
+               str(reduced_vocoder_build[0] / "plan.json"), "--verify-frames", "4", "--talker-capacity", "96",
+               "--talker-prefill", "16", "--timeout", "900"])
+    assert rc == 0
+    return out
+
+
+def test_report_has_the_figures_per_graph(built):
+    report = json.loads((built / "build-report.json").read_text())
+    graphs = report["graphs"]
+    assert set(graphs) == {"talker", "code_predictor", "vocoder"}
+    for name, row in graphs.items():
+        assert row["placement"]["npu_ops"] > 0, name
+        assert row["build"]["regtask_overflow_lines"] == 0, name
+        assert row["rknn"]["bytes"] > 100_000, name
+    for name in ("talker", "code_predictor"):
+        assert graphs[name]["placement"]["cpu_ops"] == 0, (name, graphs[name]["placement"])
+    sim = graphs["code_predictor"]["sim"]
+    assert sim["frames"] == 4 and sim["code_agreement"] >= 0.9 and sim["logit_snr_db"] > 40
+    tv = graphs["talker"]["verify"]
+    assert tv["codes_identical_ort"] is True and tv["logit_snr_db"] > 40
+    assert set(graphs["talker"]["per_graph"]) == {"prefill", "decode"}
+
+
+def test_plan_places_every_stage(built):
+    from rkspeech.plan.plan import load_plan
+
+    plan = load_plan(built / "plan.json", backend="sim")
+    assert set(plan.stages) == {"talker", "code_predictor"}
+    assert all(s.impl == "rknn" for s in plan.stages.values())
+    assert plan.stages["talker"].contract["capacity"] == 96
+
+
+def test_speak_with_the_plan_through_the_simulator(built, tts_custom_ckpt, tmp_path):
+    from rkspeech.cli import main
+
+    wav, rep = tmp_path / "s.wav", tmp_path / "r.json"
+    rc = main(["speak", "Hello from the board.", "--model-dir", str(tts_custom_ckpt), "--plan",
+               str(built / "plan.json"), "--backend", "sim", "--speaker", "vivian", "--greedy", "--max-frames", "6",
+               "--threads", "1", "-o", str(wav), "--report", str(rep)])
+    assert rc == 0
+    report = json.loads(rep.read_text())
+    assert "torch" not in report["stage_backends"].values(), report["stage_backends"]
+    pcm, rate = sf.read(wav, dtype="int16")
+    assert rate == 24000 and len(pcm) == report["frames"] * 1920 and report["frames"] >= 1
+    assert np.abs(pcm).max() > 0
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--talker-prefill", "200", "--talker-capacity", "96"], "exceeds --talker-capacity"),
+    (["--verify-frames", "0"], "--verify-frames must be >= 1"),
+    (["--vocoder-plan", "ORT"], "not .rknn graphs for rk3588"),
+])
+def test_bad_options_fail_in_one_line(tts_custom_ckpt, tmp_path, capsys, flags, message, request):
+    from rkspeech.cli import main
+
+    if "ORT" in flags:  # a vocoder plan of ONNX graphs (onnxruntime), not converted for the target
+        from streaming_fixtures import step_graphs, write_ort_plan
+
+        graphs = step_graphs(request.getfixturevalue("tmp_path_factory"), request.getfixturevalue("reduced_model"))
+        flags = ["--vocoder-plan", str(write_ort_plan(tmp_path, graphs))]
+
+    rc = main(["build", "qwen3-tts", "--model-dir", str(tts_custom_ckpt), "--out", str(tmp_path / "o"), *flags])
+    err = capsys.readouterr().err.strip()
+    assert rc != 0 and message in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "o" / "plan.json").exists()
+
