@@ -46,6 +46,8 @@ def test_report_has_the_figures_per_graph(built):
     tv = graphs["talker"]["verify"]
     assert tv["codes_identical_ort"] is True and tv["logit_snr_db"] > 40
     assert set(graphs["talker"]["per_graph"]) == {"prefill", "decode"}
+    # each talker .rknn carries its contract in the custom string
+    assert all(report["talker"]["graphs"][r]["rknn"]["has_contract"] for r in ("prefill", "decode"))
 
 
 def test_plan_places_every_stage(built):

@@ -79,7 +79,10 @@ class ConversionResult:
                 "inputs": [vars(t) for t in c.inputs] if c else None,
                 "outputs": [vars(t) for t in c.outputs] if c else None,
                 "custom_string_bytes": len(self.custom_string.encode()) if self.custom_string else 0,
-                "has_contract": bool(c is not None and c.contract is not None),
+                # a vocoder StepContract, or another rkspeech contract (talker, code predictor)
+                "has_contract": bool(c is not None and (c.contract is not None or (
+                    isinstance(getattr(c, "custom_json", None), dict)
+                    and str(c.custom_json.get("format", "")).startswith("rkspeech-")))),
             },
             "build": {
                 "seconds": round(self.seconds, 3),
