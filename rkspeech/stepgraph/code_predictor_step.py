@@ -97,13 +97,9 @@ class CodePredictorContract:
 
     @classmethod
     def from_json(cls, text: str) -> CodePredictorContract:
-        try:
-            d = json.loads(text)
-        except (json.JSONDecodeError, TypeError) as exc:
-            raise RkspeechError(f"code-predictor contract is not valid JSON: {exc}") from None
-        if not isinstance(d, dict) or d.get("format") != CONTRACT_FORMAT:
-            raise RkspeechError(f"not an rkspeech code-predictor contract (format "
-                                f"{d.get('format') if isinstance(d, dict) else None!r}, expected {CONTRACT_FORMAT!r})")
+        from rkspeech.stepgraph.contract import contract_dict
+
+        d = contract_dict(text, CONTRACT_FORMAT, "code-predictor")
         try:
             contract = cls(talker_hidden=int(d["Ht"]), hidden=int(d["H"]), vocab_size=int(d["V"]),
                            num_code_groups=int(d["G"]), layers=int(d["layers"]), embed=str(d["embed"]),

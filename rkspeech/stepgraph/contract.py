@@ -59,6 +59,19 @@ class CacheSegment:
         return self.offset + self.numel
 
 
+def contract_dict(text: str, fmt: str, what: str) -> dict:
+    """The JSON object of a contract string whose ``format`` is ``fmt``; one line otherwise
+    (``what`` names the kind: "talker", "code-predictor")."""
+    try:
+        d = json.loads(text)
+    except (json.JSONDecodeError, TypeError) as exc:
+        raise RkspeechError(f"{what} contract is not valid JSON: {exc}") from None
+    if not isinstance(d, dict) or d.get("format") != fmt:
+        raise RkspeechError(f"not an rkspeech {what} contract (format "
+                            f"{d.get('format') if isinstance(d, dict) else None!r}, expected {fmt!r})")
+    return d
+
+
 def make_segments(named_shapes: Iterable[tuple[str, tuple[int, ...]]]) -> tuple[CacheSegment, ...]:
     """Lay out segments back to back; zero-sized ones are dropped."""
     out, offset = [], 0

@@ -134,13 +134,9 @@ class TalkerContract:
 
     @classmethod
     def from_json(cls, text: str) -> TalkerContract:
-        try:
-            d = json.loads(text)
-        except (json.JSONDecodeError, TypeError) as exc:
-            raise RkspeechError(f"talker contract is not valid JSON: {exc}") from None
-        if not isinstance(d, dict) or d.get("format") != CONTRACT_FORMAT:
-            raise RkspeechError(f"not an rkspeech talker contract (format "
-                                f"{d.get('format') if isinstance(d, dict) else None!r}, expected {CONTRACT_FORMAT!r})")
+        from rkspeech.stepgraph.contract import contract_dict
+
+        d = contract_dict(text, CONTRACT_FORMAT, "talker")
         try:
             c = cls(hidden=int(d["Ht"]), layers=int(d["layers"]), heads=int(d["heads"]), kv_heads=int(d["kv_heads"]),
                     head_dim=int(d["head_dim"]), capacity=int(d["capacity"]), B=int(d["B"]),
