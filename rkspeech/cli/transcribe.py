@@ -1,5 +1,5 @@
-"""``rkspeech transcribe AUDIO... --model DIR [--encoder enc.onnx|enc.rknn]``: faster-whisper with the
-encoder offloaded.
+"""``rkspeech transcribe AUDIO... --model DIR [--encoder enc.onnx|enc.rknn|encoder-pieces.json]``:
+faster-whisper with the encoder offloaded (a split encoder, large: the build's manifest).
 
 faster-whisper's whole transcribe (beam search, temperature fallback, timestamps, word
 timestamps, VAD, language detection, translate, the batched pipeline) with each 30 s window's
@@ -25,10 +25,11 @@ def register(subparsers) -> None:
     p.add_argument("audio", metavar="AUDIO", nargs="+", help="audio files (any format PyAV decodes)")
     p.add_argument("--model", required=True, metavar="DIR",
                    help="CTranslate2/faster-whisper Whisper folder (model.bin, config.json, tokenizer.json)")
-    p.add_argument("--encoder", metavar="FILE", help="offloaded encoder: enc.onnx (ort, sim) or enc.rknn (rknnlite); "
+    p.add_argument("--encoder", metavar="FILE", help="offloaded encoder: enc.onnx (ort, sim), enc.rknn (rknnlite), or "
+                   "the encoder-pieces.json a 'build whisper-encoder --parts N' wrote (the pieces run in turn); "
                    "omit to run CTranslate2's own CPU encoder")
     p.add_argument("--backend", choices=BACKENDS, default=None,
-                   help="encoder runtime (default: ort for .onnx, rknnlite for .rknn)")
+                   help="encoder runtime (default: rknnlite for .rknn, ort otherwise)")
     p.add_argument("--target", default=DEFAULT_TARGET, help=f"chip the .rknn / simulator is for (default {DEFAULT_TARGET})")
     p.add_argument("--core-mask", default=None, choices=CORE_MASKS, help="rknnlite NPU core mask (board only)")
     p.add_argument("--beam-size", type=int, default=5, help="beam size (default 5, faster-whisper's; 1 = greedy)")

@@ -16,7 +16,9 @@ Steps (each reported in ``build-report.json`` in the output folder):
 fp32 graph): after step 3 the graph is cut at encoder-block boundaries into ``parts`` consecutive
 graphs (``encoder.partK.onnx``, :func:`rkspeech.export.split.split_onnx`; only the residual
 stream crosses a cut, flattened to 1-D), each converted in its own converter child to
-``encoder.partK.rknn``, and the simulator runs the pieces one after another, each in its own
+``encoder.partK.rknn`` (``encoder-pieces.json`` lists them in order, with the contract string:
+the ``--encoder`` that ``rkspeech transcribe`` takes, :mod:`rkspeech.runtime.whisper_pieces`),
+and the simulator runs the pieces one after another, each in its own
 child, the residual stream handed from one to the next; the chained output is compared with the
 torch encoder.  Measured figures: docs/whisper-sizes.md.
 
@@ -230,6 +232,12 @@ def _build_pieces(args, onnx_path: Path, out_dir: Path, mel, ref, report: dict, 
         gc.collect()
     report["split"] = {"parts": len(paths), "cuts": cuts, "seconds": round(time.perf_counter() - start, 2),
                        "pieces": [str(p) for p in paths]}
+    from rkspeech.runtime.whisper_pieces import write_manifest
+
+    # the handle transcription takes (rkspeech transcribe --encoder OUT/encoder-pieces.json)
+    report["split"]["manifest"] = str(write_manifest(
+        out_dir, paths, input_name=report["onnx"]["input"]["name"], output_name=report["onnx"]["output"]["name"],
+        custom_string=custom, target=args.target))
     if args.skip_convert:
         _write_report(out_dir, report)
         return report

@@ -10,6 +10,11 @@ has batch 1.  Everything else is faster-whisper's own code, so beam search, temp
 fallback, ``condition_on_previous_text``, prompts, hotwords, segment and word timestamps, VAD,
 language detection, ``task="translate"`` and the batched pipeline keep their meaning.
 
+An encoder built as consecutive graphs (``rkspeech build whisper-encoder --parts N``, large) is
+passed as the build's ``encoder-pieces.json`` (:mod:`rkspeech.runtime.whisper_pieces`): the
+pieces run in turn inside ``encode``, checked as one graph (first piece's input, last piece's
+output, every piece reading what the one before wrote).
+
 The encoder graph is checked against the model before anything is decoded: input
 ``[1, n_mels, 3000]`` (the model's mel bins, the 30 s window of
 :mod:`rkspeech.models.whisper.window`), output ``[1, 1500, d_model]``; an .rknn must also be
@@ -124,11 +129,17 @@ def check_encoder_geometry(source: str, in_shape, out_shape, *, n_mels: int, d_m
 
 
 def check_encoder_file(encoder: str | Path, *, model_dir: str | Path, backend: str | None = None,
-                       target: str | None = None) -> tuple[str, Path]:
+                       target: str | None = None) -> tuple[str, Path | tuple[Path, ...]]:
     """(backend, file the runner opens) once ``encoder`` is known to fit the model in ``model_dir``
-    (file kind, chip of an .rknn, n_mels, window, d_model); reads files only, opens no runtime."""
+    (file kind, chip of an .rknn, n_mels, window, d_model); reads files only, opens no runtime.
+    For a pieces manifest (``encoder-pieces.json``, default backend ``ort``) the second item is
+    the tuple of piece files, in order."""
+    from rkspeech.runtime.whisper_pieces import is_manifest
+
     encoder = Path(encoder)
     geometry = model_geometry(model_dir)
+    if is_manifest(encoder):
+        return _check_pieces(encoder, backend or "ort", target, geometry)
     backend = backend or ("rknnlite" if encoder.suffix.lower() == ".rknn" else "ort")
     run_path, in_shape, out_shape = _file_geometry(backend, encoder, target, geometry)
     if in_shape is not None:
@@ -161,6 +172,47 @@ def _file_geometry(backend: str, path: Path, target: str | None, geometry: dict)
         raise RkspeechError(f"{path}: a Whisper encoder graph has one input and one output; this one has "
                             f"inputs {list(ins)} and outputs {list(outs)}")
     return path, list(next(iter(ins.values()))[0]), list(next(iter(outs.values()))[0])
+
+
+def _check_pieces(manifest: Path, backend: str, target: str | None, geometry: dict) -> tuple[str, tuple[Path, ...]]:
+    """The pieces' files for ``backend``, checked as one encoder graph: the manifest's contract,
+    then the chain read from the files (ONNX without weights; .rknn headers with the chip)."""
+    from rkspeech.runtime.runners import check_runner_file
+    from rkspeech.runtime.runners.base import onnx_io_specs
+    from rkspeech.runtime.runners.segmented import chain_specs
+    from rkspeech.runtime.whisper_pieces import read_manifest
+
+    pieces = read_manifest(manifest)
+    paths = pieces.files(backend)
+    contract = pieces.contract
+    source = str(manifest)
+    for key, name in (("n_mels", "n_mels"), ("d", "d_model")):
+        if key in contract and contract[key] != geometry[name]:
+            raise _mismatch(source, name, contract[key], geometry[name], "another Whisper size's encoder? build the "
+                            "encoder from this model: rkspeech build whisper-encoder --model DIR --parts N")
+    specs, names = [], [p.name for p in paths]
+    for path in paths:
+        path = check_runner_file(backend, path)
+        if backend == "rknnlite":
+            from rkspeech.core.targets import DEFAULT_TARGET
+            from rkspeech.inspect.container import read_container
+
+            c = read_container(path, expect_target=(target or DEFAULT_TARGET).lower())
+            specs.append(({t.name: (tuple(t.shape), None) for t in c.inputs},
+                          {t.name: (tuple(t.shape), None) for t in c.outputs}))
+        else:
+            specs.append(onnx_io_specs(path, static=False))
+    ins, outs = chain_specs(specs, names)
+    if len(ins) != 1 or len(outs) != 1:
+        raise RkspeechError(f"{manifest}: chained, the pieces have inputs {list(ins)} and outputs {list(outs)}; a "
+                            "Whisper encoder has one input and one output")
+    (in_shape, _), = ins.values()
+    (out_shape, _), = outs.values()
+    if backend == "rknnlite":
+        in_shape = _rknn_shape(in_shape, [1, geometry["n_mels"], WINDOW_FRAMES])
+        out_shape = _rknn_shape(out_shape, [1, ENCODER_FRAMES, geometry["d_model"]])
+    check_encoder_geometry(source, in_shape, out_shape, **geometry)
+    return backend, paths
 
 
 def _rknn_shape(shape, expected: list) -> list:
@@ -239,11 +291,13 @@ def _build_class():
             self.backend = None
             if encoder is not None:  # checked and opened before the decoder is loaded
                 backend, run_path = check_encoder_file(encoder, model_dir=path, backend=backend, target=target)
-                from rkspeech.runtime.runners import open_runner
+                if isinstance(run_path, tuple):  # consecutive pieces (encoder-pieces.json)
+                    from rkspeech.runtime.whisper_pieces import open_pieces as opener
+                else:
+                    from rkspeech.runtime.runners import open_runner as opener
 
-                self.runner = open_runner(backend, run_path, threads=threads or None, target=target,
-                                          core_mask=core_mask, memory_limit_mb=memory_limit_mb,
-                                          log_path=log_path)
+                self.runner = opener(backend, run_path, threads=threads or None, target=target,
+                                     core_mask=core_mask, memory_limit_mb=memory_limit_mb, log_path=log_path)
                 ins, outs = self.runner.input_specs(), self.runner.output_specs()
                 if len(ins) != 1 or len(outs) != 1:
                     self.close()
