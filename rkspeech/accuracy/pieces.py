@@ -104,24 +104,24 @@ def unflatten(path: Path) -> None:
             dims = [d.dim_value for d in vi.type.tensor_type.shape.dim]
             if dims and all(d > 0 for d in dims):
                 dims_of[vi.name] = dims
-    drop = set()
-    inputs, outputs = [], []
-    for vi in g.input:
-        t = vi.name[: -len(FLAT_SUFFIX)] if vi.name.endswith(FLAT_SUFFIX) else None
-        if t is not None and len(dims_of.get(t, [0] * 9)) <= MAX_SHAPED_RANK:
-            head = next(n for n in g.node if n.op_type == "Reshape" and n.input[0] == vi.name)
-            drop.update({head.output[0], head.input[1]})
-            inputs.append(helper.make_tensor_value_info(t, vi.type.tensor_type.elem_type, dims_of[t]))
-        else:
-            inputs.append(vi)
-    for vi in g.output:
-        t = vi.name[: -len(FLAT_SUFFIX)] if vi.name.endswith(FLAT_SUFFIX) else None
-        if t is not None and len(dims_of.get(t, [0] * 9)) <= MAX_SHAPED_RANK:
-            tail = next(n for n in g.node if n.op_type == "Reshape" and n.output[0] == vi.name)
-            drop.update({tail.output[0], tail.input[1]})
-            outputs.append(helper.make_tensor_value_info(t, vi.type.tensor_type.elem_type, dims_of[t]))
-        else:
-            outputs.append(vi)
+    drop: set[str] = set()
+
+    def shaped(vis, is_input: bool) -> list:
+        """Each flat graph I/O whose tensor has a known rank <= MAX_SHAPED_RANK, back in its
+        shape; the Reshape joining it to the graph (and its shape constant) goes."""
+        out = []
+        for vi in vis:
+            t = vi.name[: -len(FLAT_SUFFIX)] if vi.name.endswith(FLAT_SUFFIX) else None
+            if t is None or len(dims_of.get(t, [0] * 9)) > MAX_SHAPED_RANK:
+                out.append(vi)
+                continue
+            link = next(n for n in g.node if n.op_type == "Reshape"
+                        and (n.input[0] if is_input else n.output[0]) == vi.name)
+            drop.update({link.output[0], link.input[1]})
+            out.append(helper.make_tensor_value_info(t, vi.type.tensor_type.elem_type, dims_of[t]))
+        return out
+
+    inputs, outputs = shaped(g.input, True), shaped(g.output, False)
     if not drop:
         return
     nodes = [n for n in g.node if n.output[0] not in drop]
