@@ -25,6 +25,16 @@ from rkspeech.core.errors import RkspeechError
 Spec = tuple[tuple, np.dtype]
 
 
+def rknn_data_formats(inputs: list[np.ndarray]) -> list[str] | None:
+    """``data_format`` for rknn-toolkit(-lite)2's ``inference``: None when no input is 4-D,
+    else one entry per input, never None (the toolkit calls ``.lower()`` on each entry: a None
+    beside a 4-D input failed on the talker step graphs, 2026-12-01); it applies only to 4-D
+    inputs, so the others get ``"nhwc"``, which it ignores."""
+    if not any(a.ndim == 4 for a in inputs):
+        return None
+    return ["nchw" if a.ndim == 4 else "nhwc" for a in inputs]
+
+
 def _static(dim) -> bool:
     return isinstance(dim, (int, np.integer)) and dim >= 0
 

@@ -8,7 +8,7 @@ import numpy as np
 
 from rkspeech.core.errors import RkspeechError
 from rkspeech.core.targets import CORE_MASKS
-from rkspeech.runtime.runners.base import Runner
+from rkspeech.runtime.runners.base import Runner, rknn_data_formats
 
 # The .rknn records each tensor's dtype; fp16 tensors are fed and returned as float32.
 _RKNN_DTYPES = {"float16": np.float32, "float32": np.float32, "int64": np.int64, "int32": np.int32,
@@ -57,10 +57,7 @@ class RknnLiteRunner(Runner):
         if self.rknn is None:
             raise RkspeechError(f"{self.name}: the runner is closed")
         inputs = list(arrays.values())
-        # one format per input, never None: the toolkit calls .lower() on each entry (a None
-        # beside a 4-D input failed; talker step graphs, 2026-12-01); it only applies to 4-D inputs
-        fmt = ["nchw" if a.ndim == 4 else "nhwc" for a in inputs]
-        return self.rknn.inference(inputs=inputs, data_format=fmt if any(a.ndim == 4 for a in inputs) else None)
+        return self.rknn.inference(inputs=inputs, data_format=rknn_data_formats(inputs))
 
     def close(self) -> None:
         if getattr(self, "rknn", None) is not None:

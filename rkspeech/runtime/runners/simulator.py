@@ -24,7 +24,7 @@ import numpy as np
 from rkspeech.convert.conversion import DTYPES
 from rkspeech.core.child import FdCapture, last_error_line
 from rkspeech.core.errors import RkspeechError
-from rkspeech.runtime.runners.base import Runner, onnx_io_specs
+from rkspeech.runtime.runners.base import Runner, onnx_io_specs, rknn_data_formats
 
 
 class RknnSimulatorRunner(Runner):
@@ -83,16 +83,13 @@ class RknnSimulatorRunner(Runner):
         if self.rknn is None:
             raise RkspeechError(f"{self.name}: the runner is closed")
         inputs = list(arrays.values())
-        # one format per input, never None: the toolkit calls .lower() on each entry (a None
-        # beside a 4-D input failed; talker step graphs, 2026-12-01); it only applies to 4-D inputs
-        fmt = ["nchw" if a.ndim == 4 else "nhwc" for a in inputs]
         # The toolkit prints from C on every call (preparation bars on the first, a
         # 'data_format is not set' warning for non-4-D inputs on each): keep fd 1/2 quiet.
         cap = FdCapture(None)
         try:
             with cap, warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                return self.rknn.inference(inputs=inputs, data_format=fmt if any(a.ndim == 4 for a in inputs) else None)
+                return self.rknn.inference(inputs=inputs, data_format=rknn_data_formats(inputs))
         finally:
             cap.close()
 
