@@ -32,20 +32,6 @@ VERIFY_TEXTS = ("Hello there, this is a test of the code predictor.",
                 "Numbers like twelve point five frames a second add up quickly.")
 
 
-class _Model:
-    """The torch model, loaded on first use (a fresh export or verify needs it, a resumed build not)."""
-
-    def __init__(self, files):
-        self.files, self._tts = files, None
-
-    def get(self):
-        if self._tts is None:
-            from rkspeech.models.qwen3_tts.generate import TTSModel
-
-            self._tts = TTSModel.load(self.files.root)
-        return self._tts
-
-
 def _request(tts, i: int) -> dict:
     """generate_frames keywords for verify run ``i`` on this checkpoint's variant."""
     kind = tts.cfg.tts_model_type
@@ -111,12 +97,13 @@ def torch_frame_logits(tts, captured) -> np.ndarray:
 
 
 def build_code_predictor(stages, files, out: Path, *, target: str, verify_frames: int = 20,
-                         skip_verify: bool = False, timeout: float | None = None) -> dict:
+                         skip_verify: bool = False, timeout: float | None = None, model=None) -> dict:
     """Run (or resume) the code predictor's stages in ``out / "code_predictor"``; the report.
 
     ``stages``: a ``pipelines.stages.StageRunner`` (its state file may be shared with the other
     graphs of the build: the stage names here start with ``code_predictor_``); ``files``: the
-    model root's ``ModelFiles``."""
+    model root's ``ModelFiles``; ``model``: a ``LazyTTSModel`` shared with the build's other
+    stages (default: one of its own)."""
     if target not in TARGETS:
         raise RkspeechError(f"unknown target {target!r}; choose one of {', '.join(TARGETS)}")
     if verify_frames < 1:
@@ -125,7 +112,10 @@ def build_code_predictor(stages, files, out: Path, *, target: str, verify_frames
     folder.mkdir(parents=True, exist_ok=True)
     onnx_path = folder / f"code_predictor_{EMBED}.onnx"
     rknn_path = folder / f"code_predictor_{EMBED}_{target}.rknn"
-    model = _Model(files)
+    if model is None:
+        from rkspeech.models.qwen3_tts.generate import LazyTTSModel
+
+        model = LazyTTSModel(files)
     ckpt = [Path(files.config), Path(files.weights)]
 
     def do_export():

@@ -29,8 +29,13 @@ ROLES = ("prefill", "decode")
 
 def build_talker(stages, files, out: Path, *, target: str, capacity: int, prefill_B: int, skip_rknn: bool,
                  skip_verify: bool, timeout: float | None, verify_frames: int = 24,
-                 kv_layout: str = "heads", cache_io: str = "flat") -> dict:
-    """Export, lint, convert (unless ``skip_rknn``) and verify (unless ``skip_verify``) the talker."""
+                 kv_layout: str = "heads", cache_io: str = "flat", model=None) -> dict:
+    """Export, lint, convert (unless ``skip_rknn``) and verify (unless ``skip_verify``) the talker.
+    ``model``: a ``LazyTTSModel`` shared with the build's other stages (default: one of its own)."""
+    if model is None:
+        from rkspeech.models.qwen3_tts.generate import LazyTTSModel
+
+        model = LazyTTSModel(files)
     if capacity < 2 or prefill_B < 2 or prefill_B > capacity:
         raise RkspeechError(f"talker capacity must be >= 2 and 2 <= prefill B <= capacity, got capacity={capacity}, "
                             f"B={prefill_B}")
@@ -46,12 +51,12 @@ def build_talker(stages, files, out: Path, *, target: str, capacity: int, prefil
         from rkspeech.export.vocoder_onnx import graph_summary
         from rkspeech.stepgraph.talker_step import TalkerStep
 
-        model = _load_net(files).talker.model
-        paths = export_talker_pair(model, onnx_dir, capacity=capacity, prefill_B=prefill_B, kv_layout=kv_layout,
+        stack = model.get().net.talker.model
+        paths = export_talker_pair(stack, onnx_dir, capacity=capacity, prefill_B=prefill_B, kv_layout=kv_layout,
                                    cache_io=cache_io)
         rep = {}
         for role, path in paths.items():
-            step = TalkerStep(model, capacity=capacity, B=prefill_B if role == "prefill" else 1,
+            step = TalkerStep(stack, capacity=capacity, B=prefill_B if role == "prefill" else 1,
                               kv_layout=kv_layout, cache_io=cache_io)
             diff = check_onnx_against_torch(step, path)
             if max(diff.values()) > 1e-3:
@@ -97,7 +102,7 @@ def build_talker(stages, files, out: Path, *, target: str, capacity: int, prefil
     verify_rep = None
     if not skip_verify:
         def do_verify():
-            return verify_talker(files, artifacts, sim=not skip_rknn, frames=verify_frames, target=target,
+            return verify_talker(model.get(), artifacts, sim=not skip_rknn, frames=verify_frames, target=target,
                                  sim_log=str(root / "simulator.log"))
 
         inputs = ckpt + list(onnx_paths.values()) + ([] if skip_rknn else list(rknn_paths.values()))
@@ -141,12 +146,6 @@ def _report(artifacts, export_rep, lint_rep, convert_reps, verify_rep, capacity,
     return rep
 
 
-def _load_net(files):
-    from rkspeech.models.qwen3_tts.tts_checkpoint import load_tts_net, read_tts_config
-
-    return load_tts_net(files, read_tts_config(files))
-
-
 def open_talker(artifacts: dict, backend: str = "ort", *, model=None, **runner_kw):
     """A ``GraphTalker`` over the built graphs: ONNX for ``ort`` / ``sim``, .rknn for ``rknnlite``."""
     from rkspeech.stepgraph.talker_backend import open_graph_talker
@@ -186,17 +185,17 @@ def _snr_db(ref: np.ndarray, got: np.ndarray) -> float:
     return math.inf if err == 0 else round(10 * math.log10(sig / err), 2)
 
 
-def verify_talker(files, artifacts: dict, *, sim: bool, frames: int, target: str = "rk3588",
+def verify_talker(tts, artifacts: dict, *, sim: bool, frames: int, target: str = "rk3588",
                   sim_log: str | None = None, text: str = VERIFY_TEXT) -> dict:
-    """Greedy codes torch vs onnxruntime (identical?); with ``sim``: the torch run's talker inputs
+    """``tts``: the loaded ``TTSModel`` (its talker backend is torch again on return).
+    Greedy codes torch vs onnxruntime (identical?); with ``sim``: the torch run's talker inputs
     replayed through the simulator (codec_head logit SNR, teacher forced) and a free-running
     simulator run (fraction of code entries equal to torch's over the common frames)."""
     import torch
 
     from rkspeech.models.qwen3_tts.backends import TorchTalker
-    from rkspeech.models.qwen3_tts.generate import GenerationOptions, TTSModel
+    from rkspeech.models.qwen3_tts.generate import GenerationOptions
 
-    tts = TTSModel.load(files.root)
     model = tts.net.talker.model
     kw = dict(speaker=tts.speakers[0] if tts.cfg.tts_model_type == "custom_voice" else None,
               instruct="A calm voice." if tts.cfg.tts_model_type == "voice_design" else None,

@@ -148,6 +148,9 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
         vplan = load_plan(out / "vocoder" / PLAN_FILE, backend="ort")
 
     stages = StageRunner(out, o.force)
+    from rkspeech.models.qwen3_tts.generate import LazyTTSModel
+
+    model = LazyTTSModel(files)  # loaded at most once, by the first stage that needs torch
     sections: dict[str, dict] = {}
     graphs: dict[str, dict] = {}
     cp = talker = None
@@ -155,7 +158,7 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
         from rkspeech.pipelines.code_predictor_build import build_code_predictor
 
         cp = build_code_predictor(stages, files, out, target=o.target, verify_frames=o.verify_frames,
-                                  skip_verify=o.skip_verify, timeout=o.timeout)
+                                  skip_verify=o.skip_verify, timeout=o.timeout, model=model)
         a = cp["artifacts"]
         sections["code_predictor"] = stage_section(
             impl="rknn", target=o.target, artifacts={"frame": {"onnx": a["onnx"], "rknn": a["rknn"]}},
@@ -167,7 +170,7 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
 
         talker = build_talker(stages, files, out, target=o.target, capacity=o.talker_capacity,
                               prefill_B=o.talker_prefill, skip_rknn=o.skip_talker_rknn,
-                              skip_verify=o.skip_verify, timeout=o.timeout)
+                              skip_verify=o.skip_verify, timeout=o.timeout, model=model)
         a = talker["artifacts"]
         has_rknn = all(a[r].get("rknn") for r in ("prefill", "decode"))
         sections["talker"] = stage_section(

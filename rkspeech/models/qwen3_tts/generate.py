@@ -342,3 +342,17 @@ class TTSModel:
         if not frames:
             return np.zeros((0, self.num_code_groups), dtype=np.int64)
         return np.stack(frames)
+
+
+class LazyTTSModel:
+    """A model root's ``TTSModel``, loaded on first ``get()`` and then shared: the stages of one
+    ``build qwen3-tts`` that need torch (exports, verifies) load it once (published: ~9 GB and
+    a minute here), and a resumed build whose stages are fresh never loads it."""
+
+    def __init__(self, files):
+        self.files, self._tts = files, None
+
+    def get(self) -> TTSModel:
+        if self._tts is None:
+            self._tts = TTSModel.load(self.files.root)
+        return self._tts
