@@ -98,3 +98,32 @@ def test_bad_scale_is_one_line_error(encoder, scale):
 
     with pytest.raises(RkspeechError, match="positive"):
         scale_residual_stream(encoder[0], ResidualScale(scale=scale))
+
+
+@pytest.mark.parametrize("into", ["query", "split"])
+def test_attention_scale_fold_is_exact(encoder, into):
+    from onnx import numpy_helper
+
+    from rkspeech.accuracy.transforms import AttentionScaleFold, exactness_db, fold_attention_scale
+
+    model, feed = encoder
+    out = fold_attention_scale(model, AttentionScaleFold(into=into))
+    assert exactness_db(model, out, feed) >= EXACT_DB
+    # the two scalar Muls in front of each attention's first MatMul are gone (2 layers)
+    assert len(out.graph.node) == len(model.graph.node) - 4
+    prod = {o: n for n in out.graph.node for o in n.output}
+    for sm in (n for n in out.graph.node if n.op_type == "Softmax"):
+        assert all(prod[t].op_type != "Mul" for t in prod[sm.input[0]].input)
+    # "query": the query weight took both factors, Dh**-0.5 (Dh = 64 / 2 heads = 32), the key weight none
+    inits = {t.name: numpy_helper.to_array(t) for t in out.graph.initializer}
+    orig = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    q = next(n for n in out.graph.node if n.op_type == "MatMul" and "/attn/query/" in n.name)
+    k = next(n for n in out.graph.node if n.op_type == "MatMul" and "/attn/key/" in n.name)
+    q0 = next(n for n in model.graph.node if n.name == q.name).input[1]
+    if into == "query":
+        assert np.allclose(inits[q.input[1]], orig[q0] * 32 ** -0.5, rtol=1e-6, atol=0)
+        assert k.input[1] in orig
+    else:
+        assert k.input[1] not in orig
+    with pytest.raises(RkspeechError, match="into"):
+        fold_attention_scale(model, AttentionScaleFold(into="bogus"))
