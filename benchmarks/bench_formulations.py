@@ -9,8 +9,14 @@ builds the graph a second time in-process.  Prints a table and writes JSON.
     .venv/bin/python benchmarks/bench_formulations.py --synthetic reduced --B 16 --target rk3588 \\
         --out bench_formulations.json [--sim] [--formulations seed,npu] [--disable snake,rope]
 
-Use reduced configs only on shared machines (a reduced B=16 step converts in well under a
-minute, < 2 GB; the published size needs 7+ GB and minutes).
+Formulations: ``seed`` (the reference graph), ``npu`` (its default Snake), ``npu-phase`` /
+``npu-reflect`` (the npu graph with that Snake form,
+``step_npu.SNAKE_FORMS``), optionally ``@DEGREE`` (``npu-phase@3``).  Each converted
+graph is also priced by ``rkspeech.estimate`` (planned traffic reads + writes, ideal step time,
+MB per audio second, realtime factor on one core at the default assumptions).
+
+The reduced size converts in minutes, < 2 GB; the published size (``--synthetic published``)
+needs 3-4 GB per npu conversion at B=16 and ~10 minutes each: run it under the heavy-job lock.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ def run_one(model, cfg, formulation: str, B: int, targets: list[str], work: Path
             timeout: float | None = None) -> dict:
     from rkspeech.export.vocoder_onnx import export_step_onnx, graph_summary
     from rkspeech.convert.conversion import convert
+    from rkspeech.estimate.steptime import estimate_path
     from rkspeech.runtime.runners.onnxruntime import OnnxRuntimeRunner
     from rkspeech.runtime.runners.sim_process import SimulatorProcess
     from rkspeech.runtime.streaming import Engine
@@ -39,11 +46,17 @@ def run_one(model, cfg, formulation: str, B: int, targets: list[str], work: Path
     from rkspeech.runtime.runners.torch_step import TorchStepRunner
     from rkspeech.verify.stepwise import check_tokens, full_decode, random_codes, stepwise_check
 
-    kw = {"disable": disable, "tails": tails} if formulation == "npu" else {}
+    base, _, form = formulation.partition("-")
+    kw = {"disable": disable, "tails": tails} if base == "npu" else {}
+    form, _, degree = form.partition("@")
+    if form:
+        kw["snake_form"] = form
+    if degree:
+        kw["sin2_degree"] = int(degree)
     t0 = time.perf_counter()
-    step = make_step(model, B, formulation, **kw)
+    step = make_step(model, B, base, **kw)
     row: dict = {"formulation": formulation, "B": B, "disable": list(disable),
-                 "tails": tails if formulation == "npu" else "channel",
+                 "tails": tails if base == "npu" else "channel",
                  "step_build_s": round(time.perf_counter() - t0, 2)}
     codes = random_codes(check_tokens(B, None), cfg.num_quantizers, cfg.codebook_size, seed=0)
     ref = full_decode(model, codes)
@@ -57,7 +70,7 @@ def run_one(model, cfg, formulation: str, B: int, targets: list[str], work: Path
     row["targets"] = {}
     for target in targets:
         res = convert(onnx_path, work / f"{formulation}_B{B}_{target}.rknn", target=target,
-                      memory_limit_mb=memory_limit_mb, timeout=timeout, show_progress=False)
+                      custom_string=step.contract.to_json(), memory_limit_mb=memory_limit_mb, timeout=timeout, show_progress=False)
         rep = res.to_report()
         t = {
             "convert_s": rep["build"]["seconds"],
@@ -70,6 +83,11 @@ def run_one(model, cfg, formulation: str, B: int, targets: list[str], work: Path
             "conv_cycles_est": rep["placement"]["estimate"]["cycles_total"],
             "rw_mb_est": rep["placement"]["estimate"]["rw_mb_total"],
         }
+        est = estimate_path(res.rknn_path).to_report()
+        t.update(traffic_mb=round(est["traffic_mb"], 1), est_step_ms=round(est["est_step_ms"], 1),
+                 audio_s=est.get("audio_s"), rtf_1core=est.get("rtf_one_core"))
+        if est.get("audio_s"):
+            t["traffic_mb_per_audio_s"] = round(est["traffic_mb"] / est["audio_s"], 1)
         if sim:
             with SimulatorProcess(onnx_path, target=target, dtype="fp16") as rt:
                 t["sim_snr_db"] = round(stepwise_check(ref, codes, Engine(rt, step.contract)).snr_db, 2)
@@ -80,24 +98,32 @@ def run_one(model, cfg, formulation: str, B: int, targets: list[str], work: Path
 
 def table(rows: list[dict]) -> str:
     head = f"{'formulation':12s} {'target':7s} {'ort dB':>7s} {'sim dB':>7s} {'conv s':>7s} {'RSS MB':>7s} " \
-           f"{'rknn MB':>8s} {'NPU':>5s} {'CPU':>5s} {'REGTASK':>8s} {'Mcycles':>8s} {'RW MB':>7s}  CPU op types"
+           f"{'rknn MB':>8s} {'NPU':>5s} {'CPU':>5s} {'REGTASK':>8s} {'Mcycles':>8s} {'RW MB':>7s} {'r+w MB':>7s} " \
+           f"{'MB/aud s':>8s} {'est ms':>7s} {'RTF 1c':>6s}  CPU op types"
     lines = [head, "-" * len(head)]
     for r in rows:
-        name = r["formulation"] + ("-" + "-".join(r["disable"]) if r["disable"] else "")
+        name = r["formulation"] + ("/no-" + "-".join(r["disable"]) if r["disable"] else "")
         for tgt, t in r["targets"].items():
             lines.append(
                 f"{name:12s} {tgt:7s} {r['ort_snr_db']:7.1f} {t.get('sim_snr_db', float('nan')):7.1f} "
                 f"{t['convert_s']:7.1f} {t['peak_rss_mb'] or 0:7.0f} {t['rknn_bytes'] / 2**20:8.2f} "
                 f"{t['npu_ops']:5d} {t['cpu_ops']:5d} {t['regtask_lines']:8d} {t['conv_cycles_est'] / 1e6:8.2f} "
-                f"{t['rw_mb_est']:7.1f}  {t['cpu_op_types']}")
+                f"{t['rw_mb_est']:7.1f} {t['traffic_mb']:7.1f} {t.get('traffic_mb_per_audio_s', float('nan')):8.1f} "
+                f"{t['est_step_ms']:7.1f} {t.get('rtf_1core') or float('nan'):6.3f}  {t['cpu_op_types']}")
     return "\n".join(lines)
+
+
+def _write(report: dict, out: str) -> None:
+    tmp_out = Path(out).with_name(f".{Path(out).name}.tmp")
+    tmp_out.write_text(json.dumps(report, indent=1))
+    os.replace(tmp_out, out)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--checkpoint", help="checkpoint folder (speech_tokenizer layout)")
-    src.add_argument("--synthetic", choices=["reduced"], help="write a synthetic checkpoint first")
+    src.add_argument("--synthetic", choices=["reduced", "published"], help="write a synthetic checkpoint first")
     ap.add_argument("--B", type=int, default=16)
     ap.add_argument("--target", action="append", help="rk3588 (default), rk3576, rk3566, ...; repeatable")
     ap.add_argument("--formulations", default="seed,npu")
@@ -108,33 +134,41 @@ def main(argv=None) -> int:
     ap.add_argument("--sim", action="store_true", help="also run the simulator stepwise check")
     ap.add_argument("--memory-limit-mb", type=float, default=5000)
     ap.add_argument("--out", default="bench_formulations.json")
+    ap.add_argument("--keep", help="keep the ONNX / .rknn / build logs in this folder (default: a temporary one)")
     args = ap.parse_args(argv)
 
     import torch
 
     torch.set_num_threads(2)
+    from rkspeech.core.errors import RkspeechError
     from rkspeech.models.qwen3_tts.checkpoint import load_vocoder
 
     with tempfile.TemporaryDirectory(prefix="bench_form_") as tmp:
-        work = Path(tmp)
+        work = Path(args.keep or tmp)
+        work.mkdir(parents=True, exist_ok=True)
         ckpt = args.checkpoint
         if args.synthetic:
             from rkspeech.models.qwen3_tts.synthetic import write_checkpoint
 
             ckpt = work / "ckpt"
-            ckpt.mkdir()
+            ckpt.mkdir(exist_ok=True)
             write_checkpoint(ckpt, args.synthetic, seed=0)
         model, cfg, _ = load_vocoder(ckpt)
         disable = tuple(x for x in args.disable.split(",") if x)
-        rows = [run_one(model, cfg, f, args.B, args.target or ["rk3588"], work, args.sim, disable,
-                        args.memory_limit_mb, args.tails, args.timeout)
-                for f in args.formulations.split(",")]
-    report = {"date": datetime.date.today().isoformat(), "checkpoint": str(args.checkpoint or args.synthetic),
-              "B": args.B, "host_cpus": os.cpu_count(), "rows": rows}
-    tmp_out = Path(args.out).with_name(f".{Path(args.out).name}.tmp")
-    tmp_out.write_text(json.dumps(report, indent=1))
-    os.replace(tmp_out, args.out)
+        rows: list[dict] = []
+        report = {"date": datetime.date.today().isoformat(), "checkpoint": str(args.checkpoint or args.synthetic),
+                  "B": args.B, "host_cpus": os.cpu_count(), "rows": rows}
+        for f in args.formulations.split(","):
+            try:
+                rows.append(run_one(model, cfg, f, args.B, args.target or ["rk3588"], work, args.sim, disable,
+                                    args.memory_limit_mb, args.tails, args.timeout))
+            except RkspeechError as e:  # one formulation's failure (e.g. memory) keeps the others
+                report.setdefault("failed", {})[f] = str(e)
+                print(f"{f}: {e}", file=sys.stderr)
+            _write(report, args.out)  # after every row: a later failure keeps the measured ones
     print(table(rows))
+    for f, e in report.get("failed", {}).items():
+        print(f"{f}: FAILED: {e}")
     return 0
 
 

@@ -23,7 +23,7 @@ def built(reduced_vocoder_build):
 
 def test_build_converts_and_verifies_on_simulator(built):
     out, summary = built
-    assert summary["export"]["snr_db"]["onnxruntime_step"] >= 100.0
+    assert summary["export"]["snr_db"]["onnxruntime_step"] >= 60.0  # npu graph, phase Snake (thresholds)
     # the acceptance bar: the reduced step on the simulator, stepwise, >= 40 dB vs onnxruntime
     assert summary["verify"]["sim_vs_onnxruntime_db"] >= 40.0
     assert summary["verify"]["snr_db"]["rknn_sim_step"] >= 40.0

@@ -19,6 +19,7 @@ from rkspeech.verify.stepwise import (
     require,
     stepwise_check,
 )
+from rkspeech.verify.thresholds import PHASE_SNAKE_FP32_MIN_SNR_DB
 
 
 class ZeroKvHistory:
@@ -112,7 +113,9 @@ def test_export_and_onnxruntime_check(reduced_ckpt, tmp_path):
     out = tmp_path / "step.onnx"
     result = export_vocoder(ExportOptions(model_dir=reduced_ckpt, codes_length=16, output=out, first_length=4))
     r = result.report
-    assert r["snr_db"]["torch_step"] >= 100.0 and r["snr_db"]["onnxruntime_step"] >= 100.0
+    # the default (npu) graph: its phase Snake is approximate in fp32 (thresholds, measured 72 dB)
+    assert r["snr_db"]["torch_step"] >= PHASE_SNAKE_FP32_MIN_SNR_DB
+    assert r["snr_db"]["onnxruntime_step"] >= PHASE_SNAKE_FP32_MIN_SNR_DB
     for key in ("B", "cache_numel"):
         assert key in r
     assert r["onnx"]["nodes"] == sum(r["onnx"]["op_histogram"].values())
@@ -141,7 +144,7 @@ def test_published_config_torch_and_onnxruntime(published_ckpt, tmp_path):
     from rkspeech.pipelines.vocoder_export import ExportOptions, export_vocoder
 
     r = export_vocoder(ExportOptions(model_dir=published_ckpt, codes_length=16, output=tmp_path / "pub.onnx",
-                                 first_length=4)).report
+                                 first_length=4, formulation="reference")).report
     assert r["cache_numel"] == 1_298_496
     assert r["snr_db"]["torch_step"] >= 100.0
     assert r["snr_db"]["onnxruntime_step"] >= 100.0

@@ -25,7 +25,6 @@ from rkspeech.verify.stepwise import (
     require,
     stepwise_check,
 )
-from rkspeech.verify.thresholds import FP32_MIN_SNR_DB
 
 
 @dataclass(frozen=True)
@@ -37,7 +36,7 @@ class ExportOptions:
     output: str | os.PathLike | None = None  # default qwen3_tts_vocoder_step_B<B>.onnx
     first_length: int | None = None  # small-B first-step graph (its cache feeds the main graph)
     check_only: bool = False  # torch stepwise check only, export nothing
-    min_snr_db: float = FP32_MIN_SNR_DB
+    min_snr_db: float | None = None  # None: the step graph's own (FP32_MIN_SNR_DB or its Snake's)
     seed: int = 0  # RNG seed of the random check codes
     formulation: str = DEFAULT_FORMULATION
 
@@ -107,7 +106,8 @@ def export_vocoder(options: ExportOptions) -> ExportResult:
         first_engine = Engine(TorchStepRunner(first_step), first_step.contract) if first_step else None
         res = stepwise_check(reference, codes, Engine(TorchStepRunner(main_step), contract), first_engine)
     report["snr_db"]["torch_step"] = round(res.snr_db, 2)
-    require(res, o.min_snr_db, "torch step")
+    min_snr = o.min_snr_db if o.min_snr_db is not None else main_step.fp32_min_snr_db
+    require(res, min_snr, "torch step")
     result = ExportResult(report)
     if o.check_only:
         return result
@@ -129,7 +129,7 @@ def export_vocoder(options: ExportOptions) -> ExportResult:
                                     step.contract) for role, (_, step) in targets.items()}
             res = stepwise_check(reference, codes, engines["main"], engines.get("first"))
         report["snr_db"]["onnxruntime_step"] = round(res.snr_db, 2)
-        require(res, o.min_snr_db, "onnxruntime step")
+        require(res, min_snr, "onnxruntime step")
     report["onnx"]["path"] = str(out)
     if first_out:
         report["onnx"]["first_path"] = str(first_out)

@@ -7,10 +7,10 @@
 
 ``npu`` is the default: at the published size on rk3588 (B=16, fp16) it has 0 CPU ops and
 0 REGTASK lines against the reference graph's 69 and 931,920 (REGTASK-overflow layers are a
-known board failure), the same simulator SNR (47.29 vs 47.3 dB), less than half the conversion
-memory (3.3 vs 7.4 GB), a smaller .rknn (267 vs 360 MB) and 0.78x the compiler's conv cycle
-estimate.  Against it: the compiler plans 3.5x the memory traffic (4.4 vs 1.3 GB per step;
-every op of the Snake polynomial is a pass over an activation), which only a board can weigh.
+known board failure), the same simulator SNR (47.34 vs 47.3 dB), less than half the conversion
+memory (3.0 vs 7.4 GB) and a smaller .rknn (265 vs 360 MB).  Against it: the compiler plans
+1.9x the reference graph's read traffic (2.35 vs 1.26 GB per step; 3.5x before the phase Snake,
+docs/estimate.md), which only a board can weigh.
 
 Contracts, plans and build states written before the reference formulation had its name say
 ``seed``; :func:`canonical` maps it, so those artifacts and ``--formulation seed`` keep working.

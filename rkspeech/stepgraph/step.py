@@ -42,6 +42,7 @@ from rkspeech.models.qwen3_tts.vocoder import (
 )
 from rkspeech.stepgraph.contract import CacheSegment, StepContract, make_segments
 from rkspeech.stepgraph.formulations import REFERENCE
+from rkspeech.verify.thresholds import FP32_MIN_SNR_DB
 
 MASK_VALUE = -100.0
 
@@ -162,6 +163,9 @@ class VocoderStep(nn.Module):
     Torch accepts any number of tokens L <= B in eager mode (the stepwise check uses it for
     a final partial step); the exported graph is fixed at B.
     """
+
+    #: pass mark of this graph's float32 stepwise check against the full decode
+    fp32_min_snr_db = FP32_MIN_SNR_DB
 
     def __init__(self, vocoder: Vocoder, codes_length: int):
         super().__init__()

@@ -2,16 +2,17 @@
 Gather or ConvTranspose pad on the CPU, and no dilated conv over a long axis.
 
 Measured (reduced synthetic checkpoint, B=16, fp16, rknn-toolkit2 2.5.0; docs/npu-formulation.md):
-rk3588 1228 NPU / 0 CPU ops and 0 REGTASK lines, against the reference graph's 316 / 69 and
-35,884.
+rk3588 699 NPU / 0 CPU ops and 0 REGTASK lines with the phase Snake (1236 with the reflection
+Snake), against the reference graph's 316 / 69 and 35,884.
 
 What changes against the reference formulation (``rkspeech.stepgraph.step``), each for a
 measured reason (rk3588 fp16, rknn-toolkit2 2.5.0, reduced config B=16;
 ``docs/npu-formulation.md``); the attention, the MLPs and the k=7 convs are the model's own:
 
-* SnakeBeta ``sin`` -> ``npu_ops.NpuSnake`` (reflection range reduction + polynomial on the
-  NPU); RoPE cos/sin -> ``npu_ops.rope_cos_sin``.  The reference graph ran 30 Sin + 1 Cos on
-  the CPU.
+* SnakeBeta ``sin`` -> ``phase_snake.PhaseSnake`` (``snake_form="phase"``, the default: the
+  phase reduced by fp16 rounding inside two grouped 1x1 convs, then a polynomial) or
+  ``npu_ops.NpuSnake`` (``"reflect"``: reflection range reduction, 2.4x the layers' traffic);
+  RoPE cos/sin -> ``npu_ops.rope_cos_sin``.  The reference graph ran 30 Sin + 1 Cos on the CPU.
 * decoder-block ConvTransposes -> ``npu_ops.upsampler``: polyphase for outputs up to 4096
   samples, zero-stuffed (Resize + mask + conv) beyond (strides 5 and 3 padded on the CPU; the
   polyphase interleave at width 10240/30720 logged 30,720/92,160 REGTASK lines).
@@ -28,7 +29,7 @@ measured reason (rk3588 fp16, rknn-toolkit2 2.5.0, reduced config B=16;
   converter try to allocate a 99456 x 99456 matrix; 2-D ``.t()`` moves took the graph
   optimizer 533 s.
 
-Snake bounds: each Snake is exact for ``|freq*x| <= bound``; ``calibrate_snake_bounds`` takes
+Snake bounds (``"reflect"`` only): each Snake is exact for ``|freq*x| <= bound``; ``calibrate_snake_bounds`` takes
 the largest value seen on a full decode of random codes and multiplies it by ``margin`` (4 by
 default, i.e. 2 extra reflections).  Beyond the bound the error stays below the layer's gain.
 """
@@ -49,6 +50,8 @@ from rkspeech.models.qwen3_tts.vocoder import (
     snake_modules,
 )
 from rkspeech.stepgraph import npu_ops
+from rkspeech.stepgraph.phase_snake import PHASE_DEGREE, PhaseSnake
+from rkspeech.verify.thresholds import PHASE_SNAKE_FP32_MIN_SNR_DB
 from rkspeech.stepgraph.contract import CacheSegment, StepContract, make_segments
 from rkspeech.stepgraph.formulations import (
     DEFAULT_FORMULATION,
@@ -65,6 +68,9 @@ from rkspeech.stepgraph.step import (
 
 FORMULATION = NPU
 DEFAULT_MARGIN = 4.0
+#: ``phase``: ``phase_snake.PhaseSnake``; ``reflect``: ``npu_ops.NpuSnake``.
+SNAKE_FORMS = ("phase", "reflect")
+DEFAULT_SNAKE = "phase"
 #: Cache-tail layout: "time_major" puts every tail read and write on the NPU (reduced step,
 #: rk3588: 0 CPU ops; "channel", the reference layout: 33 CPU Reshapes).
 DEFAULT_TAILS = "time_major"
@@ -115,15 +121,16 @@ class NpuVocoderStep(VocoderStep):
     """``forward(audio_codes, freqs_in, cache_valid, cache_in) -> (audio_values, cache_out)``.
 
     ``snake_bounds``: ``{id(SnakeBeta): bound}`` (default: ``calibrate_snake_bounds``);
-    ``sin2_degree``: polynomial degree in ``t^2`` (5: 4.6e-7 max error, 6: 6.3e-9).
+    ``sin2_degree``: the Snakes' polynomial degree (default: the form's own, phase 4 / reflect 5;
+    max errors in ``phase_snake.sin2pi_coefficients`` and ``npu_ops.sin2_coefficients``).
     """
 
     #: Every replacement can be switched off (ablations, ``benchmarks/bench_formulations.py``).
     PARTS = ("snake", "rope", "polyphase", "fold", "codebook")
 
     def __init__(self, vocoder: Vocoder, codes_length: int, *, snake_bounds: dict[int, float] | None = None,
-                 sin2_degree: int = npu_ops.SIN2_DEGREE, margin: float = DEFAULT_MARGIN,
-                 disable: tuple[str, ...] = (), tails: str = DEFAULT_TAILS):
+                 sin2_degree: int | None = None, margin: float = DEFAULT_MARGIN,
+                 disable: tuple[str, ...] = (), tails: str = DEFAULT_TAILS, snake_form: str = DEFAULT_SNAKE):
         super().__init__(vocoder, codes_length)
         cfg = self.cfg
         unknown = set(disable) - set(self.PARTS)
@@ -134,15 +141,22 @@ class NpuVocoderStep(VocoderStep):
             raise ValueError(f"tails must be 'channel' or 'time_major', got {tails!r}")
         self.tails = tails
         self.contract = npu_step_contract(vocoder, codes_length, tails)
-        bounds = snake_bounds or calibrate_snake_bounds(vocoder, margin=margin)
+        if snake_form not in SNAKE_FORMS:
+            raise ValueError(f"snake_form must be one of {SNAKE_FORMS}, got {snake_form!r}")
+        self.snake_form = snake_form
+        if snake_form != "reflect":
+            self.fp32_min_snr_db = PHASE_SNAKE_FP32_MIN_SNR_DB
+        if snake_form == "reflect":
+            bounds = snake_bounds or calibrate_snake_bounds(vocoder, margin=margin)
         self.snakes = nn.ModuleDict()
         self._snake_key: dict[int, str] = {}
         for i, m in enumerate(snake_modules(vocoder)):
             key = f"s{i}"
-            self.snakes[key] = npu_ops.NpuSnake(m, bounds[id(m)], degree=sin2_degree)
+            self.snakes[key] = (PhaseSnake(m, sin2_degree or PHASE_DEGREE) if snake_form == "phase"
+                                else npu_ops.NpuSnake(m, bounds[id(m)], degree=sin2_degree or npu_ops.SIN2_DEGREE))
             self._snake_key[id(m)] = key
         self.codebook = npu_ops.OneHotCodebook(vocoder.quantizer)
-        self.coeffs = npu_ops.sin2_coefficients(sin2_degree)
+        self.coeffs = npu_ops.sin2_coefficients()  # RoPE's cos/sin
         frames = codes_length * math.prod(cfg.upsampling_ratios)
         ups = []
         for i, r in enumerate(cfg.upsample_rates):
