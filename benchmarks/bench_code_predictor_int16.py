@@ -15,7 +15,7 @@ built and run on the simulator in its own child process (``[GRAPH:]MODE``):
 * ``int16``: every layer ``w16a16i_dfp``, calibrated on ``--calib`` captured frames (texts
   not in the evaluation set);
 * ``int16-fp16[-hrM]:PAT+PAT``: hybrid: ``hybrid_quantization_step1`` in w16a16i_dfp, the
-  compiled layers a PAT selects (``_selected``) in float16 (``custom_quantize_layers``), the
+  compiled layers a PAT selects (``rkspeech.convert.hybrid_int16.selected``) in float16 (``custom_quantize_layers``), the
   int16 activation ranges widened x M and the one-hot's ``max - logits`` narrowed to
   +-``--pick-range`` (``_edit_ranges``), ``hybrid_quantization_step2``;
 * ``GRAPH`` ``i16`` / ``i16sum``: ``int16_frame``, the same graph with int16-legal constants
@@ -76,8 +76,8 @@ Why each piece (ablations, same frames, 2026-12-01 04:47-05:34 UTC):
 
 Not measured: the published size (its fp16 conversion peaks at 18.9 GB; the hybrid's two
 steps were not tried), a trained checkpoint (DFP's per-tensor power-of-two ranges are a risk
-with outlier channels), a board.  Nothing here is in the library: ``rkspeech convert`` and
-the simulator runner take fp16 / int8 only.
+with outlier channels), a board.  The library's build option (``build qwen3-tts --code-predictor-dtype int16-hybrid``,
+``rkspeech.convert.hybrid_int16``) runs the winning variant; this script keeps the comparison.
 
 Run (prepare is light: the checkpoint, the three ONNX graphs and the captured frames, ~5 min;
 the variants, ~7 min, under the heavy-job lock; each child peaks below 1 GB)::
@@ -258,22 +258,10 @@ def prepare(args, work: Path) -> dict:
 # --- child: one variant built, exported and run on the simulator ---------------------------------
 
 
-def _selected(node, pattern: str) -> bool:
-    """``op=TYPE``: the layer's op type; ``constop=TYPE``: that type with a constant input (the
-    one-hot's ``1 - x``); else a substring of the layer's name."""
-    if pattern.startswith("op="):
-        return node.op_type == pattern[3:]
-    if pattern.startswith("constop="):
-        return node.op_type == pattern[8:] and any("/Constant_" in i for i in node.input)
-    return pattern in node.name
-
-
 def _fp16_tensors(model_path: Path, patterns) -> list[str]:
-    """Output tensors of the compiled layers (``.model``, ONNX protobuf) a pattern selects."""
-    import onnx
+    from rkspeech.convert.hybrid_int16 import fp16_tensors
 
-    g = onnx.load(os.fspath(model_path), load_external_data=False).graph
-    return [t for n in g.node if any(_selected(n, p) for p in patterns) for t in n.output]
+    return fp16_tensors(model_path, patterns)
 
 
 def _edit_ranges(cfg_text: str, model_path: Path, margin: float, pick_range: float) -> tuple[str, int, int]:
@@ -404,7 +392,7 @@ def main(argv=None) -> int:
     ap.add_argument("--variants", default=f"fp16,int16,i16sum:fp16,i16sum:int16,i16sum:int16-fp16-hr1.5:{FP16_LAYERS}",
                     help="comma-separated [GRAPH:]MODE: GRAPH i16 / i16sum (int16_frame, concat / sum output) or "
                          "the build's; MODE fp16, int16 (w16a16i_dfp), int16-fp16[-hrM]:PAT+PAT (hybrid: "
-                         "the compiled layers a PAT selects in fp16 (_selected); activation ranges x M)")
+                         "the compiled layers a PAT selects in fp16 (hybrid_int16.selected); activation ranges x M)")
     ap.add_argument("--target", default="rk3588")
     ap.add_argument("--runs", type=int, default=24, help="greedy TTSModel runs of --per-run frames")
     ap.add_argument("--per-run", type=int, default=30)

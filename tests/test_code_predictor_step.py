@@ -116,3 +116,36 @@ def test_contract_round_trip_and_refusals():
         CodePredictorContract.from_json(c.to_json().replace('"onehot"', '"argmax"'))
     with pytest.raises(RkspeechError, match="not valid JSON"):
         CodePredictorContract.from_json("{")
+
+
+def test_int16_ready_graph_same_codes_and_int16_legal_constants(tts, frames, tmp_path):
+    """``int16_ready``: the graph the int16-hybrid conversion takes (no constant beyond the
+    toolkit's +-16384, no Concat) gives generate's greedy codes, logits within 1e-5 of the
+    fp16 graph's; it needs the onehot formulation."""
+    from onnx import numpy_helper
+
+    import onnx
+    from rkspeech.core.errors import RkspeechError
+    from rkspeech.export.code_predictor_onnx import export_code_predictor_onnx
+    from rkspeech.stepgraph.code_predictor_step import CodePredictorFrame, greedy_codes
+
+    cp = tts.net.talker.code_predictor
+    step = CodePredictorFrame(cp, embed="onehot", int16_ready=True).eval()
+    ref = _step(tts, "onehot")
+    with torch.no_grad():
+        for hidden, first, codes in frames:
+            out = step(hidden, first)
+            np.testing.assert_array_equal(greedy_codes(out), codes[1:])
+            assert float((out - ref(hidden, first)).abs().max()) < 1e-5
+    path = export_code_predictor_onnx(step, tmp_path / "cp_i16.onnx")
+    g = onnx.load(str(path)).graph
+    ops = {n.op_type for n in g.node}
+    assert "Concat" not in [n.op_type for n in g.node if n.output[0] == "logits"]
+    assert "ArgMax" not in ops and "Gather" not in ops
+    consts = [numpy_helper.to_array(t) for t in g.initializer]
+    consts += [numpy_helper.to_array(n.attribute[0].t) for n in g.node
+               if n.op_type == "Constant" and n.attribute and n.attribute[0].type == onnx.AttributeProto.TENSOR]
+    big = max(float(np.abs(c).max()) for c in consts if c.size and c.dtype.kind == "f")  # Slice ends are int64
+    assert big <= 16384, big
+    with pytest.raises(RkspeechError, match="int16_ready needs embed='onehot'"):
+        CodePredictorFrame(cp, embed="gather", int16_ready=True)

@@ -24,6 +24,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sim-pieces", type=int, default=1, help="simulate the vocoder in N graph pieces")
     p.add_argument("--verify-frames", type=int, default=50,
                    help="code predictor frames replayed on the simulator (greedy agreement, logit SNR)")
+    p.add_argument("--code-predictor-dtype", choices=("fp16", "int16-hybrid"), default="fp16",
+                   help="code predictor conversion: fp16 (default) or int16-hybrid (w16a16i_dfp with fp16 layers, "
+                        "calibrated on --code-predictor-calibration-frames greedy frames)")
+    p.add_argument("--code-predictor-calibration-frames", type=int, default=240,
+                   help="int16-hybrid calibration frames (default 240)")
     p.add_argument("--talker-capacity", type=int, default=512,
                    help="talker KV positions (prompt + frames of the longest utterance; default 512)")
     p.add_argument("--talker-prefill", type=int, default=32, help="talker positions per prefill call")
@@ -45,6 +50,8 @@ def options_from(args: argparse.Namespace):
         codes_length=args.codes_length,
         first_length=args.first_length, formulation=args.formulation, verify_steps=args.verify_steps,
         sim_pieces=args.sim_pieces, verify_frames=args.verify_frames, skip_code_predictor=args.skip_code_predictor,
+        code_predictor_dtype=args.code_predictor_dtype,
+        code_predictor_calibration_frames=args.code_predictor_calibration_frames,
         talker_capacity=args.talker_capacity, talker_prefill=args.talker_prefill, skip_talker=args.skip_talker,
         skip_talker_rknn=args.skip_talker_rknn, skip_verify=args.skip_verify, timeout=args.timeout,
         fail_on_cpu=args.fail_on_cpu, force=args.force)
@@ -68,9 +75,10 @@ def summary_rows(summary: dict) -> list[tuple]:
                                            f"REGTASK lines {b.get('regtask_overflow_lines')}"))
         if row.get("rknn") and row["rknn"].get("bytes"):
             rows.append((f"{name}: .rknn", f"{row['rknn']['bytes'] / 1e6:.1f} MB"))
-    sim = (summary["graphs"].get("code_predictor") or {}).get("sim")
+    cp_row = summary["graphs"].get("code_predictor") or {}
+    sim = cp_row.get("sim")
     if sim:
-        rows.append(("code predictor on the simulator",
+        rows.append((f"code predictor on the simulator ({cp_row.get('dtype') or 'fp16'})",
                      f"greedy agreement {100 * sim['code_agreement']:.1f} % over {sim.get('frames')} frames, "
                      f"logit SNR {sim['logit_snr_db']:.1f} dB"))
     tv = (summary["graphs"].get("talker") or {}).get("verify")

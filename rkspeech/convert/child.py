@@ -49,12 +49,14 @@ def run(spec: dict) -> int:
         warnings.simplefilter("ignore")
         from rknn.api import RKNN
 
-        rknn = RKNN(verbose=bool(spec.get("verbose_log", True)))
         config = {"target_platform": spec["target"]}
         if spec.get("opt_level") is not None:
             config["optimization_level"] = int(spec["opt_level"])
         if spec.get("custom_string"):
             config["custom_string"] = spec["custom_string"]
+        if spec["dtype"] == "int16-hybrid":  # its own steps (convert.hybrid_int16), cwd: the work folder
+            return _run_hybrid(spec, RKNN, config, result, start)
+        rknn = RKNN(verbose=bool(spec.get("verbose_log", True)))
         if spec["dtype"] == "int8":
             config["quantized_dtype"] = spec.get("quantized_dtype") or "w8a8"
         steps = [
@@ -85,6 +87,31 @@ def run(spec: dict) -> int:
                       seconds=time.perf_counter() - start)
         _write(result_path, result)
         return 4
+
+
+def _run_hybrid(spec: dict, RKNN, config: dict, result: dict, start: float) -> int:
+    from rkspeech.convert.hybrid_int16 import HybridInt16Options, hybrid_build
+
+    result["step"] = "hybrid"
+    _test_hooks()
+    try:
+        rknn, info = hybrid_build(lambda: RKNN(verbose=bool(spec.get("verbose_log", True))), config,
+                                  spec["onnx_path"], spec["dataset"], HybridInt16Options.from_dict(spec.get("hybrid")))
+    except RuntimeError as exc:
+        result.update(ok=False, message=str(exc), seconds=time.perf_counter() - start)
+        _write(result_path=spec["result_path"], result=result)
+        return 3
+    result["step"] = "export_rknn"
+    print("[rkspeech child] export_rknn ...", flush=True)
+    rc = rknn.export_rknn(spec["export_path"])
+    if rc not in (0, None):
+        result.update(ok=False, rc=rc, message=f"rknn-toolkit2 export_rknn() returned {rc}",
+                      seconds=time.perf_counter() - start)
+        _write(spec["result_path"], result)
+        return 3
+    result.update(ok=True, hybrid=info, seconds=time.perf_counter() - start)
+    _write(spec["result_path"], result)
+    return 0
 
 
 def main(argv: list[str]) -> int:

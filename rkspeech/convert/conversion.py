@@ -38,7 +38,8 @@ from rkspeech.core.child import (POLL_SECONDS, ChildWatch, death_message, kill_t
 from rkspeech.core.errors import RkspeechError
 from rkspeech.core.targets import TARGETS
 
-DTYPES = ("fp16", "int8")
+#: ``int16-hybrid``: w16a16i_dfp with the layers int16 cannot take in fp16 (``convert.hybrid_int16``)
+DTYPES = ("fp16", "int8", "int16-hybrid")
 #: sherpa-onnx keeps its custom string under 1 KB; we hold ours to the same limit.
 CUSTOM_STRING_LIMIT = 1024
 
@@ -116,10 +117,10 @@ def _validate(onnx_path: Path, target: str, dtype: str, dataset, custom_string) 
     if target not in TARGETS:
         raise RkspeechError(f"unknown target {target!r}; choose one of {', '.join(TARGETS)}")
     if dtype not in DTYPES:
-        raise RkspeechError(f"unknown dtype {dtype!r}; choose fp16 or int8")
-    if dtype == "int8":
+        raise RkspeechError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+    if dtype in ("int8", "int16-hybrid"):
         if not dataset:
-            raise RkspeechError("int8 needs a calibration dataset: pass --dataset FILE.txt "
+            raise RkspeechError(f"{dtype} needs a calibration dataset: pass --dataset FILE.txt "
                                 "(one line per sample, .npy paths of the inputs separated by spaces)")
         if not Path(dataset).is_file():
             raise RkspeechError(f"{dataset}: no such dataset file")
@@ -167,13 +168,16 @@ class _Ticker:
 def convert(onnx_path, output_path, *, target: str, dtype: str = "fp16", dataset=None,
             opt_level: int | None = None, timeout: float | None = None,
             custom_string: str | None = None, verbose_log: bool = True,
-            memory_limit_mb: float | None = None, show_progress: bool = True) -> ConversionResult:
+            memory_limit_mb: float | None = None, show_progress: bool = True,
+            hybrid=None) -> ConversionResult:
     """Convert ``onnx_path`` to ``output_path`` (.rknn) for ``target`` in a child process.
 
     Returns a :class:`ConversionResult` (placement parsed from the build log and cross-checked with
     the .rknn).  Raises :class:`RkspeechError` on bad arguments, a crash (the signal is named; a
     SIGKILL is often the kernel OOM killer), a failed toolkit step, a timeout or the memory limit;
     the message names the build log.  ``output_path`` is replaced only on success.
+    ``hybrid``: a ``convert.hybrid_int16.HybridInt16Options`` for ``dtype="int16-hybrid"``
+    (default: its defaults).
     """
     onnx_path = Path(onnx_path).resolve()
     output_path = Path(output_path).resolve()
@@ -196,6 +200,7 @@ def convert(onnx_path, output_path, *, target: str, dtype: str = "fp16", dataset
             "dataset": str(Path(dataset).resolve()) if dataset else None, "opt_level": opt_level,
             "custom_string": custom_string, "verbose_log": verbose_log,
             "result_path": str(work / "result.json"),
+            "hybrid": hybrid.to_dict() if hybrid is not None else None,
         }
         (work / "spec.json").write_text(json.dumps(spec))
         env = dict(os.environ)
@@ -268,7 +273,8 @@ def convert(onnx_path, output_path, *, target: str, dtype: str = "fp16", dataset
         onnx_path=str(onnx_path), rknn_path=str(output_path), log_path=str(log_path), target=target,
         dtype=dtype, seconds=seconds, peak_rss_mb=peak_mb, rknn_bytes=output_path.stat().st_size,
         opt_level=opt_level, custom_string=custom_string, toolkit_version=container.toolkit_version,
-        placement=placement, container=container)
+        placement=placement, container=container,
+        extra={"hybrid": result["hybrid"]} if result.get("hybrid") else {})
     progress.info(f"[ok] {output_path.name}: {res.rknn_bytes / 2**20:.2f} MB in {seconds:.1f} s{mem}; "
                   f"{len(placement.npu_layers)} NPU / {len(placement.cpu_layers)} CPU ops")
     return res

@@ -65,13 +65,16 @@ class GraphCodePredictor:
 
     ``model``: a ``TTSModel`` / ``TTSConfig`` / ``CodePredictorContract`` to check the artifact
     against now (``check_model``); ``target``, ``log_path``: the simulator's; ``threads``:
-    onnxruntime's; ``core_mask``: the board's.
+    onnxruntime's; ``core_mask``: the board's; ``dtype`` / ``dataset``: the simulator's build
+    (``int16-hybrid`` with its calibration list for an ``int16_ready`` graph; ``hybrid``:
+    ``HybridInt16Options.to_dict()``, default its defaults).
     """
 
     greedy_only = True
 
     def __init__(self, path: str | os.PathLike, backend: str = "ort", *, model=None, target: str | None = None,
-                 threads: int | None = None, log_path: str | None = None, core_mask: str | None = None):
+                 threads: int | None = None, log_path: str | None = None, core_mask: str | None = None,
+                 dtype: str = "fp16", dataset: str | None = None, hybrid: dict | None = None):
         from rkspeech.runtime.runners import check_runner_file, open_runner
 
         self.path = check_runner_file(backend, path)
@@ -82,7 +85,8 @@ class GraphCodePredictor:
             self.check_model(model)
         self.runner = None
         self.runner = open_runner(backend, self.path, threads=threads, target=target, log_path=log_path,
-                                  core_mask=core_mask)
+                                  core_mask=core_mask, dtype=dtype, dataset=dataset,
+                                  hybrid=hybrid)
         self._check_io()
 
     def check_model(self, model) -> None:

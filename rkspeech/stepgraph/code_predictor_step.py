@@ -35,6 +35,15 @@ Two ways to feed the greedy code back in the graph (``embed``):
   over ``onehot * (V - id)`` (integers, exact in fp16 for V <= 2048).  Without it a tie summed
   two embedding rows (simulator: 30 dB logit SNR instead of 59; docs/code-predictor-step.md).
 
+``int16_ready=True`` (onehot only): the same codes with int16-legal constants, for the
+``int16-hybrid`` conversion (``convert.hybrid_int16``): rknn-toolkit2 2.5.0 refuses any tensor
+beyond +-16384 in ``w16a16i_dfp`` (a Mul by 16383 builds, 16385 is refused; measured), so the
+prefill mask is ``INT16_MASK`` (-20: exp(-20) = 2e-9, as masked as -30000 for softmax) and the
+one-hot gain is two clamped stages ``INT16_GAINS`` (1024, 64); and the ``[G-1, V]`` output is a
+sum of ``lg_j * e_j`` instead of a Concat (every int16 Concat runs on the rk3588 CPU, an fp16
+one rounds the logits to fp16 again).  Measured (benchmarks/bench_code_predictor_int16.py,
+reduced checkpoint, 720 frames): same torch codes as the fp16 graph, logits within 1.4e-6.
+
 Greedy only: sampling needs the host between codebooks (per-codebook calls), not built here.
 """
 
@@ -59,6 +68,10 @@ EMBED_MODES = ("gather", "onehot")
 MASK_VALUE = -30000.0
 #: One-hot sharpness of ``embed="onehot"``: fp16's largest finite value.
 ONEHOT_GAIN = 65504.0
+#: ``int16_ready`` graph constants (see the module docstring): the prefill mask and the one-hot
+#: gain as two clamped stages (65536 in all, each product <= 16384)
+INT16_MASK = -20.0
+INT16_GAINS = (1024.0, 64.0)
 
 
 def _pool_shape(v: int) -> tuple[int, int]:
@@ -132,12 +145,15 @@ class CodePredictorFrame(nn.Module):
     ``models.qwen3_tts.talker`` in the same order, so greedy codes equal ``TTSModel``'s.
     """
 
-    def __init__(self, cp, embed: str = "gather"):
+    def __init__(self, cp, embed: str = "gather", int16_ready: bool = False):
         super().__init__()
         if embed not in EMBED_MODES:
             raise RkspeechError(f"embed must be one of {EMBED_MODES}, got {embed!r}")
+        if int16_ready and embed != "onehot":
+            raise RkspeechError("int16_ready needs embed='onehot' (the gather graph's ArgMax / Gather are CPU ops)")
         self.cp = cp
         self.embed = embed
+        self.int16_ready = bool(int16_ready)
         model = cp.model
         cfg = model.cfg
         self.groups = cfg.num_code_groups
@@ -148,7 +164,8 @@ class CodePredictorFrame(nn.Module):
         emb = torch.cat((freqs, freqs), dim=-1)
         self.register_buffer("cos", emb.cos(), persistent=False)
         self.register_buffer("sin", emb.sin(), persistent=False)
-        self.register_buffer("prefill_mask", torch.tensor([[0.0, MASK_VALUE], [0.0, 0.0]]), persistent=False)
+        mask = INT16_MASK if self.int16_ready else MASK_VALUE
+        self.register_buffer("prefill_mask", torch.tensor([[0.0, mask], [0.0, 0.0]]), persistent=False)
         self.k_rep = nn.ModuleList(_repeat_heads(layer.self_attn, layer.self_attn.k_proj) for layer in model.layers)
         self.v_rep = nn.ModuleList(_repeat_heads(layer.self_attn, layer.self_attn.v_proj) for layer in model.layers)
         if embed == "onehot" and self.vocab > 2048:
@@ -211,7 +228,11 @@ class CodePredictorFrame(nn.Module):
         # an overflow to inf is clamped to 1 before the subtraction)
         rows, cols = self._pool
         m = F.max_pool2d(logits.view(1, 1, rows, cols), (rows, cols)).view(1, 1)
-        onehot = 1.0 - torch.clamp((m - logits) * ONEHOT_GAIN, 0.0, 1.0)  # [1, V]
+        if self.int16_ready:  # the same 0/1 with every product <= 16384 (w16a16i_dfp's limit)
+            a = torch.clamp((m - logits) * INT16_GAINS[0], 0.0, 1.0)
+            onehot = 1.0 - torch.clamp(a * INT16_GAINS[1], 0.0, 1.0)
+        else:
+            onehot = 1.0 - torch.clamp((m - logits) * ONEHOT_GAIN, 0.0, 1.0)  # [1, V]
         # ties (fp16 logits tie the top two in ~0.3% of codebooks; measured on the simulator)
         # would sum two rows: keep the first, as argmax does, with integer scores V - id
         # (exact in fp16 up to 2048) and a second MaxPool
@@ -235,6 +256,13 @@ class CodePredictorFrame(nn.Module):
             codes.append(code)
             if j < self.groups - 1:
                 h, caches = self._stack(cp.small_to_mtp_projection(emb), j + 1, caches)
+        if self.int16_ready:  # [G-1, V] as a sum of row-placed terms: no Concat (CPU in int16)
+            eye = torch.eye(self.groups - 1)
+            logits = None
+            for j, lg in enumerate(all_logits):
+                term = lg * eye[:, j:j + 1]
+                logits = term if logits is None else logits + term
+            return logits
         logits = torch.cat(all_logits, dim=0)
         if self.embed == "onehot":
             return logits

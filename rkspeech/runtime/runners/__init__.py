@@ -42,7 +42,8 @@ def check_runner_file(backend: str, path: str | os.PathLike) -> Path:
 
 def open_runner(backend: str, path: str | os.PathLike, *, threads: int | None = None,
                 target: str | None = None, dtype: str = "fp16", memory_limit_mb: float | None | str = "auto",
-                log_path: str | None = None, pieces: int = 1, core_mask: str | None = None):
+                log_path: str | None = None, pieces: int = 1, core_mask: str | None = None,
+                dataset: str | None = None, hybrid: dict | None = None):
     """Open ``path`` on ``backend`` (one of :data:`BACKENDS`); returns a Runner.
 
     * ``ort``: :class:`OnnxRuntimeRunner` with ``threads`` intra-op threads (default
@@ -51,7 +52,9 @@ def open_runner(backend: str, path: str | os.PathLike, *, threads: int | None = 
       ``pieces`` > 1 the graph in that many pieces, :class:`SegmentedSimulator`), built for
       ``target`` (default rk3588) and ``dtype``; ``memory_limit_mb``: kill the child above it
       ("auto": 90 % of the memory available now; None: leave it to the kernel); the toolkit's
-      output goes to ``log_path`` (or is discarded).
+      output goes to ``log_path`` (or is discarded); ``dataset``: the calibration list of an
+      ``int8`` / ``int16-hybrid`` build, ``hybrid`` the latter's
+      ``HybridInt16Options.to_dict()`` (one piece only).
     * ``rknnlite``: :class:`RknnLiteRunner` pinned to ``core_mask`` (default "auto").
 
     Options that do not apply to ``backend`` are ignored.  A missing file, a wrong file kind or
@@ -84,5 +87,8 @@ def open_runner(backend: str, path: str | os.PathLike, *, threads: int | None = 
                                   memory_limit_mb=memory_limit_mb, log_path=log_path)
     from rkspeech.runtime.runners.sim_process import SimulatorProcess
 
+    extra = {"dataset": os.path.abspath(dataset)} if dataset else {}
+    if hybrid:
+        extra["hybrid"] = hybrid
     return SimulatorProcess(path, target=target, dtype=dtype, memory_limit_mb=memory_limit_mb,
-                            log_path=log_path)
+                            log_path=log_path, **extra)

@@ -38,15 +38,15 @@ class RknnSimulatorRunner(Runner):
 
     def __init__(self, onnx_path: str | os.PathLike, target: str = "rk3588", dtype: str = "fp16",
                  dataset: str | None = None, opt_level: int | None = None,
-                 log_path: str | None = None, verbose: bool = False):
+                 log_path: str | None = None, verbose: bool = False, hybrid: dict | None = None):
         super().__init__()
         from rkspeech.convert.toolkit import rknn_class
 
         onnx_path = os.fspath(onnx_path)
         if dtype not in DTYPES:
-            raise RkspeechError(f"unknown dtype {dtype!r}; choose fp16 or int8")
-        if dtype == "int8" and not dataset:
-            raise RkspeechError("int8 simulation needs a calibration dataset")
+            raise RkspeechError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+        if dtype in ("int8", "int16-hybrid") and not dataset:
+            raise RkspeechError(f"{dtype} simulation needs a calibration dataset")
         self._inputs, self._outputs = onnx_io_specs(onnx_path)
         self.target, self.dtype = target, dtype
         RKNN = rknn_class()
@@ -55,16 +55,19 @@ class RknnSimulatorRunner(Runner):
         try:
             with cap, warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # the toolkit's onnx.mapping deprecation noise
-                self.rknn = RKNN(verbose=verbose)
+                if dtype != "int16-hybrid":
+                    self.rknn = RKNN(verbose=verbose)
                 config: dict[str, Any] = {"target_platform": target}
                 if opt_level is not None:
                     config["optimization_level"] = int(opt_level)
-                steps = [
+                if dtype == "int16-hybrid":  # both hybrid steps, then the simulator (as convert.child)
+                    self.rknn, self.hybrid_info = _hybrid(RKNN, verbose, config, onnx_path, dataset, hybrid)
+                steps = [] if dtype == "int16-hybrid" else [
                     ("config", lambda: self.rknn.config(**config)),
                     ("load_onnx", lambda: self.rknn.load_onnx(model=onnx_path)),
                     ("build", lambda: self.rknn.build(do_quantization=dtype == "int8", dataset=dataset)),
-                    ("init_runtime", lambda: self.rknn.init_runtime()),
                 ]
+                steps.append(("init_runtime", lambda: self.rknn.init_runtime()))
                 failed = None
                 for step, fn in steps:
                     if fn() != 0:
@@ -78,6 +81,8 @@ class RknnSimulatorRunner(Runner):
                                     f"{'; log: ' + log_path if log_path else ''}")
         finally:
             cap.close()
+
+    hybrid_info: dict | None = None
 
     def _infer(self, arrays: dict[str, np.ndarray]) -> list[np.ndarray]:
         if self.rknn is None:
@@ -99,3 +104,22 @@ class RknnSimulatorRunner(Runner):
 
             rknn, self.rknn = self.rknn, None
             release(rknn)
+
+
+def _hybrid(RKNN, verbose: bool, config: dict, onnx_path: str, dataset: str, hybrid: dict | None):
+    """``convert.hybrid_int16.hybrid_build`` in a temporary folder (its step files); a failed step
+    is a one-line RkspeechError."""
+    import tempfile
+
+    from rkspeech.convert.hybrid_int16 import HybridInt16Options, hybrid_build
+
+    here = os.getcwd()
+    with tempfile.TemporaryDirectory(prefix="rkspeech-hybrid.") as work:
+        os.chdir(work)
+        try:
+            return hybrid_build(lambda: RKNN(verbose=verbose), config, onnx_path, os.path.abspath(
+                os.path.join(here, dataset)), HybridInt16Options.from_dict(hybrid), say=lambda _m: None)
+        except RuntimeError as exc:
+            raise RkspeechError(f"rknn simulator (int16-hybrid) for {onnx_path}: {exc}") from None
+        finally:
+            os.chdir(here)
