@@ -118,3 +118,60 @@ def test_write_plan_writes_stage_sections(tmp_path, graphs):
     plan = write_plan(tmp_path / "plan.json", impl="onnx", target=None, contracts=contracts, onnx=onnx,
                       stages={"code_predictor": sec})
     assert load_plan(plan, backend="ort").stages["code_predictor"].impl == "onnx"
+
+
+def _quantized_plan(tmp_path, graphs, dtype="int16-hybrid", with_dataset=True):
+    plan = make_plan(tmp_path, graphs)
+    raw = json.loads(plan.read_text())
+    ds = tmp_path / "cp" / "calib" / "dataset.txt"
+    if with_dataset:
+        ds.parent.mkdir()
+        ds.write_text("h0.npy f0.npy\n")
+    sec = stage_section(impl="rknn", target="rk3588",
+                        artifacts={"frame": {"onnx": tmp_path / "cp" / "frame.onnx", "rknn": tmp_path / "cp" / "frame.rknn"}},
+                        contract={"format": CP_FORMAT}, base=tmp_path,
+                        quantization={"dtype": dtype, "dataset": ds, "hybrid": {"margin": 1.5}})
+    raw["code_predictor"] = sec
+    plan.write_text(json.dumps(raw))
+    return plan, ds
+
+
+def test_quantized_stage_reaches_the_simulator(tmp_path, graphs, monkeypatch):
+    """An int16-hybrid code predictor's plan section tells the simulator how to build it; the
+    board (rknnlite) and onnxruntime get nothing (they load the .rknn / run the ONNX)."""
+    plan, ds = _quantized_plan(tmp_path, graphs)
+    assert json.loads(plan.read_text())["code_predictor"]["quantization"]["dataset"] == "cp/calib/dataset.txt"
+    st = load_plan(plan, backend="sim").stages["code_predictor"]
+    assert st.simulator_build() == {"dtype": "int16-hybrid", "dataset": str(ds), "hybrid": {"margin": 1.5}}
+
+    seen = {}
+
+    class FakeGraph:
+        def __init__(self, path, backend="ort", **kw):
+            seen[backend] = kw
+
+    import rkspeech.stepgraph.code_predictor_backend as cpb
+    from rkspeech.runtime.tts_stages import open_stage_backends
+
+    monkeypatch.setattr(cpb, "GraphCodePredictor", FakeGraph)
+    open_stage_backends(load_plan(plan, backend="sim"), "sim")
+    open_stage_backends(load_plan(plan, backend="ort"), "ort")
+    assert seen["sim"]["dtype"] == "int16-hybrid" and seen["sim"]["dataset"] == str(ds)
+    assert "dtype" not in seen["ort"]
+    # an fp16 stage has no section and builds as before
+    (tmp_path / "fp16").mkdir()
+    fp16_plan = make_plan(tmp_path / "fp16", graphs)
+    assert "quantization" not in json.loads(fp16_plan.read_text())["code_predictor"]
+    assert load_plan(fp16_plan, backend="sim").stages["code_predictor"].simulator_build() == {}
+
+
+@pytest.mark.parametrize("fault, message", [
+    ("dtype", r"quantization must hold dtype \(one of \('fp16', 'int16-hybrid'\)\)"),
+    ("dataset", "calibration list .*dataset.txt is missing"),
+])
+def test_quantized_stage_faults_are_one_line(tmp_path, graphs, fault, message):
+    plan, _ = _quantized_plan(tmp_path, graphs, dtype="int4" if fault == "dtype" else "int16-hybrid",
+                              with_dataset=fault != "dataset")
+    with pytest.raises(RkspeechError, match=message) as e:
+        load_plan(plan, backend="sim")
+    assert "\n" not in str(e.value)

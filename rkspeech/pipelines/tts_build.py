@@ -143,6 +143,7 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
     from rkspeech.pipelines.stages import StageRunner
     from rkspeech.pipelines.vocoder_build import VocoderBuildOptions, _build as build_vocoder_in
     from rkspeech.plan.plan import load_plan, write_plan
+    from rkspeech.convert.hybrid_int16 import HybridInt16Options
     from rkspeech.plan.stages import stage_section
 
     started = time.perf_counter()
@@ -172,9 +173,13 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
                                   dtype=o.code_predictor_dtype,
                                   calibration_frames=o.code_predictor_calibration_frames)
         a = cp["artifacts"]
+        quant = None
+        if cp.get("dtype", "fp16") != "fp16":
+            quant = {"dtype": cp["dtype"], "dataset": cp["calibration"]["dataset"],
+                     "hybrid": HybridInt16Options.from_dict(cp.get("hybrid")).to_dict()}
         sections["code_predictor"] = stage_section(
             impl="rknn", target=o.target, artifacts={"frame": {"onnx": a["onnx"], "rknn": a["rknn"]}},
-            contract=_onnx_contract(a["onnx"]), base=out)
+            contract=_onnx_contract(a["onnx"]), base=out, quantization=quant)
         graphs["code_predictor"] = {**_graph_row(cp.get("convert") or cp, (cp.get("rknn") or {}).get("bytes")),
                                     "dtype": cp.get("dtype"), "sim": cp.get("sim")}
     if not o.skip_talker:

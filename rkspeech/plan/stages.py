@@ -9,6 +9,10 @@ per stage that runs as a graph::
     "talker": {"impl": "onnx", "artifacts": {"prefill": {"onnx": ...}, "decode": {"onnx": ...}},
                "contract": {"format": "rkspeech-talker/1", ...}}
 
+A code predictor built as an int16 + fp16 hybrid also holds ``"quantization": {"dtype":
+"int16-hybrid", "dataset": "code_predictor/calib/dataset.txt", "hybrid": {...}}``: what the
+simulator needs to build it as the .rknn was built (a board loads the .rknn as it is).
+
 ``impl`` says where the stage is meant to run: ``rknn`` (the NPU: the simulator here, rknnlite on
 a board) or ``onnx`` (onnxruntime on the host, e.g. a talker built with ``--skip-talker-rknn``).
 A stage absent from the plan runs in torch on the host.  Paths are relative to the plan's folder.
@@ -28,6 +32,8 @@ from rkspeech.core.errors import RkspeechError
 #: stage name -> the artifact roles its section must hold
 STAGE_ROLES = {"talker": ("prefill", "decode"), "code_predictor": ("frame",)}
 STAGE_IMPLS = ("rknn", "onnx")
+#: ``quantization.dtype`` values a stage may record (fp16: no section)
+STAGE_DTYPES = ("fp16", "int16-hybrid")
 
 
 @dataclass
@@ -37,6 +43,16 @@ class StagePlan:
     target: str | None
     artifacts: dict[str, dict[str, Path]]  # role -> {"onnx": path, "rknn": path}
     contract: dict = field(default_factory=dict)
+    #: ``{"dtype", "dataset" (Path), "hybrid"}`` for a quantized build, else empty
+    quantization: dict = field(default_factory=dict)
+
+    def simulator_build(self) -> dict:
+        """The ``GraphCodePredictor`` / ``open_runner`` build keywords (``dtype``, ``dataset``,
+        ``hybrid``) that make the simulator build this stage as its .rknn was built."""
+        q = self.quantization
+        if not q:
+            return {}
+        return {"dtype": q["dtype"], "dataset": str(q["dataset"]), "hybrid": q.get("hybrid")}
 
     def backend_for(self, backend: str) -> str:
         """The backend this stage runs on when the vocoder runs on ``backend``: an ``onnx`` stage
@@ -51,14 +67,31 @@ class StagePlan:
 
 
 def stage_section(*, impl: str, target: str | None, artifacts: dict[str, dict[str, Path | None]],
-                  contract: dict, base: Path) -> dict:
-    """A stage's JSON section, paths made relative to ``base`` (the plan's folder)."""
+                  contract: dict, base: Path, quantization: dict | None = None) -> dict:
+    """A stage's JSON section, paths made relative to ``base`` (the plan's folder);
+    ``quantization``: ``{"dtype", "dataset", "hybrid"}`` of a quantized build (None: fp16)."""
     def rel(x) -> str:
         return os.path.relpath(Path(x).resolve(), base.resolve())
 
-    return {"impl": impl, "target": target, "contract": contract,
-            "artifacts": {role: {kind: rel(p) for kind, p in files.items() if p is not None}
-                          for role, files in artifacts.items()}}
+    sec = {"impl": impl, "target": target, "contract": contract,
+           "artifacts": {role: {kind: rel(p) for kind, p in files.items() if p is not None}
+                         for role, files in artifacts.items()}}
+    if quantization:
+        sec["quantization"] = {**quantization, "dataset": rel(quantization["dataset"])}
+    return sec
+
+
+def _quantization(sec: dict, base: Path, where: str, need_files: bool) -> dict:
+    q = sec.get("quantization")
+    if q is None:
+        return {}
+    if not isinstance(q, dict) or q.get("dtype") not in STAGE_DTYPES or not isinstance(q.get("dataset"), str):
+        raise RkspeechError(f"{where}.quantization must hold dtype (one of {STAGE_DTYPES}) and its dataset")
+    dataset = base / q["dataset"] if not os.path.isabs(q["dataset"]) else Path(q["dataset"])
+    if need_files and not dataset.is_file():
+        raise RkspeechError(f"{where}: calibration list {dataset} is missing (the simulator needs it to build "
+                            f"the {q['dtype']} graph)")
+    return {**q, "dataset": dataset}
 
 
 def _contract_format(path: Path) -> str | None:
@@ -103,7 +136,8 @@ def load_stages(raw: dict, plan_path: Path, backend: str | None) -> dict[str, St
                 raise RkspeechError(f"{where} is placed on the NPU but {role} has no rknn file")
             artifacts[role] = {k: (base / v if not os.path.isabs(v) else Path(v))
                                for k, v in files.items() if k in ("onnx", "rknn") and isinstance(v, str)}
-        stage = StagePlan(name, impl, sec.get("target"), artifacts, contract)
+        quant = _quantization(sec, base, where, need_files=backend == "sim")
+        stage = StagePlan(name, impl, sec.get("target"), artifacts, contract, quant)
         for role, path in stage.paths(backend or "ort").items():
             if not path.is_file():
                 raise RkspeechError(f"{where}: {role} artifact {path} is missing")
