@@ -17,16 +17,20 @@ phase is reduced by two grouped 1x1 convs instead:
    then ``x +``.
 
 The exported graph writes step 1's rounding as ``Cast(float16)``/``Cast(float32)``, so
-onnxruntime and torch round ``n`` as the NPU does and keep ``x`` exact (fp32 stepwise check
-against the full decode: 113 dB, as the reflection form); rknn-toolkit2 drops the casts (the NPU
-stores fp16 anyway).  A single Snake (24 x 4096, rk3588 fp16, simulator; measured 2026-12-01):
+onnxruntime and torch round ``n`` as the NPU does and keep ``x`` exact; rknn-toolkit2 drops the
+casts (the NPU stores fp16 anyway).  The fp32 graph is still approximate: ``a x + n`` runs at
+magnitude 1536 (steps of 2^-13), 72 dB stepwise against the full decode (the reflection form:
+113 dB), ``thresholds.PHASE_SNAKE_FP32_MIN_SNR_DB``.
 
-=============================  ======  ====================  ================
-form                           layers  reads (activations)   simulator vs fp32
-=============================  ======  ====================  ================
-reflections, degree 5 (before)  32      46                    68.7 dB
-phase convs, degree 4           10      18                    69.2 dB
-=============================  ======  ====================  ================
+Per Snake in the published B=16 step (rk3588 fp16 layer table, 2026-12-01; "A": one read or
+write of the Snake's activation):
+
+==============================  ======  ===================  ==============================
+form                            layers  traffic              step simulator vs full decode
+==============================  ======  ===================  ==============================
+reflections, degree 5 (before)  32      69 A (median)        47.22 dB
+phase convs, degree 4            11      30 A                 47.34 dB
+==============================  ======  ===================  ==============================
 
 Measured traps: with the two convs both reading ``x`` (``a x + M`` and ``-(a x) - M`` summed
 by an Add) the optimizer cancelled them and folded the Snake to ``y = x`` (the Cast pair is
@@ -35,7 +39,7 @@ the Add gave 0 (a fused ConvAdd too).  A conv reading ``x`` and ``n`` together k
 inside the accumulator.  A grouped 1x1 conv ``x -> [x, n]`` followed by a grouped 2-in conv
 instead of the Concat saved 3 activation passes per Snake on the reduced step (traffic 0.47x
 instead of 0.50x) but rounds ``x`` in the fp32 graph too (64 dB stepwise), and at the published
-size its conversion passed 20 GB before the first build step (2026-12-01): not used.
+size its conversion passed 20 GB during the build (2026-12-01): not used.
 """
 
 from __future__ import annotations
