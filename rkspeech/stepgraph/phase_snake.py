@@ -29,7 +29,7 @@ write of the Snake's activation):
 form                            layers  traffic              step simulator vs full decode
 ==============================  ======  ===================  ==============================
 reflections, degree 5 (before)  32      69 A (median)        47.22 dB
-phase convs, degree 4            11      30 A                 47.34 dB
+phase convs, degree 4           11      30 A                 47.34 dB
 ==============================  ======  ===================  ==============================
 
 Measured traps: with the two convs both reading ``x`` (``a x + M`` and ``-(a x) - M`` summed
