@@ -40,6 +40,8 @@ from rkspeech.core.targets import TARGETS
 
 #: ``int16-hybrid``: w16a16i_dfp with the layers int16 cannot take in fp16 (``convert.hybrid_int16``)
 DTYPES = ("fp16", "int8", "int16-hybrid")
+#: the dtypes whose build needs a calibration dataset
+CALIBRATED_DTYPES = ("int8", "int16-hybrid")
 #: sherpa-onnx keeps its custom string under 1 KB; we hold ours to the same limit.
 CUSTOM_STRING_LIMIT = 1024
 
@@ -118,7 +120,7 @@ def _validate(onnx_path: Path, target: str, dtype: str, dataset, custom_string) 
         raise RkspeechError(f"unknown target {target!r}; choose one of {', '.join(TARGETS)}")
     if dtype not in DTYPES:
         raise RkspeechError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
-    if dtype in ("int8", "int16-hybrid"):
+    if dtype in CALIBRATED_DTYPES:
         if not dataset:
             raise RkspeechError(f"{dtype} needs a calibration dataset: pass --dataset FILE.txt "
                                 "(one line per sample, .npy paths of the inputs separated by spaces)")

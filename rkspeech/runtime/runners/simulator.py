@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from rkspeech.convert.conversion import DTYPES
+from rkspeech.convert.conversion import CALIBRATED_DTYPES, DTYPES
 from rkspeech.core.child import FdCapture, last_error_line
 from rkspeech.core.errors import RkspeechError
 from rkspeech.runtime.runners.base import Runner, onnx_io_specs, rknn_data_formats
@@ -45,7 +45,7 @@ class RknnSimulatorRunner(Runner):
         onnx_path = os.fspath(onnx_path)
         if dtype not in DTYPES:
             raise RkspeechError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
-        if dtype in ("int8", "int16-hybrid") and not dataset:
+        if dtype in CALIBRATED_DTYPES and not dataset:
             raise RkspeechError(f"{dtype} simulation needs a calibration dataset")
         self._inputs, self._outputs = onnx_io_specs(onnx_path)
         self.target, self.dtype = target, dtype
