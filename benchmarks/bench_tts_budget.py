@@ -1,12 +1,12 @@
 """The real-time budget of text to speech on the NPU, from the compiler's own figures (issue #13, part 4).
 
     .venv/bin/python benchmarks/bench_tts_budget.py --plan OUT/plan.json \\
-        [--graph code_predictor=OTHER.rknn] [--graph vocoder=PUBLISHED_B16.rknn] \\
+        ["--graph=code_predictor step=OTHER.rknn"] [--graph vocoder=PUBLISHED_B16.rknn] \\
         [--board-factor 6.7] [--out budget.json]
 
-Per second of audio the talker decodes one position per frame, the code predictor runs one frame
-graph per frame (all 15 codebooks unrolled inside), and the vocoder runs one step per B frames:
-at 12.5 frames/s that is 12.5 + 12.5 + 12.5/B NPU calls.  Each graph's time per call is
+Per second of audio the talker decodes one position per frame, the code predictor runs its step
+graph once per position (16 a frame; the frame form: one unrolled graph per frame), and the
+vocoder runs one step per B frames: at 12.5 frames/s that is 12.5 + 200 (or 12.5) + 12.5/B NPU calls.  Each graph's time per call is
 ``rkspeech estimate``'s (the layer table of the graph's build log, default assumptions of
 docs/estimate.md: 1 GHz, 17 GB/s, compute and traffic overlapped, one core); ``--board-factor K``
 adds the estimate with every NPU layer K times slower (the Whisper base calibration in
@@ -46,8 +46,10 @@ def plan_graphs(plan_path: Path) -> tuple[float, dict[str, dict]]:
     if talker is not None:
         graphs["talker decode"] = {"rknn": talker.artifacts["decode"].get("rknn"), "calls_per_frame": 1.0}
     cp = plan.stages.get("code_predictor")
-    if cp is not None:
-        graphs["code_predictor"] = {"rknn": cp.artifacts["frame"].get("rknn"), "calls_per_frame": 1.0}
+    if cp is not None:  # the step form runs once per position (capacity = G positions), the frame form once
+        (role, files), = cp.artifacts.items()
+        calls = float(cp.contract["capacity"]) if role == "step" else 1.0
+        graphs[f"code_predictor {role}"] = {"rknn": files.get("rknn"), "calls_per_frame": calls}
     graphs["vocoder"] = {"rknn": plan.artifacts.get("main"), "calls_per_frame": 1.0 / c.codes_length}
     return fps, graphs
 
@@ -94,7 +96,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--plan", type=Path, help="plan.json from rkspeech build qwen3-tts")
     ap.add_argument("--graph", action="append", default=[],
-                    help="NAME=FILE.rknn: use this .rknn for a graph (talker decode, code_predictor, vocoder)")
+                    help="NAME=FILE.rknn: use this .rknn for a graph (talker decode, code_predictor frame, "
+                         "code_predictor step, vocoder)")
+    ap.add_argument("--code-groups", type=int, default=16, help="code predictor step calls per frame when no plan")
     ap.add_argument("--frames-per-s", type=float, default=12.5, help="frames per audio second when no plan")
     ap.add_argument("--vocoder-B", type=int, default=None, help="vocoder tokens per step when no plan")
     ap.add_argument("--board-factor", type=float, default=6.7)
@@ -108,6 +112,8 @@ def main() -> int:
             ap.error(f"--graph wants NAME=FILE.rknn, got {item!r}")
         if name not in graphs:
             per_frame = 1.0 / args.vocoder_B if name == "vocoder" and args.vocoder_B else 1.0
+            if name == "code_predictor step":
+                per_frame = float(args.code_groups)
             graphs[name] = {"calls_per_frame": per_frame}
         graphs[name]["rknn"] = Path(path)
     rows = [graph_row(n, g.get("rknn"), fps * g["calls_per_frame"], args.board_factor) for n, g in graphs.items()]
@@ -119,13 +125,13 @@ def main() -> int:
               "uptime": uptime, "frames_per_audio_s": fps, "board_factor": args.board_factor, "graphs": rows,
               "total_ms_per_audio_s": round(sum(r.get("ms_per_audio_s", 0) for r in rows), 2),
               "total_ms_per_audio_s_board": round(sum(r.get("ms_per_audio_s_board", 0) for r in rows), 2)}
-    print(f"{'graph':<16} {'calls/s':>7} {'ms/call':>9} {'ms/audio s':>10} {'x board':>10} "
+    print(f"{'graph':<20} {'calls/s':>7} {'ms/call':>9} {'ms/audio s':>10} {'x board':>10} "
           f"{'MB/audio s':>10} {'budget/call':>11} {'own core':>9}")
     for r in rows:
         if "ms_per_call" not in r:
-            print(f"{r['graph']:<16} {r['calls_per_audio_s']:>7.2f}  {r.get('note', '')}")
+            print(f"{r['graph']:<20} {r['calls_per_audio_s']:>7.2f}  {r.get('note', '')}")
             continue
-        print(f"{r['graph']:<16} {r['calls_per_audio_s']:>7.2f} {r['ms_per_call']:>9.2f} {r['ms_per_audio_s']:>10.1f} "
+        print(f"{r['graph']:<20} {r['calls_per_audio_s']:>7.2f} {r['ms_per_call']:>9.2f} {r['ms_per_audio_s']:>10.1f} "
               f"{r.get('ms_per_audio_s_board', float('nan')):>10.1f} {r['traffic_mb_per_audio_s']:>10.1f} "
               f"{r.get('budget_ms_per_call_serial_ms_per_audio_s', float('nan')):>11.2f} "
               f"{r['budget_ms_per_call_own_core']:>9.1f}")

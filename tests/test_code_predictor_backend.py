@@ -125,7 +125,7 @@ def test_compare_frames_counts_up_to_the_first_miss():
 
 @pytest.fixture(scope="session")
 def tiny_cp_build(tmp_path_factory):
-    """A tiny custom-voice root and its code-predictor build (converted and simulated once)."""
+    """A tiny custom-voice root and its frame-form code-predictor build (converted and simulated once)."""
     from rkspeech.models.qwen3_tts import synthetic_tts
     from rkspeech.models.qwen3_tts.tts_checkpoint import resolve_model_root
     from rkspeech.pipelines.code_predictor_build import build_code_predictor
@@ -140,7 +140,8 @@ def tiny_cp_build(tmp_path_factory):
         synthetic_tts.write_tts_checkpoint(root, "reduced", "custom-voice", 0)
     files = resolve_model_root(root)
     out = tmp_path_factory.mktemp("cp_build")
-    report = build_code_predictor(StageRunner(out), files, out, target="rk3588", verify_frames=4, timeout=900)
+    report = build_code_predictor(StageRunner(out), files, out, target="rk3588", verify_frames=4, timeout=900,
+                                  form="frame")
     return files, out, report
 
 
@@ -173,7 +174,7 @@ def test_build_code_predictor_resumes(tiny_cp_build):
 
     files, out, first = tiny_cp_build
     stages = StageRunner(out)
-    again = build_code_predictor(stages, files, out, target="rk3588", verify_frames=4, timeout=900)
+    again = build_code_predictor(stages, files, out, target="rk3588", verify_frames=4, timeout=900, form="frame")
     assert all(t == {"skipped": True} for t in again["stages"].values()) and len(again["stages"]) == 5
     assert {k: again[k] for k in ("artifacts", "placement", "build", "rknn", "sim")} == \
         {k: first[k] for k in ("artifacts", "placement", "build", "rknn", "sim")}

@@ -1,5 +1,6 @@
-"""The code predictor's ``int16-hybrid`` build (``code_predictor_build(dtype="int16-hybrid")``,
-``convert.hybrid_int16``): the ``int16_ready`` reduced frame graph, calibrated on greedy frames of
+"""The code predictor's ``int16-hybrid`` build of the frame form (``code_predictor_build(dtype="int16-hybrid",
+form="frame")``, ``convert.hybrid_int16``; the step form's: tests/test_code_predictor_codebook.py): the
+``int16_ready`` reduced frame graph, calibrated on greedy frames of
 ``CALIB_TEXTS``, converted w16a16i_dfp with the fp16 layers, verified on the simulator built the
 same way: 0 CPU ops, 0 REGTASK lines, greedy agreement >= 99 % (fp16 of the same graph: 98.48 %
 over 720 frames, docs/code-predictor-step.md).  Plus the one-line refusals of a bad dtype.
@@ -52,7 +53,7 @@ def test_int16_hybrid_build_reduced(tts_custom_ckpt, tmp_path):
 
     files = resolve_model_root(tts_custom_ckpt)
     r = build_code_predictor(StageRunner(tmp_path), files, tmp_path, target="rk3588", verify_frames=VERIFY_FRAMES,
-                             timeout=900, dtype="int16-hybrid", calibration_frames=CALIB_FRAMES)
+                             timeout=900, dtype="int16-hybrid", calibration_frames=CALIB_FRAMES, form="frame")
     assert r["dtype"] == "int16-hybrid" and r["calibration"]["frames"] == CALIB_FRAMES
     assert r["artifacts"]["rknn"].endswith("_i16_rk3588.rknn")
     assert read_artifact_contract(r["artifacts"]["rknn"]) == read_artifact_contract(r["artifacts"]["onnx"])

@@ -78,7 +78,7 @@ def test_vocoder_only_plan_has_no_stages(tmp_path, graphs):
     ("missing", "frame artifact .* is missing"),
     ("format", "carries contract format 'rkspeech-talker/1', the plan says 'rkspeech-code-predictor/1'"),
     ("impl", r"code_predictor.impl is 'gpu'"),
-    ("roles", "artifacts must hold frame"),
+    ("roles", "artifacts must hold step or frame"),
     ("no_rknn", "placed on the NPU but frame has no rknn file"),
 ])
 def test_stage_faults_are_one_line(tmp_path, graphs, fault, message):

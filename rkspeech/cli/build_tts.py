@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from rkspeech.core.targets import DEFAULT_TARGET, TARGETS
+from rkspeech.pipelines.code_predictor_forms import DEFAULT_FORM, FORMS
 from rkspeech.stepgraph.formulations import CHOICES, DEFAULT_FORMULATION
 
 HELP = "Qwen3-TTS talker + code predictor + vocoder -> one plan (.rknn step graphs)"
@@ -27,6 +28,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--code-predictor-dtype", choices=("fp16", "int16-hybrid"), default="fp16",
                    help="code predictor conversion: fp16 (default) or int16-hybrid (w16a16i_dfp with fp16 layers, "
                         "calibrated on --code-predictor-calibration-frames greedy frames)")
+    p.add_argument("--code-predictor-form", choices=FORMS, default=DEFAULT_FORM,
+                   help="step (default): one NPU call per codebook position, the host picks each code (greedy "
+                        "or sampled); frame: the greedy frame unrolled into one call (needs ~19 GB to convert "
+                        "at the published size)")
     p.add_argument("--code-predictor-calibration-frames", type=int, default=240,
                    help="int16-hybrid calibration frames (default 240)")
     p.add_argument("--talker-capacity", type=int, default=512,
@@ -50,7 +55,7 @@ def options_from(args: argparse.Namespace):
         codes_length=args.codes_length,
         first_length=args.first_length, formulation=args.formulation, verify_steps=args.verify_steps,
         sim_pieces=args.sim_pieces, verify_frames=args.verify_frames, skip_code_predictor=args.skip_code_predictor,
-        code_predictor_dtype=args.code_predictor_dtype,
+        code_predictor_dtype=args.code_predictor_dtype, code_predictor_form=args.code_predictor_form,
         code_predictor_calibration_frames=args.code_predictor_calibration_frames,
         talker_capacity=args.talker_capacity, talker_prefill=args.talker_prefill, skip_talker=args.skip_talker,
         skip_talker_rknn=args.skip_talker_rknn, skip_verify=args.skip_verify, timeout=args.timeout,

@@ -1,18 +1,21 @@
-"""Checkpoint -> verified .rknn of the Qwen3-TTS code predictor's frame graph (issue #13).
+"""Checkpoint -> verified .rknn of the Qwen3-TTS code predictor (issue #13).
 
-Stages (``pipelines.stages``; each skipped when its inputs are unchanged), all under
-``out/code_predictor/``: export (``CodePredictorFrame(embed="onehot")``, the NPU formulation,
-onnxruntime codes checked against torch on one frame) -> lint -> convert (``rkspeech.convert``,
-the contract in the .rknn custom string) -> inspect (target, contract survived and equals the
-ONNX's) -> verify (the simulator: greedy codes of ``verify_frames`` frames against torch's).
+``form`` (``pipelines.code_predictor_forms``): ``step`` (default; the stack as a one-position
+step graph, 16 calls a frame, the host choosing each code: greedy or sampled) or ``frame`` (the
+greedy frame unrolled into one call).  Stages (``pipelines.stages``; each skipped when its
+inputs are unchanged), all under ``out/code_predictor/``: export (the form's graph, onnxruntime
+codes checked against torch on one frame) -> lint -> convert (``rkspeech.convert``, the contract
+in the .rknn custom string) -> inspect (target, contract survived and equals the ONNX's) ->
+verify (the simulator: greedy codes of ``verify_frames`` frames against torch's).
 
 ``dtype="int16-hybrid"`` (``rkspeech build qwen3-tts --code-predictor-dtype int16-hybrid``):
-the ``int16_ready`` graph (``code_predictor_onehot_i16.onnx``), a calibration stage
-(``calibration_frames`` greedy frames of ``CALIB_TEXTS`` on other speakers than the verify
-runs', saved as ``calib/dataset.txt``) and the hybrid int16 + fp16 conversion
+the int16-legal graph (``*_i16.onnx``: mask -20), a calibration stage (``calibration_frames``
+greedy frames of ``CALIB_TEXTS`` on other speakers than the verify runs', saved as
+``calib/dataset.txt``: one line per graph call) and the hybrid int16 + fp16 conversion
 (``convert.hybrid_int16``), verified on the simulator built the same way; fp16 stays the
-default (measured on the reduced checkpoint, 720 frames: 99.56 % greedy agreement against
-fp16's 98.48 %; docs/code-predictor-step.md).
+default (reduced checkpoint, simulator: frame form 99.56 % greedy agreement over 720 frames
+against fp16's 98.48 %; step form 99.06 % over 720 frames against fp16's 98.3 % over 200;
+docs/code-predictor-step.md).
 
 ``build_code_predictor`` returns the JSON-able report the ``rkspeech build qwen3-tts`` plan keeps
 per graph: ``artifacts``, ``placement``, ``build``, ``rknn``, ``sim`` (None with ``skip_verify``).
@@ -30,9 +33,10 @@ import numpy as np
 
 from rkspeech.core.errors import RkspeechError
 from rkspeech.core.targets import TARGETS
+from rkspeech.pipelines.code_predictor_forms import DEFAULT_FORM, get_form
 
 SUBDIR = "code_predictor"
-EMBED = "onehot"
+EMBED = "onehot"  # the frame form's in-graph feedback (the reference logits come from it too)
 DTYPES = ("fp16", "int16-hybrid")
 #: Texts of the int16-hybrid calibration runs (not in the verify set).
 CALIB_TEXTS = ("Seven large boxes arrived at the office late on Thursday afternoon.",
@@ -112,14 +116,17 @@ def torch_frame_logits(tts, captured) -> np.ndarray:
 
 def build_code_predictor(stages, files, out: Path, *, target: str, verify_frames: int = 20,
                          skip_verify: bool = False, timeout: float | None = None, model=None,
-                         dtype: str = "fp16", calibration_frames: int = 240, hybrid=None) -> dict:
+                         dtype: str = "fp16", calibration_frames: int = 240, hybrid=None,
+                         form: str = DEFAULT_FORM) -> dict:
     """Run (or resume) the code predictor's stages in ``out / "code_predictor"``; the report.
 
     ``stages``: a ``pipelines.stages.StageRunner`` (its state file may be shared with the other
     graphs of the build: the stage names here start with ``code_predictor_``); ``files``: the
     model root's ``ModelFiles``; ``model``: a ``LazyTTSModel`` shared with the build's other
     stages (default: one of its own); ``dtype``: ``DTYPES`` (``int16-hybrid``: calibrated on
-    ``calibration_frames`` frames, ``hybrid`` a ``convert.hybrid_int16.HybridInt16Options``)."""
+    ``calibration_frames`` frames, ``hybrid`` a ``convert.hybrid_int16.HybridInt16Options``); ``form``:
+    ``code_predictor_forms.FORMS``."""
+    shape = get_form(form)
     if dtype not in DTYPES:
         raise RkspeechError(f"unknown code predictor dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
     if calibration_frames < 1:
@@ -131,7 +138,7 @@ def build_code_predictor(stages, files, out: Path, *, target: str, verify_frames
     folder = Path(out) / SUBDIR
     folder.mkdir(parents=True, exist_ok=True)
     i16 = dtype == "int16-hybrid"
-    stem = f"code_predictor_{EMBED}" + ("_i16" if i16 else "")
+    stem = shape.stem + ("_i16" if i16 else "")
     onnx_path = folder / f"{stem}.onnx"
     rknn_path = folder / f"{stem}_{target}.rknn"
     dataset = folder / "calib" / "dataset.txt"
@@ -147,42 +154,36 @@ def build_code_predictor(stages, files, out: Path, *, target: str, verify_frames
     ckpt = [Path(files.config), Path(files.weights)]
 
     def do_export():
-        from rkspeech.export.code_predictor_onnx import export_code_predictor_onnx
-        from rkspeech.stepgraph.code_predictor_backend import GraphCodePredictor
-        from rkspeech.stepgraph.code_predictor_step import CodePredictorFrame
-
         tts = model.get()
-        step = CodePredictorFrame(tts.net.talker.code_predictor, embed=EMBED, int16_ready=i16).eval()
-        export_code_predictor_onnx(step, onnx_path)
+        contract = shape.export(tts, onnx_path, i16)
         # one frame through onnxruntime must give torch's greedy codes
         captured = capture_frames(tts, 1)
-        with GraphCodePredictor(onnx_path, "ort", model=tts) as g:
+        with shape.open(onnx_path, "ort", model=tts) as g:
             h, f, codes = captured[0]
-            got = g.frame(h.numpy()[0], f.numpy()[0])
+            got = [int(c) for c in g.infer(h.numpy()[0], f.numpy()[0])["logits"].argmax(-1)]
         if got != [int(c) for c in codes[1:]]:
             raise RkspeechError(f"{onnx_path.name}: onnxruntime codes {got} differ from torch's {list(codes[1:])}")
-        return {"onnx": str(onnx_path), "bytes": onnx_path.stat().st_size, "contract": step.contract().to_json(),
+        return {"onnx": str(onnx_path), "bytes": onnx_path.stat().st_size, "contract": contract,
                 "ort_codes_equal_torch": True}
 
-    export = stages.run("code_predictor_export", {"embed": EMBED, **({"int16_ready": True} if i16 else {})}, ckpt,
+    export_key = {"form": form, "embed": EMBED} if form == "frame" else {"form": form}
+    export = stages.run("code_predictor_export", {**export_key, **({"int16_ready": True} if i16 else {})}, ckpt,
                         lambda: [onnx_path], do_export)
 
     calib = None
     if i16:
         def do_calib():
-            captured = capture_frames(model.get(), calibration_frames, CALIB_TEXTS, first_run=3)
-            dataset.parent.mkdir(parents=True, exist_ok=True)
-            lines = []
-            for i, (h, f, _) in enumerate(captured):
-                a, b = dataset.parent / f"h{i}.npy", dataset.parent / f"f{i}.npy"
-                np.save(a, h.numpy().astype(np.float32))
-                np.save(b, f.numpy().astype(np.float32))
-                lines.append(f"{a} {b}")
-            dataset.write_text("\n".join(lines) + "\n")
-            return {"frames": len(lines), "dataset": str(dataset)}
+            from rkspeech.core.atomic import write_text
 
-        calib = stages.run("code_predictor_calibrate", {"frames": calibration_frames}, ckpt, lambda: [dataset],
-                           do_calib)
+            tts = model.get()
+            captured = capture_frames(tts, calibration_frames, CALIB_TEXTS, first_run=3)
+            dataset.parent.mkdir(parents=True, exist_ok=True)
+            lines = shape.write_calibration(tts, captured, dataset.parent, onnx_path)
+            write_text(dataset, "\n".join(lines) + "\n")
+            return {"frames": len(captured), "samples": len(lines), "dataset": str(dataset)}
+
+        calib = stages.run("code_predictor_calibrate", {"frames": calibration_frames, "form": form},
+                           ckpt + [onnx_path], lambda: [dataset], do_calib)
 
     def do_lint():
         from rkspeech.lint.checker import lint_model
@@ -198,9 +199,8 @@ def build_code_predictor(stages, files, out: Path, *, target: str, verify_frames
 
     def do_convert():
         from rkspeech.convert.conversion import convert
-        from rkspeech.stepgraph.code_predictor_backend import read_artifact_contract
 
-        contract = read_artifact_contract(onnx_path)
+        contract = shape.read_contract(onnx_path)
         return convert(onnx_path, rknn_path, target=target, dtype=dtype, timeout=timeout,
                        custom_string=contract.to_json(), dataset=str(dataset) if i16 else None,
                        hybrid=hybrid).to_report()
@@ -211,11 +211,10 @@ def build_code_predictor(stages, files, out: Path, *, target: str, verify_frames
 
     def do_inspect():
         from rkspeech.inspect.container import read_container
-        from rkspeech.stepgraph.code_predictor_backend import read_artifact_contract
 
         info = read_container(rknn_path, expect_target=target)
-        contract = read_artifact_contract(rknn_path)
-        if contract != read_artifact_contract(onnx_path):
+        contract = shape.read_contract(rknn_path)
+        if contract != shape.read_contract(onnx_path):
             raise RkspeechError(f"{rknn_path}: its contract differs from the ONNX's")
         return {"bytes": info.file_size, "format": info.format, "target": info.target,
                 "toolkit_version": info.toolkit_version, "contract": contract.to_json()}
@@ -225,27 +224,26 @@ def build_code_predictor(stages, files, out: Path, *, target: str, verify_frames
     sim = None
     if not skip_verify:
         def do_verify():
-            from rkspeech.stepgraph.code_predictor_backend import GraphCodePredictor
-
             tts = model.get()
             captured = capture_frames(tts, verify_frames)
             ref = torch_frame_logits(tts, captured)
             codes = np.stack([c[1:] for _, _, c in captured])
             if not (ref.argmax(-1) == codes).all():
                 raise RkspeechError("the torch frame graph's codes differ from TTSModel's (export bug)")
-            with GraphCodePredictor(onnx_path, "sim", model=tts, target=target, dtype=dtype,
-                                    dataset=str(dataset) if i16 else None, hybrid=hybrid_key,
-                                    log_path=str(folder / "simulator.log")) as g:
+            with shape.open(onnx_path, "sim", model=tts, target=target, dtype=dtype,
+                            dataset=str(dataset) if i16 else None, hybrid=hybrid_key,
+                            log_path=str(folder / "simulator.log")) as g:
                 got = np.stack([g.infer(h.numpy()[0], f.numpy()[0])["logits"] for h, f, _ in captured])
             return compare_frames(ref, codes, got)
 
         sim = stages.run("code_predictor_verify", {"frames": verify_frames, "target": target, "dtype": dtype,
-                                                   **({"hybrid": hybrid_key} if i16 else {})},
+                                                   "form": form, **({"hybrid": hybrid_key} if i16 else {})},
                          ckpt + [onnx_path, rknn_path] + ([dataset] if i16 else []), lambda: [], do_verify)
 
     placement = conv["placement"]
     return {
-        "target": target, "embed": EMBED, "dtype": dtype,
+        "target": target, "form": form, "role": shape.role, "dtype": dtype,
+        **({"embed": EMBED} if form == "frame" else {}),
         **({"calibration": calib, "hybrid": (conv.get("extra") or {}).get("hybrid", hybrid_key)} if i16 else {}),
         "artifacts": {"onnx": str(onnx_path), "rknn": str(rknn_path)},
         "contract": inspect["contract"],

@@ -20,6 +20,7 @@ from pathlib import Path
 from rkspeech.core.atomic import check_writable, folder_lock, write_json
 from rkspeech.core.errors import RkspeechError
 from rkspeech.core.targets import DEFAULT_TARGET, TARGETS
+from rkspeech.pipelines.code_predictor_forms import DEFAULT_FORM
 from rkspeech.pipelines.vocoder_build import BUILD_REPORT, PLAN_FILE
 from rkspeech.stepgraph.formulations import DEFAULT_FORMULATION
 
@@ -43,6 +44,9 @@ class TTSBuildOptions:
     # fp16 layers; 99.56 % greedy agreement against fp16's 98.48 % on the reduced checkpoint)
     code_predictor_dtype: str = "fp16"
     code_predictor_calibration_frames: int = 240
+    # "step" (one NPU call per position, host heads and sampling; converts at the published size
+    # in 15 s / 2.3 GB) or "frame" (one greedy call per frame; 18.9 GB to convert there)
+    code_predictor_form: str = DEFAULT_FORM
     # talker
     talker_capacity: int = 512  # KV positions: prompt + frames of one utterance
     talker_prefill: int = 32  # positions per prefill call
@@ -59,6 +63,11 @@ def _validate(o: TTSBuildOptions) -> None:
     if o.target not in TARGETS:
         raise RkspeechError(f"unknown target {o.target!r}; choose one of {', '.join(TARGETS)}")
     from rkspeech.pipelines.code_predictor_build import DTYPES
+    from rkspeech.pipelines.code_predictor_forms import FORMS
+
+    if o.code_predictor_form not in FORMS:
+        raise RkspeechError(f"unknown --code-predictor-form {o.code_predictor_form!r}; choose one of "
+                            f"{', '.join(FORMS)}")
 
     if o.code_predictor_dtype not in DTYPES:
         raise RkspeechError(f"unknown --code-predictor-dtype {o.code_predictor_dtype!r}; choose one of "
@@ -171,17 +180,18 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
         cp = build_code_predictor(stages, files, out, target=o.target, verify_frames=o.verify_frames,
                                   skip_verify=o.skip_verify, timeout=o.timeout, model=model,
                                   dtype=o.code_predictor_dtype,
-                                  calibration_frames=o.code_predictor_calibration_frames)
+                                  calibration_frames=o.code_predictor_calibration_frames,
+                                  form=o.code_predictor_form)
         a = cp["artifacts"]
         quant = None
         if cp.get("dtype", "fp16") != "fp16":
             quant = {"dtype": cp["dtype"], "dataset": cp["calibration"]["dataset"],
                      "hybrid": HybridInt16Options.from_dict(cp.get("hybrid")).to_dict()}
         sections["code_predictor"] = stage_section(
-            impl="rknn", target=o.target, artifacts={"frame": {"onnx": a["onnx"], "rknn": a["rknn"]}},
+            impl="rknn", target=o.target, artifacts={cp["role"]: {"onnx": a["onnx"], "rknn": a["rknn"]}},
             contract=_onnx_contract(a["onnx"]), base=out, quantization=quant)
         graphs["code_predictor"] = {**_graph_row(cp.get("convert") or cp, (cp.get("rknn") or {}).get("bytes")),
-                                    "dtype": cp.get("dtype"), "sim": cp.get("sim")}
+                                    "form": cp.get("form"), "dtype": cp.get("dtype"), "sim": cp.get("sim")}
     if not o.skip_talker:
         from rkspeech.pipelines.talker_build import build_talker
 

@@ -4,8 +4,12 @@ A ``rkspeech build qwen3-tts`` plan holds, next to ``speech_decoder`` (the vocod
 per stage that runs as a graph::
 
     "code_predictor": {"impl": "rknn", "target": "rk3588",
-                       "artifacts": {"frame": {"onnx": "code_predictor/...onnx", "rknn": "...rknn"}},
-                       "contract": {"format": "rkspeech-code-predictor/1", ...}},
+                       "artifacts": {"step": {"onnx": "code_predictor/...onnx", "rknn": "...rknn"}},
+                       "contract": {"format": "rkspeech-talker/1", "model": "qwen3-tts-code-predictor-step", ...}},
+
+The code predictor holds one role: ``step`` (its stack as a one-position step graph, the talker's
+contract format with its own model name) or ``frame`` (the unrolled greedy frame graph, format
+``rkspeech-code-predictor/1``).
     "talker": {"impl": "onnx", "artifacts": {"prefill": {"onnx": ...}, "decode": {"onnx": ...}},
                "contract": {"format": "rkspeech-talker/1", ...}}
 
@@ -29,8 +33,8 @@ from pathlib import Path
 
 from rkspeech.core.errors import RkspeechError
 
-#: stage name -> the artifact roles its section must hold
-STAGE_ROLES = {"talker": ("prefill", "decode"), "code_predictor": ("frame",)}
+#: stage name -> the artifact role sets its section may hold (exactly one of them)
+STAGE_ROLES = {"talker": (("prefill", "decode"),), "code_predictor": (("step",), ("frame",))}
 STAGE_IMPLS = ("rknn", "onnx")
 #: ``quantization.dtype`` values a stage may record (fp16: no section)
 STAGE_DTYPES = ("fp16", "int16-hybrid")
@@ -110,7 +114,7 @@ def load_stages(raw: dict, plan_path: Path, backend: str | None) -> dict[str, St
     """Parse and check every stage section of a plan (``raw``: its JSON)."""
     out: dict[str, StagePlan] = {}
     base = plan_path.parent
-    for name, roles in STAGE_ROLES.items():
+    for name, role_sets in STAGE_ROLES.items():
         sec = raw.get(name)
         if sec is None:
             continue
@@ -121,9 +125,11 @@ def load_stages(raw: dict, plan_path: Path, backend: str | None) -> dict[str, St
         if impl not in STAGE_IMPLS:
             raise RkspeechError(f"{where}.impl is {impl!r}, expected one of {STAGE_IMPLS}")
         arts = sec.get("artifacts")
-        if not isinstance(arts, dict) or set(arts) != set(roles):
+        roles = next((r for r in role_sets if isinstance(arts, dict) and set(arts) == set(r)), None)
+        if roles is None:
             got = sorted(arts) if isinstance(arts, dict) else arts
-            raise RkspeechError(f"{where}.artifacts must hold {', '.join(roles)}; got {got!r}")
+            want = " or ".join(", ".join(r) for r in role_sets)
+            raise RkspeechError(f"{where}.artifacts must hold {want}; got {got!r}")
         contract = sec.get("contract")
         if not isinstance(contract, dict) or not isinstance(contract.get("format"), str):
             raise RkspeechError(f"{where}.contract must be an object with a format")

@@ -21,13 +21,13 @@ def open_stage_backends(plan, backend: str, *, model=None, threads: int | None =
     out = {}
     cp = plan.stages.get("code_predictor")
     if cp is not None:
-        from rkspeech.stepgraph.code_predictor_backend import GraphCodePredictor
+        from rkspeech.pipelines.code_predictor_forms import get_form
 
         be = cp.backend_for(backend)
         build = cp.simulator_build() if be == "sim" else {}  # a board loads the .rknn as built
-        out["code_predictor"] = GraphCodePredictor(cp.paths(backend)["frame"], backend=be, model=model,
-                                                   threads=threads, target=target, **build)
-        progress.info(f"code predictor: {cp.impl} graph on {be}" + (f" ({build['dtype']})" if build else ""))
+        (role, path), = cp.paths(backend).items()  # "step" or "frame"
+        out["code_predictor"] = get_form(role).open(path, be, model=model, threads=threads, target=target, **build)
+        progress.info(f"code predictor: {cp.impl} {role} graph on {be}" + (f" ({build['dtype']})" if build else ""))
     talker = plan.stages.get("talker")
     if talker is not None:
         from rkspeech.pipelines.talker_build import open_talker

@@ -80,6 +80,8 @@ class TalkerContract:
     cache_io: str = "flat"
     fingerprint: str = ""
     model: str = MODEL_NAME
+    #: the additive mask's "no" value (``step_mask``); -20 in an int16-hybrid graph (INT16_LIMIT)
+    mask_value: float = MASK_VALUE
 
     @property
     def cache_heads(self) -> int:
@@ -121,14 +123,14 @@ class TalkerContract:
     def same_model(self, other: TalkerContract) -> bool:
         """Same stack and cache layout (B may differ): prefill and decode graphs share a cache."""
         keys = ("hidden", "layers", "heads", "kv_heads", "head_dim", "capacity", "rope_theta", "rms_norm_eps",
-                "kv_layout", "fingerprint")
+                "kv_layout", "fingerprint", "model", "mask_value")
         return all(getattr(self, k) == getattr(other, k) for k in keys)
 
     def to_json(self) -> str:
         d = {"format": CONTRACT_FORMAT, "model": self.model, "Ht": self.hidden, "layers": self.layers,
              "heads": self.heads, "kv_heads": self.kv_heads, "head_dim": self.head_dim, "capacity": self.capacity,
              "B": self.B, "rope_theta": self.rope_theta, "eps": self.rms_norm_eps, "kv_layout": self.kv_layout,
-             "cache_io": self.cache_io, "fingerprint": self.fingerprint, "mask_value": MASK_VALUE,
+             "cache_io": self.cache_io, "fingerprint": self.fingerprint, "mask_value": self.mask_value,
              "outputs": list(self.output_names)}
         return json.dumps(d, separators=(",", ":"))
 
@@ -142,7 +144,7 @@ class TalkerContract:
                     head_dim=int(d["head_dim"]), capacity=int(d["capacity"]), B=int(d["B"]),
                     rope_theta=float(d["rope_theta"]), rms_norm_eps=float(d["eps"]), kv_layout=str(d["kv_layout"]),
                     cache_io=str(d["cache_io"]), fingerprint=str(d.get("fingerprint", "")),
-                    model=str(d.get("model", MODEL_NAME)))
+                    model=str(d.get("model", MODEL_NAME)), mask_value=float(d.get("mask_value", MASK_VALUE)))
         except (KeyError, TypeError, ValueError) as exc:
             raise RkspeechError(f"talker contract is malformed: {exc!r}") from None
         if c.kv_layout not in KV_LAYOUTS or c.cache_io not in CACHE_IO:
@@ -152,24 +154,27 @@ class TalkerContract:
         return c
 
 
-def contract_for(model, *, capacity: int, B: int, kv_layout: str = "heads", cache_io: str = "flat") -> TalkerContract:
-    """The contract of a step over ``model`` (``talker.model``, a ``DecoderStack``)."""
+def contract_for(model, *, capacity: int, B: int, kv_layout: str = "heads", cache_io: str = "flat",
+                 name: str = MODEL_NAME, mask_value: float = MASK_VALUE) -> TalkerContract:
+    """The contract of a step over ``model`` (a ``DecoderStack``: ``talker.model``, or the code
+    predictor's, ``name`` then saying which)."""
     cfg = model.cfg
     return TalkerContract(hidden=cfg.hidden_size, layers=cfg.num_hidden_layers, heads=cfg.num_attention_heads,
                           kv_heads=cfg.num_key_value_heads, head_dim=cfg.head_dim, capacity=capacity, B=B,
                           rope_theta=float(cfg.rope_theta), rms_norm_eps=float(cfg.rms_norm_eps),
-                          kv_layout=kv_layout, cache_io=cache_io, fingerprint=weights_fingerprint(model))
+                          kv_layout=kv_layout, cache_io=cache_io, fingerprint=weights_fingerprint(model),
+                          model=name, mask_value=float(mask_value))
 
 
 def check_contract_matches(contract: TalkerContract, model, where: str = "talker graph") -> None:
     """One-line RkspeechError when ``contract`` was not exported from ``model``'s stack."""
     want = contract_for(model, capacity=contract.capacity, B=contract.B, kv_layout=contract.kv_layout,
-                        cache_io=contract.cache_io)
+                        cache_io=contract.cache_io, name=contract.model)
     for key in ("hidden", "layers", "heads", "kv_heads", "head_dim", "rope_theta", "rms_norm_eps", "fingerprint"):
         have, need = getattr(contract, key), getattr(want, key)
         if have != need:
             raise RkspeechError(f"{where} does not match this model: its contract has {key}={have!r}, the model "
-                                f"{need!r}; export the talker graphs from this checkpoint")
+                                f"{need!r}; export the graphs from this checkpoint")
 
 
 def rope_cos_sin(positions, inv_freq: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
@@ -188,9 +193,9 @@ def step_mask(contract: TalkerContract, start: int) -> np.ndarray:
     itself, so none is all-masked; the host drops their outputs and keys/values).  Grouped
     layout: the B rows repeated per query head of a group."""
     cap, B = contract.capacity, contract.B
-    m = np.full((B, cap + B), MASK_VALUE, dtype=np.float32)
+    m = np.full((B, cap + B), contract.mask_value, dtype=np.float32)
     m[:, :min(start, cap)] = 0.0
-    m[:, cap:] = np.where(np.tri(B, dtype=bool), 0.0, MASK_VALUE)
+    m[:, cap:] = np.where(np.tri(B, dtype=bool), 0.0, contract.mask_value)
     rep = contract.mask_rows // B
     return np.tile(m, (rep, 1)) if rep > 1 else m
 
@@ -201,7 +206,8 @@ class TalkerStep(nn.Module):
     Shares the model's weights (plus row-repeated k/v projections for ``kv_layout="heads"``);
     traces the ops of ``models.qwen3_tts.talker`` in the same order."""
 
-    def __init__(self, model, *, capacity: int, B: int, kv_layout: str = "heads", cache_io: str = "flat"):
+    def __init__(self, model, *, capacity: int, B: int, kv_layout: str = "heads", cache_io: str = "flat",
+                 name: str = MODEL_NAME, mask_value: float = MASK_VALUE):
         super().__init__()
         if kv_layout not in KV_LAYOUTS:
             raise RkspeechError(f"kv_layout must be one of {KV_LAYOUTS}, got {kv_layout!r}")
@@ -214,7 +220,8 @@ class TalkerStep(nn.Module):
         if kv_layout == "heads":
             self.k_rep = nn.ModuleList(_repeat_heads(la.self_attn, la.self_attn.k_proj) for la in model.layers)
             self.v_rep = nn.ModuleList(_repeat_heads(la.self_attn, la.self_attn.v_proj) for la in model.layers)
-        self._contract = contract_for(model, capacity=capacity, B=B, kv_layout=kv_layout, cache_io=cache_io)
+        self._contract = contract_for(model, capacity=capacity, B=B, kv_layout=kv_layout, cache_io=cache_io,
+                                      name=name, mask_value=mask_value)
 
     def contract(self) -> TalkerContract:
         return self._contract
