@@ -60,11 +60,12 @@ def test_plan_places_every_stage(built):
 
 
 def test_speak_with_the_plan_through_the_simulator(built, tts_custom_ckpt, tmp_path):
+    """Sampled (qwen-tts' defaults, seeded): the step-form code predictor samples on the host."""
     from rkspeech.cli import main
 
     wav, rep = tmp_path / "s.wav", tmp_path / "r.json"
     rc = main(["speak", "Hello from the board.", "--model-dir", str(tts_custom_ckpt), "--plan",
-               str(built / "plan.json"), "--backend", "sim", "--speaker", "vivian", "--greedy", "--max-frames", "6",
+               str(built / "plan.json"), "--backend", "sim", "--speaker", "vivian", "--seed", "3", "--max-frames", "6",
                "--threads", "1", "-o", str(wav), "--report", str(rep)])
     assert rc == 0
     report = json.loads(rep.read_text())

@@ -6,7 +6,7 @@ step graph, the host doing heads, choice and embeddings.
 * 16 calls a frame; refusals in one line: a talker graph, a graph of another checkpoint;
 * ``build_code_predictor(form="step")`` on the reduced root, fp16 and int16-hybrid: 0 CPU ops,
   0 REGTASK lines, the contract in the .rknn, simulator agreement (reduced, 720 frames, measured
-  2026-12-01: fp16 98.9 % over 50 frames, int16-hybrid 99.06 % over 720; docs/code-predictor-step.md).
+  2026-12-01: fp16 98.14 %, int16-hybrid 99.06 %; docs/code-predictor-step.md).
 """
 
 from __future__ import annotations

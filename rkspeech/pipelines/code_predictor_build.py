@@ -14,7 +14,7 @@ greedy frames of ``CALIB_TEXTS`` on other speakers than the verify runs', saved 
 ``calib/dataset.txt``: one line per graph call) and the hybrid int16 + fp16 conversion
 (``convert.hybrid_int16``), verified on the simulator built the same way; fp16 stays the
 default (reduced checkpoint, simulator: frame form 99.56 % greedy agreement over 720 frames
-against fp16's 98.48 %; step form 99.06 % over 720 frames against fp16's 98.3 % over 200;
+against fp16's 98.48 %; step form 99.06 % against fp16's 98.14 % over the build's 720 verify frames;
 docs/code-predictor-step.md).
 
 ``build_code_predictor`` returns the JSON-able report the ``rkspeech build qwen3-tts`` plan keeps
