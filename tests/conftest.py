@@ -47,6 +47,15 @@ def tts_custom_ckpt(tmp_path_factory):
     return write_tts_checkpoint(tmp_path_factory.mktemp("tts_custom_reduced"), "reduced", "custom-voice", 0)
 
 
+@pytest.fixture(scope="module")
+def tts(tts_custom_ckpt):
+    """``tts_custom_ckpt`` loaded as a ``TTSModel``, one per test module (tests swap its backends
+    and restore them)."""
+    from rkspeech.models.qwen3_tts.generate import TTSModel
+
+    return TTSModel.load(tts_custom_ckpt)
+
+
 @pytest.fixture(scope="session")
 def reduced_vocoder_build(reduced_ckpt, tmp_path_factory):
     """``build_vocoder`` of the reduced checkpoint (B=16, first step B=4, 3 verify steps):

@@ -23,13 +23,6 @@ FRAMES = 30
 
 
 @pytest.fixture(scope="module")
-def tts(tts_custom_ckpt):
-    from rkspeech.models.qwen3_tts.generate import TTSModel
-
-    return TTSModel.load(tts_custom_ckpt)
-
-
-@pytest.fixture(scope="module")
 def cp_onnx(tts, tmp_path_factory):
     from rkspeech.export.code_predictor_onnx import export_code_predictor_onnx
     from rkspeech.stepgraph.code_predictor_step import CodePredictorFrame

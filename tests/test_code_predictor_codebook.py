@@ -23,13 +23,6 @@ FRAMES = 24
 
 
 @pytest.fixture(scope="module")
-def tts(tts_custom_ckpt):
-    from rkspeech.models.qwen3_tts.generate import TTSModel
-
-    return TTSModel.load(tts_custom_ckpt)
-
-
-@pytest.fixture(scope="module")
 def step_onnx(tts, tmp_path_factory):
     from rkspeech.export.talker_onnx import export_talker_onnx
     from rkspeech.stepgraph.code_predictor_codebook import code_predictor_step

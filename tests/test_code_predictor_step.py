@@ -18,13 +18,6 @@ TEXT = "Hello there, this is a test of the code predictor."
 
 
 @pytest.fixture(scope="module")
-def tts(tts_custom_ckpt):
-    from rkspeech.models.qwen3_tts.generate import TTSModel
-
-    return TTSModel.load(tts_custom_ckpt)
-
-
-@pytest.fixture(scope="module")
 def frames(tts):
     from rkspeech.stepgraph.code_predictor_step import greedy_frames_with_inputs
 

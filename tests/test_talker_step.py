@@ -20,13 +20,6 @@ TEXT = "Hello there, this is a test of the talker step graph."
 
 
 @pytest.fixture(scope="module")
-def tts(tts_custom_ckpt):
-    from rkspeech.models.qwen3_tts.generate import TTSModel
-
-    return TTSModel.load(tts_custom_ckpt)
-
-
-@pytest.fixture(scope="module")
 def graphs(tts, tmp_path_factory):
     from rkspeech.export.talker_onnx import export_talker_pair
 
