@@ -43,18 +43,10 @@ def code_predictor_step(cp, *, mask_value: float = MASK_VALUE):
 def read_step_contract(path: str | os.PathLike) -> TalkerContract:
     """The contract of a code-predictor step graph (.onnx metadata or .rknn custom string); one
     line when the file holds another graph (a talker step, a frame graph)."""
+    from rkspeech.stepgraph.talker_backend import read_step_artifact_contract
+
     path = Path(path)
-    if path.suffix.lower() == ".rknn":
-        from rkspeech.inspect.container import read_container
-
-        text = read_container(path).custom_string
-        if not text:
-            raise RkspeechError(f"{path}: no custom string; convert it with rkspeech convert from the exported ONNX")
-        contract = TalkerContract.from_json(text)
-    else:
-        from rkspeech.export.talker_onnx import read_talker_contract
-
-        contract = read_talker_contract(path)
+    contract = read_step_artifact_contract(path)
     if contract.model != MODEL_NAME or contract.B != 1:
         raise RkspeechError(f"{path.name}: a {contract.model} graph with B={contract.B}, not a code-predictor step "
                             f"({MODEL_NAME}, B=1)")

@@ -28,6 +28,24 @@ def inverse_frequencies(contract: TalkerContract):
     return 1.0 / (contract.rope_theta ** (torch.arange(0, hd, 2, dtype=torch.int64).float() / hd))
 
 
+def read_step_artifact_contract(path) -> TalkerContract:
+    """The ``TalkerContract`` of a step graph: the .onnx metadata (checked against its I/O) or the
+    .rknn custom string (one line when it has none)."""
+    from pathlib import Path
+
+    path = Path(path)
+    if path.suffix.lower() == ".rknn":
+        from rkspeech.inspect.container import read_container
+
+        text = read_container(path).custom_string
+        if not text:
+            raise RkspeechError(f"{path}: no custom string; convert it with rkspeech convert from the exported ONNX")
+        return TalkerContract.from_json(text)
+    from rkspeech.export.talker_onnx import read_talker_contract
+
+    return read_talker_contract(path)
+
+
 class GraphTalker:
     """``start(capacity)`` / ``forward(embeds [t, Ht]) -> [Ht]`` / ``close()`` over a decode runner
     (B = 1) and an optional prefill runner (B > 1; without it the prompt runs one position at a
@@ -121,19 +139,8 @@ def open_graph_talker(decode_path, prefill_path=None, *, backend: str = "ort", m
     come from the ONNX metadata (for .rknn: the custom string)."""
     from rkspeech.runtime.runners import open_runner
 
-    def contract_of(path):
-        from pathlib import Path
-
-        if Path(path).suffix.lower() == ".rknn":
-            from rkspeech.inspect.container import read_container
-
-            return TalkerContract.from_json(read_container(path).custom_string)
-        from rkspeech.export.talker_onnx import read_talker_contract
-
-        return read_talker_contract(path)
-
-    dc = contract_of(decode_path)
-    pc = contract_of(prefill_path) if prefill_path else None
+    dc = read_step_artifact_contract(decode_path)
+    pc = read_step_artifact_contract(prefill_path) if prefill_path else None
     runners = []
     try:
         runners.append(open_runner(backend, decode_path, **runner_kw))
