@@ -53,7 +53,8 @@ def server(tts_custom_ckpt, plan):
 
     from rkspeech.runtime.whisper_model import WhisperModel
 
-    speaker = Speaker(tts_custom_ckpt, plan, threads=1, options=GenerationOptions.greedy(max_new_tokens=FRAMES))
+    # what `speak --max-frames FRAMES` runs: FRAMES frames take FRAMES + 1 talker steps
+    speaker = Speaker(tts_custom_ckpt, plan, threads=1, options=GenerationOptions.greedy(max_new_tokens=FRAMES + 1))
     whisper = WhisperModel(TINY_EN, threads=1)
     pool = EnginePool(transcribers=[whisper], speakers=[speaker], max_queue=2)
     st = ServerThread(pool, ServeOptions(wyoming="tcp://127.0.0.1:0", http="127.0.0.1:0", beam_size=1)).start()

@@ -64,7 +64,8 @@ def test_speak_wav_is_the_decode_of_its_codes(spoken, plan, reduced_model, tmp_p
     from rkspeech.runtime.wav import read_wav_int16
 
     c = np.load(spoken / "codes.npy")
-    assert c.dtype == np.int64 and c.ndim == 2 and c.shape[1] == 16 and 0 < c.shape[0] <= FRAMES
+    assert c.dtype == np.int64 and c.ndim == 2 and c.shape[1] == 16
+    assert c.shape[0] == FRAMES  # --max-frames N: N frames of audio (this talker does not stop sooner)
     rc, cap = _run(["decode", "--plan", str(plan), str(spoken / "codes.npy"), "-o", str(tmp_path / "b.wav"),
                     "--threads", "1"], capsys)
     assert rc == 0, cap.err
@@ -152,3 +153,5 @@ def test_empty_text_and_wrong_output_are_refused_before_loading(tmp_path, capsys
     assert rc == 2 and "the text is empty" in cap.err
     rc, cap = _run(["speak", "Hi.", "--plan", "nowhere.json", "-o", str(tmp_path / "x.mp3")], capsys)
     assert rc == 2 and "must end in .wav" in cap.err
+    rc, cap = _run(["speak", "Hi.", "--plan", "nowhere.json", "-o", str(tmp_path / "x.wav"), "--max-frames", "0"], capsys)
+    assert rc == 2 and "--max-frames must be >= 1, got 0" in cap.err

@@ -42,7 +42,9 @@ def register(subparsers) -> None:
     p.add_argument("--top-k", type=int, default=None)
     p.add_argument("--top-p", type=float, default=None)
     p.add_argument("--repetition-penalty", type=float, default=None)
-    p.add_argument("--max-frames", type=int, default=None, help="stop after this many frames (12.5 per second)")
+    p.add_argument("--max-frames", type=int, default=None,
+                   help="at most this many frames of audio, N frames = N/12.5 s (fewer if the talker ends the "
+                        "utterance first); qwen-tts' max_new_tokens=N+1 gives the same N frames")
     p.add_argument("--codes-out", default=None, help="save the generated codes here ([T,16] int64 .npy)")
     p.add_argument("--report", default=None, help="write the timing report JSON here")
     p.set_defaults(func=run)
@@ -57,7 +59,10 @@ def _options(args, speaker):
 
     seed = DEFAULT_SEED if args.seed is None else args.seed
     talker = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p,
-              "repetition_penalty": args.repetition_penalty, "max_new_tokens": args.max_frames}
+              "repetition_penalty": args.repetition_penalty,
+              # N talker steps give at most N - 1 frames (as in qwen-tts, the last step's token would
+              # get its codes in step N + 1), so N frames of audio take N + 1 steps
+              "max_new_tokens": None if args.max_frames is None else args.max_frames + 1}
     talker = {k: v for k, v in talker.items() if v is not None}
     if args.greedy:
         return GenerationOptions.greedy(seed=seed, **talker)
@@ -99,6 +104,8 @@ def run(args: argparse.Namespace) -> int:
         raise RkspeechError(f"--codes-out {args.codes_out} must end in .npy")
     if args.threads is not None and args.threads < 1:
         raise RkspeechError(f"--threads must be >= 1, got {args.threads}")
+    if args.max_frames is not None and args.max_frames < 1:
+        raise RkspeechError(f"--max-frames must be >= 1, got {args.max_frames}")
     target = args.target or (board_target() if args.backend == "rknnlite" else None)
 
     with contextlib.ExitStack() as stack:

@@ -2,9 +2,11 @@
 
 Real weights cannot be downloaded on our machines, so tests, the demo and the benchmarks use
 checkpoints written here: ``config.json`` (``model_type`` qwen3_tts_tokenizer_12hz with a
-``decoder_config``) plus ``model.safetensors`` with the official key names (``decoder.*``,
-optionally a few ``encoder.*`` keys that the loader must ignore).  Every code path after this
-point is the one a user with the real checkpoint runs.
+``decoder_config`` and an ``encoder_config``), ``preprocessor_config.json`` and
+``model.safetensors`` with the official key names: ``decoder.*`` and (unless
+``with_encoder_keys=False``) the whole ``encoder.*`` half, which our loader ignores
+(``synthetic_encoder``: it is there so qwen-tts' ``Qwen3TTSModel.from_pretrained`` loads the root
+as it is).  Every code path after this point is the one a user with the real checkpoint runs.
 
 Random weights are scaled so the signal exercises what real weights exercise:
 
@@ -26,6 +28,11 @@ from pathlib import Path
 from rkspeech.core.atomic import atomic_path, write_json
 from rkspeech.core.errors import RkspeechError
 from rkspeech.models.qwen3_tts.config import MODEL_TYPE, VocoderConfig
+from rkspeech.models.qwen3_tts.synthetic_encoder import (
+    ENCODER_CONFIGS,
+    PREPROCESSOR_CONFIG,
+    encoder_tensors,
+)
 
 #: The published 12 Hz decoder config (field notes) and a reduced one with the same structure:
 #: same codebooks, head_dim, sliding window and upsampling, narrower and shallower.
@@ -130,8 +137,9 @@ def make_checkpoint_state(cfg: VocoderConfig, seed: int):
     return model.fold()
 
 
-def official_config_json(cfg: VocoderConfig) -> dict:
-    """config.json as the published speech tokenizer lays it out."""
+def official_config_json(cfg: VocoderConfig, encoder_config: dict | None = None) -> dict:
+    """config.json as the published speech tokenizer lays it out (``encoder_config``: the
+    published one unless given)."""
     dec = cfg.to_dict()
     dec.pop("sample_rate")
     dec.update({"max_position_embeddings": 8000, "attention_dropout": 0.0})
@@ -144,19 +152,21 @@ def official_config_json(cfg: VocoderConfig) -> dict:
         "decode_upsample_rate": cfg.samples_per_token,
         "encode_downsample_rate": cfg.samples_per_token,
         "decoder_config": dec,
-        "encoder_config": {"model_type": "mimi", "num_quantizers": 32, "frame_rate": 12.5},
+        "encoder_config": dict(encoder_config or ENCODER_CONFIGS["published"]),
         "transformers_version": "4.57.3",
     }
 
 
 def write_checkpoint(out_dir: str | os.PathLike, config: str = "reduced", seed: int = 0,
                      with_encoder_keys: bool = True) -> Path:
-    """Write ``<out>/speech_tokenizer/{config.json,model.safetensors}``; returns that folder.
+    """Write ``<out>/speech_tokenizer/{config.json,preprocessor_config.json,model.safetensors}``;
+    returns that folder.  ``with_encoder_keys`` False leaves the ``encoder.*`` tensors out (the
+    decoder alone; qwen-tts would then start its encoder from random weights, with a warning).
 
-    Files are written under temporary names and renamed, so an interrupted run leaves no
-    half-written checkpoint.
+    The decoder's tensors depend on ``config`` and ``seed`` only; the encoder's come from their own
+    generator (``seed + 2``).  Files are written under temporary names and renamed, so an
+    interrupted run leaves no half-written checkpoint.
     """
-    import torch
     from safetensors.torch import save_file
 
     if config not in CONFIGS:
@@ -164,15 +174,12 @@ def write_checkpoint(out_dir: str | os.PathLike, config: str = "reduced", seed: 
     cfg = CONFIGS[config]
     model = make_checkpoint_state(cfg, seed)
     tensors = {f"decoder.{k}": v.detach().contiguous().clone() for k, v in model.state_dict().items()}
-    if with_encoder_keys:
-        g = torch.Generator().manual_seed(seed + 2)
-        # A handful of Mimi-encoder-named tensors: the loader must ignore encoder.* keys.
-        tensors["encoder.encoder.layers.0.conv.weight"] = torch.randn(64, 1, 7, generator=g)
-        tensors["encoder.encoder.layers.0.conv.bias"] = torch.zeros(64)
-        tensors["encoder.quantizer.semantic_residual_vector_quantizer.input_proj.weight"] = torch.randn(256, 512, 1, generator=g)
+    if with_encoder_keys:  # the Mimi encoder half (our loader ignores encoder.* keys)
+        tensors.update(encoder_tensors(ENCODER_CONFIGS[config], seed + 2))
     folder = Path(out_dir) / "speech_tokenizer"
     folder.mkdir(parents=True, exist_ok=True)
     with atomic_path(folder / "model.safetensors") as tmp:
         save_file(tensors, str(tmp), metadata={"format": "pt", "rkspeech_synthetic": f"{config}/seed={seed}"})
-    write_json(folder / "config.json", official_config_json(cfg))
+    write_json(folder / "preprocessor_config.json", {**PREPROCESSOR_CONFIG, "sampling_rate": cfg.sample_rate})
+    write_json(folder / "config.json", official_config_json(cfg, ENCODER_CONFIGS[config]))
     return folder

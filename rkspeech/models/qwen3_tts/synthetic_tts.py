@@ -12,7 +12,10 @@ writes what a published model root holds and what qwen-tts 0.1.1 loads with its 
   ``tokenizer_config.json`` with its ``added_tokens_decoder``), trained here with ``tokenizers`` on
   a built-in English text; the special tokens sit at the ids ``config.json`` names (for the
   published config the real ids 151643-151673, the gap filled with placeholder entries);
-* ``speech_tokenizer/`` from ``synthetic.write_checkpoint`` (same config name and seed).
+* ``speech_tokenizer/`` from ``synthetic.write_checkpoint`` (same config name and seed): the
+  decoder, the Mimi encoder half and ``preprocessor_config.json``, so the root loads as it is
+  through qwen-tts' public ``Qwen3TTSModel.from_pretrained(root)``
+  (``tests/test_synthetic_official_load.py``).
 
 Sources of the published values (``PUBLISHED``):
 
