@@ -27,6 +27,8 @@ import sys
 import tempfile
 import time
 
+from rkspeech.core.errors import RkspeechError
+
 #: How often a waiting parent samples the child (RSS, timeout, memory limit).
 POLL_SECONDS = 0.25
 OOM_HINT = " (often the kernel's out-of-memory killer)"
@@ -148,22 +150,35 @@ class ChildWatch:
 class FdCapture:
     """Send fd 1 and 2 to a file while the toolkit runs (its C code prints there).
 
-    ``path`` None: a temporary file, readable with :meth:`tail` until :meth:`close`.
+    ``path`` None: a temporary file, readable with :meth:`tail` until :meth:`close`.  A log that
+    cannot be opened is a one-line RkspeechError naming it; :meth:`close` is safe whether or not
+    the capture was entered, so a ``finally: close()`` never hides the error that stopped it.
     """
 
-    def __init__(self, path: str | None):
-        self.path = path
+    def __init__(self, path: str | os.PathLike | None):
+        self.path = None if path is None else os.fspath(path)
+        self.file = None
+        self.saved = None
 
     def __enter__(self):
         sys.stdout.flush()
         sys.stderr.flush()
-        self.file = tempfile.TemporaryFile() if self.path is None else open(self.path, "ab")
+        if self.path is None:
+            self.file = tempfile.TemporaryFile()
+        else:
+            try:
+                self.file = open(self.path, "ab")
+            except OSError as exc:
+                raise RkspeechError(f"cannot open the log {self.path} (in {os.getcwd()}): "
+                                    f"{exc.strerror or exc}") from None
         self.saved = (os.dup(1), os.dup(2))
         os.dup2(self.file.fileno(), 1)
         os.dup2(self.file.fileno(), 2)
         return self
 
     def tail(self, n: int = 64 * 1024) -> str:
+        if self.file is None:
+            return ""
         self.file.flush()
         self.file.seek(0, os.SEEK_END)
         self.file.seek(max(0, self.file.tell() - n))
@@ -178,13 +193,17 @@ class FdCapture:
             ctypes.CDLL(None).fflush(None)
         except Exception:  # noqa: BLE001
             pass
-        os.dup2(self.saved[0], 1)
-        os.dup2(self.saved[1], 2)
-        os.close(self.saved[0])
-        os.close(self.saved[1])
+        saved, self.saved = self.saved, None
+        if saved is not None:
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
 
     def close(self) -> None:
-        self.file.close()
+        file, self.file = self.file, None
+        if file is not None:
+            file.close()
 
 
 def log_tail(path: str | os.PathLike, n: int = 64 * 1024) -> str:

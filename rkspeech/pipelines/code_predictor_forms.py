@@ -49,9 +49,11 @@ class FrameForm:
         return GraphCodePredictor(path, backend, model=model, **kw)
 
     def write_calibration(self, tts, captured, folder: Path, onnx_path: Path) -> list[str]:
-        """One line per frame: its two inputs."""
+        """One line per frame: its two inputs (absolute paths: the converter reads them from its
+        own work folder)."""
         import numpy as np
 
+        folder = folder.resolve()
         lines = []
         for i, (h, f, _) in enumerate(captured):
             a, b = folder / f"h{i}.npy", folder / f"f{i}.npy"
@@ -91,6 +93,7 @@ class StepForm:
         equals torch's to ~1e-6)."""
         import numpy as np
 
+        folder = folder.resolve()  # absolute: the converter reads the list from its own work folder
         lines: list[str] = []
         with self.open(onnx_path, "ort", model=tts, threads=1) as g:
             names = g.contract.input_names

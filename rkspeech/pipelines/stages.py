@@ -21,6 +21,9 @@ STATE_FILE = "build-state.json"
 
 
 def _stat(path: Path) -> list:
+    """``[absolute path, size, mtime]``: absolute, so a build resumes whichever folder it is run
+    from and however its paths are spelled."""
+    path = Path(path).resolve()
     st = path.stat()
     return [str(path), st.st_size, st.st_mtime_ns]
 

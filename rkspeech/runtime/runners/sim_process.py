@@ -35,6 +35,9 @@ from rkspeech.core.child import (
 from rkspeech.core.errors import RkspeechError
 from rkspeech.runtime.runners.base import Runner, onnx_io_specs
 
+#: keyword arguments that name files: made absolute before the child changes to its work folder
+PATH_KWARGS = ("log_path", "dataset")
+
 _TOO_BIG = ("the simulator keeps every intermediate tensor: simulate a smaller graph (a smaller B) or "
             "in pieces (--sim-pieces N), or skip the simulator check (rkspeech build --skip-verify; "
             "build whisper-encoder --skip-sim)")
@@ -104,6 +107,8 @@ class SimulatorProcess(Runner):
         self.peak_rss_mb = 0.0
         ctx = mp.get_context("spawn")
         self._conn, child_conn = ctx.Pipe()
+        # the child works in a folder of its own: every path it is handed is absolute
+        kwargs = {k: (os.path.abspath(v) if k in PATH_KWARGS and v else v) for k, v in kwargs.items()}
         self._workdir = tempfile.mkdtemp(prefix="rkspeech-sim.")
         self._proc = ctx.Process(target=_serve, args=(child_conn, os.path.abspath(self.onnx_path),
                                                       {"target": target, "dtype": dtype, **kwargs},
