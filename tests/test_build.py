@@ -44,8 +44,14 @@ def test_plan_loads_and_matches_artifacts(built):
     out, _ = built
     plan = load_plan(out / "plan.json", backend="rknnlite", expect_target="rk3588")
     assert plan.contracts["main"].codes_length == 16 and plan.contracts["first"].codes_length == 4
+    assert load_plan(out / "plan.json", backend="sim").contract == plan.contract  # the ONNX the .rknn came from
+    # ort runs the exact host graphs (reference formulation): the same B, signal and cache size
+    from rkspeech.plan.plan import contract_differences
+
     plan_ort = load_plan(out / "plan.json", backend="ort")
-    assert plan_ort.contract == plan.contract
+    assert plan_ort.contract.formulation == "reference" and plan_ort.contract.cache_numel == plan.contract.cache_numel
+    assert {d.split()[0] for d in contract_differences(plan_ort.contract, plan.contract)} == \
+        {"formulation", "codes_dtype", "cache"}
 
 
 def test_rerun_skips_unchanged_stages(built, reduced_ckpt):

@@ -54,6 +54,11 @@ def summary_rows(summary: dict) -> list[tuple]:
     rows.append(("SNR torch step / onnxruntime step",
                  f"{e['snr_db']['torch_step']:.1f} / {e['snr_db']['onnxruntime_step']:.1f} dB"))
     rows.append(("ONNX nodes (main)", e["onnx"]["nodes"]))
+    h = summary.get("export_host") or {}
+    if h.get("snr_db"):  # the exact graphs the host backends run (plan.json host_onnx)
+        rows.append(("host graphs (reference): torch / onnxruntime step",
+                     f"{h['snr_db']['torch_step']:.1f} / {h['snr_db']['onnxruntime_step']:.1f} dB "
+                     "(what --backend ort runs)"))
     for role, c in summary["convert"].items():
         pl, b = c["placement"], c["build"]
         types = ", ".join(f"{k} x{v}" for k, v in sorted(pl.get("cpu_op_types", {}).items(), key=lambda kv: -kv[1])[:6])

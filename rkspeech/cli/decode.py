@@ -1,11 +1,13 @@
 """``rkspeech decode --plan plan.json CODES -o out.wav``: codec tokens -> 24 kHz 16-bit wav.
 
-Backends: ``ort`` (onnxruntime over the plan's ONNX step graphs), ``sim`` (rknn-toolkit2's x86
-simulator, which builds from the plan's ONNX: it costs one conversion per graph), ``rknnlite``
-(the plan's .rknn on a board).  With ``ort`` nothing imports torch or onnx (tested), so a
-runtime-only install decodes.  Codes are pushed one step at a time, as a streaming caller
-would, so the time to first audio is the time of the first (small-B) step, and each step's
-audio goes straight to the wav (``runtime.wav.WavWriter``): memory stays flat with length.
+Backends: ``ort`` (onnxruntime over the plan's exact host step graphs, ``host_onnx``, or its
+ONNX in a plan written before them), ``sim`` (rknn-toolkit2's x86 simulator, which builds from
+the ONNX the .rknn was converted from: it costs one conversion per graph), ``rknnlite`` (the
+plan's .rknn on a board); ``Plan.graphs`` picks the graph.  With ``ort`` nothing imports torch
+or onnx (tested), so a runtime-only install decodes.  Codes are pushed one step at a time, as a
+streaming caller would, so the time to first audio is the time of the first (small-B) step, and
+each step's audio goes straight to the wav (``runtime.wav.WavWriter``): memory stays flat with
+length.
 Every output location is checked before the plan loads.
 """
 
@@ -23,8 +25,8 @@ def register(subparsers) -> None:
     p.add_argument("--plan", required=True, help="plan.json written by `rkspeech build qwen3-tts-vocoder`")
     p.add_argument("-o", "--output", required=True, help="output .wav (16-bit PCM)")
     p.add_argument("--backend", choices=BACKENDS, default="ort",
-                   help="ort = onnxruntime (default); sim = rknn-toolkit2 simulator (builds from ONNX: "
-                        "slow); rknnlite = the .rknn on a board")
+                   help="ort = onnxruntime over the plan's exact host graphs (default); sim = rknn-toolkit2 "
+                        "simulator (builds from the NPU ONNX: slow); rknnlite = the .rknn on a board")
     p.add_argument("--core-mask", default="auto", choices=CORE_MASKS,
                    help="rknnlite NPU core(s): " + ", ".join(CORE_MASKS))
     p.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads")

@@ -32,7 +32,8 @@ def register(subparsers) -> None:
                                                       "embedding (Base models)")
     p.add_argument("--language", default=None, help="language name (default: auto)")
     p.add_argument("--backend", choices=BACKENDS, default="ort",
-                   help="backend of the plan's NPU graphs (default ort; sim: the x86 simulator; rknnlite: a board)")
+                   help="backend of the plan's graphs (default ort: the vocoder's exact host graphs; sim: the "
+                        "x86 simulator; rknnlite: a board)")
     p.add_argument("--core-mask", default="auto", choices=CORE_MASKS, help="rknnlite NPU core(s)")
     p.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads")
     p.add_argument("--target", default=None, help="chip for sim/rknnlite (default: the plan's target)")

@@ -209,9 +209,16 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
                                                         else None, None) for r in ("prefill", "decode")},
                             "verify": talker.get("verify")}
     graphs["vocoder"] = _vocoder_row(vocoder, vplan)
-    plan_path = write_plan(out / PLAN_FILE, impl="rknn", target=o.target, contracts=vplan.contracts,
-                           rknn=vplan.artifacts, onnx=vplan.onnx, stages=sections,
-                           extra={"checkpoint": str(files.root), "formulation": vplan.contract.formulation,
+    # the vocoder's sections as its plan has them (NPU graphs, exact host graphs, which backend runs
+    # which); vplan.contracts are those of the graphs ort runs, so each set's are read from its ONNX
+    from rkspeech.export.onnx_contract import read_onnx_contract
+
+    npu_contracts = {role: read_onnx_contract(p) for role, p in vplan.onnx.items()}
+    plan_path = write_plan(out / PLAN_FILE, impl="rknn", target=o.target, contracts=npu_contracts,
+                           rknn=vplan.artifacts, onnx=vplan.onnx, host_onnx=vplan.host_onnx,
+                           host_contracts={role: read_onnx_contract(p) for role, p in vplan.host_onnx.items()},
+                           backends=vplan.backends, stages=sections,
+                           extra={"checkpoint": str(files.root), "formulation": npu_contracts["main"].formulation,
                                   "dtype": "fp16"})
     load_plan(plan_path, backend="ort")  # the plan just written must load
     summary = {

@@ -1,11 +1,15 @@
 """Checkpoint -> verified, deployable .rknn step graphs + plan, for the Qwen3-TTS vocoder.
 
-Stages: export (main + first ONNX, torch and onnxruntime stepwise checks) -> lint -> convert
-(main, first; child process, contract in the custom string) -> inspect (container invariant,
-target, contract) -> verify (simulator stepwise vs onnxruntime vs full decode) -> accuracy
-(optional, ``accuracy_pieces`` > 0: the main step's per-block accuracy map, ``rkspeech.accuracy``;
-its headline in the build report, the full map in ``accuracy-report.json``) -> plan.json.
-Each stage is skipped when its inputs are unchanged (``pipelines.stages``).
+Stages: export (main + first ONNX, torch and onnxruntime stepwise checks) -> export_host (the
+same B and first B in the ``reference`` formulation, checked the same way: the exact graphs the
+host backends run; no lint or conversion, they never reach the NPU; skipped when the build's
+formulation is already ``reference``) -> lint -> convert (main, first; child process, contract in
+the custom string) -> inspect (container invariant, target, contract) -> verify (simulator
+stepwise vs onnxruntime vs full decode) -> accuracy (optional, ``accuracy_pieces`` > 0: the main
+step's per-block accuracy map, ``rkspeech.accuracy``; its headline in the build report, the full
+map in ``accuracy-report.json``) -> plan.json (``host_onnx`` for ``ort``, ``onnx`` for ``sim``,
+the .rknn for ``rknnlite``: ``plan.plan``).  Each stage is skipped when its inputs are unchanged
+(``pipelines.stages``).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from rkspeech.core.atomic import check_writable, folder_lock, write_json
 from rkspeech.core.errors import RkspeechError
 from rkspeech.core.targets import DEFAULT_TARGET, TARGETS
 from rkspeech.pipelines.stages import StageRunner
-from rkspeech.stepgraph.formulations import DEFAULT_FORMULATION, canonical, file_tag
+from rkspeech.stepgraph.formulations import DEFAULT_FORMULATION, REFERENCE, canonical, file_tag
 
 #: The build's JSON report in the output folder (the Whisper encoder build uses the same name).
 BUILD_REPORT = "build-report.json"
@@ -102,6 +106,7 @@ def _build(o: VocoderBuildOptions, files, out: Path) -> dict:
 
     export_report = stages.run("export", {"B": B, "first": first_B, "formulation": formulation}, ckpt_inputs,
                                lambda: list(roles.values()), do_export)
+    host_roles, host_report = _export_host(stages, files, onnx_dir, B, first_B, formulation, roles)
 
     def do_lint():
         from rkspeech.lint.checker import lint_model
@@ -180,7 +185,8 @@ def _build(o: VocoderBuildOptions, files, out: Path) -> dict:
 
     contracts = {role: read_onnx_contract(p) for role, p in roles.items()}
     plan_path = write_plan(out / PLAN_FILE, impl="rknn", target=o.target, contracts=contracts,
-                           rknn=rknn_paths, onnx=roles,
+                           rknn=rknn_paths, onnx=roles, host_onnx=host_roles,
+                           host_contracts={role: read_onnx_contract(p) for role, p in host_roles.items()},
                            extra={"checkpoint": str(files.folder), "formulation": contracts["main"].formulation,
                                   "dtype": "fp16"})
     summary = {
@@ -190,6 +196,7 @@ def _build(o: VocoderBuildOptions, files, out: Path) -> dict:
         "plan": str(plan_path),
         "seconds": round(time.perf_counter() - started, 1),
         "export": export_report,
+        "export_host": host_report,
         "lint": {r: {"errors": v["errors"], "warnings": v["warnings"]} for r, v in lint_report.items()},
         "convert": convert_reports,
         "inspect": inspect_report,
@@ -203,6 +210,29 @@ def _build(o: VocoderBuildOptions, files, out: Path) -> dict:
         if bad:
             raise RkspeechError(f"compute ops on the CPU: {bad} (see {out / BUILD_REPORT})")
     return summary
+
+
+def _export_host(stages: StageRunner, files, onnx_dir: Path, B: int, first_B: int | None, formulation: str,
+                 roles: dict[str, Path]) -> tuple[dict[str, Path], dict]:
+    """The exact step graphs the host backends run (``plan.json`` ``host_onnx``): the build's B
+    and first B in the ``reference`` formulation, exported and checked stepwise (torch and
+    onnxruntime against the full decode, ``FP32_MIN_SNR_DB``) by the same export as the NPU
+    graphs, and never linted or converted.  A ``reference`` build's own graphs are already
+    exact: they are returned as they are.  Returns (role -> path, the export report)."""
+    if formulation == REFERENCE:
+        return dict(roles), {"same_as": "export"}
+    main = onnx_dir / f"vocoder{file_tag(REFERENCE)}_step_B{B}.onnx"
+    host = {"main": main} | ({"first": main.with_name(f"{main.stem}_first_B{first_B}.onnx")} if first_B else {})
+
+    def work():
+        from rkspeech.pipelines.vocoder_export import ExportOptions, export_vocoder
+
+        return export_vocoder(ExportOptions(model_dir=files.folder, codes_length=B, output=main,
+                                            first_length=first_B, formulation=REFERENCE)).report
+
+    report = stages.run("export_host", {"B": B, "first": first_B, "formulation": REFERENCE},
+                        [files.config, files.weights], lambda: list(host.values()), work)
+    return host, report
 
 
 def _board_estimate(rknn_path: Path) -> dict:

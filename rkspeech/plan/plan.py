@@ -4,6 +4,21 @@
 "artifacts": {"main": ..., "first": ...}}}``) and adds the ONNX artifacts and the contract.
 Paths are stored relative to the plan's folder so the folder can be copied to a board.
 
+The vocoder's step graphs come in up to three sections, role (``main``, ``first``) -> file:
+
+* ``artifacts``: the .rknn graphs (rknn-toolkit-lite2 on a board);
+* ``onnx``: the ONNX those were converted from (the build's formulation, ``npu`` by default;
+  the simulator builds from it);
+* ``host_onnx``: exact step graphs for the host (the ``reference`` formulation: the model's own
+  ops, 108-115 dB stepwise against the full decode, where the npu graph's phase Snake stops at
+  ~72 dB in fp32), with their own ``host_contract`` (int64 codes, channel-major cache tails;
+  same B per role, signal and cache size as the NPU graphs).
+
+``backends`` says which section each backend runs (``{"ort": "host_onnx", "sim": "onnx",
+"rknnlite": "artifacts"}`` from ``build``); :meth:`Plan.graphs` is the one place that answers.
+A plan without these fields (written before 2026-12-01) runs as it did: ``ort`` and ``sim`` the
+``onnx`` section, ``rknnlite`` the ``artifacts``.
+
 Validation turns every inconsistency into one clear error: a missing file, a value of the wrong
 type, first/main caches of different sizes, a contract that disagrees with an artifact (the
 message names the fields that differ), an ONNX artifact whose graph I/O disagrees with its own
@@ -24,6 +39,16 @@ from rkspeech.stepgraph.contract import StepContract
 
 PLAN_FORMAT = "rkspeech-plan/1"
 IMPLS = ("rknn", "onnx")
+#: the sections each backend can run (runtime.runners.BACKENDS; a .rknn only on a board)
+BACKEND_SECTIONS = {"ort": ("host_onnx", "onnx"), "sim": ("onnx", "host_onnx"), "rknnlite": ("artifacts",)}
+#: what ``build`` writes as ``backends`` when it exports host graphs
+BUILD_BACKENDS = {"ort": "host_onnx", "sim": "onnx", "rknnlite": "artifacts"}
+
+
+def default_backends(has_host: bool) -> dict[str, str]:
+    """``backends`` of a plan that does not name them: a plan with ``host_onnx`` runs it on
+    onnxruntime; older plans run their ``onnx`` section on onnxruntime and the simulator."""
+    return {"ort": "host_onnx" if has_host else "onnx", "sim": "onnx", "rknnlite": "artifacts"}
 
 
 @dataclass
@@ -33,21 +58,41 @@ class Plan:
     target: str | None
     contract: StepContract
     artifacts: dict[str, Path]  # rknn: main/first
-    onnx: dict[str, Path] = field(default_factory=dict)  # main/first
-    contracts: dict[str, StepContract] = field(default_factory=dict)  # per role (B differs)
+    onnx: dict[str, Path] = field(default_factory=dict)  # main/first, the graphs the .rknn came from
+    #: the graphs of the backend the plan was loaded for (``backend``), per role (B differs)
+    contracts: dict[str, StepContract] = field(default_factory=dict)
     raw: dict = field(default_factory=dict)
     #: text-to-speech stages placed by the plan (``plan.stages``): talker, code_predictor
     stages: dict = field(default_factory=dict)
+    host_onnx: dict[str, Path] = field(default_factory=dict)  # main/first: exact host graphs
+    #: backend -> the section it runs (``default_backends`` for plans that do not say)
+    backends: dict[str, str] = field(default_factory=lambda: default_backends(False))
+    backend: str | None = None  # the backend ``load_plan`` validated the graphs for
 
     def roles(self) -> list[str]:
         return [r for r in ("first", "main") if r in self.contracts]
 
+    def section(self, backend: str) -> str:
+        """The ``speech_decoder`` section whose step graphs ``backend`` runs."""
+        if backend not in self.backends:
+            raise RkspeechError(f"unknown backend {backend!r}; choose one of {', '.join(self.backends)}")
+        return self.backends[backend]
+
+    def graphs(self, backend: str) -> dict[str, Path]:
+        """role -> the step graph ``backend`` runs: the one place that picks it (``ort``: the
+        exact host graphs when the plan has them, ``sim``: the ONNX the .rknn was converted
+        from, ``rknnlite``: the .rknn)."""
+        return dict(getattr(self, self.section(backend)))
+
 
 def write_plan(path, *, impl: str, target: str | None, contracts: dict[str, StepContract],
                rknn: dict[str, Path] | None = None, onnx: dict[str, Path] | None = None,
-               extra: dict | None = None, stages: dict[str, dict] | None = None) -> Path:
-    """``stages``: stage name -> section (``plan.stages.stage_section``), written beside
-    ``speech_decoder``."""
+               host_onnx: dict[str, Path] | None = None, host_contracts: dict[str, StepContract] | None = None,
+               backends: dict[str, str] | None = None, extra: dict | None = None,
+               stages: dict[str, dict] | None = None) -> Path:
+    """``contracts``: of the ``onnx`` / ``rknn`` graphs; ``host_onnx`` (with ``host_contracts``):
+    the exact host graphs, written with ``backends`` (default :data:`BUILD_BACKENDS`); ``stages``:
+    stage name -> section (``plan.stages.stage_section``), written beside ``speech_decoder``."""
     p = Path(path)
     base = p.parent.resolve()
 
@@ -65,6 +110,13 @@ def write_plan(path, *, impl: str, target: str | None, contracts: dict[str, Step
             "codes_length": {role: c.codes_length for role, c in contracts.items()},
         },
     }
+    if host_onnx:
+        if not host_contracts or "main" not in host_contracts:
+            raise ValueError("write_plan: host_onnx needs host_contracts with a main contract")
+        sd = data["speech_decoder"]
+        sd["host_onnx"] = {role: rel(a) for role, a in host_onnx.items()}
+        sd["host_contract"] = host_contracts["main"].to_dict()
+        sd["backends"] = dict(backends or BUILD_BACKENDS)
     for name, section in (stages or {}).items():
         data[name] = section
     if extra:
@@ -138,17 +190,31 @@ def load_plan(path, *, backend: str | None = None, expect_target: str | None = N
             if not isinstance(v, str) or not v:
                 raise RkspeechError(f"plan {p}: speech_decoder.{section}.{role} must be a file path "
                                     f"(a string), got {v!r}")
+            if section == "host_onnx" and not v.lower().endswith(".onnx"):
+                raise RkspeechError(f"plan {p}: speech_decoder.host_onnx.{role} must be an .onnx file "
+                                    f"(onnxruntime runs it), got {v!r}")
         return {role: (base / v if not os.path.isabs(v) else Path(v)) for role, v in entries.items()}
 
-    rknn, onnx = paths("artifacts"), paths("onnx")
+    rknn, onnx, host = paths("artifacts"), paths("onnx"), paths("host_onnx")
+    backends = _backends(sd, p, bool(host))
     target = sd.get("target")
     if target is not None and not isinstance(target, str):
         raise RkspeechError(f"plan {p}: speech_decoder.target must be a chip name, got {target!r}")
     if expect_target and target and target != expect_target:
         raise RkspeechError(f"plan {p} was built for {target}, this machine is {expect_target}")
-    use = rknn if backend == "rknnlite" or (backend is None and impl == "rknn" and not onnx) else onnx
-    if backend in ("ort", "sim") and not onnx:
-        raise RkspeechError(f"plan {p}: backend {backend} needs ONNX artifacts (speech_decoder.onnx), the plan has none")
+    if backend is None:  # every section's own checks, as before backends: the .rknn only without ONNX
+        section = "artifacts" if impl == "rknn" and not onnx else "onnx"
+    elif backend not in backends:
+        raise RkspeechError(f"plan {p}: unknown backend {backend!r}; choose one of {', '.join(backends)}")
+    else:
+        section = backends[backend]
+    use = {"artifacts": rknn, "onnx": onnx, "host_onnx": host}[section]
+    if backend in ("ort", "sim") and not use:
+        if section == "onnx":
+            raise RkspeechError(f"plan {p}: backend {backend} needs ONNX artifacts (speech_decoder.onnx), "
+                                "the plan has none")
+        raise RkspeechError(f"plan {p}: backend {backend} runs speech_decoder.{section} (speech_decoder.backends), "
+                            "the plan has none")
     if "main" not in use:
         raise RkspeechError(f"plan {p}: no main artifact for this backend")
     for role, a in use.items():
@@ -156,10 +222,17 @@ def load_plan(path, *, backend: str | None = None, expect_target: str | None = N
             raise RkspeechError(f"plan {p}: {role} artifact {a} is a directory, not a model file")
         if not a.is_file():
             raise RkspeechError(f"plan {p}: {role} artifact {a} is missing")
+    if "host_contract" in sd and not host:
+        raise RkspeechError(f"plan {p}: speech_decoder.host_contract without host_onnx graphs; "
+                            "rebuild, or fix the plan")
+    if host and "host_contract" not in sd:
+        raise RkspeechError(f"plan {p}: speech_decoder.host_onnx without its host_contract; rebuild, or fix the plan")
     try:
-        declared = StepContract.from_dict(sd["contract"]) if "contract" in sd else None
+        npu_declared = StepContract.from_dict(sd["contract"]) if "contract" in sd else None
+        host_declared = StepContract.from_dict(sd["host_contract"]) if host else None
     except RkspeechError as exc:
         raise RkspeechError(f"plan {p}: {exc}") from None
+    declared, key = (host_declared, "host_contract") if section == "host_onnx" else (npu_declared, "contract")
     contracts = {}
     for role, a in use.items():
         try:
@@ -169,7 +242,7 @@ def load_plan(path, *, backend: str | None = None, expect_target: str | None = N
     main = contracts["main"]
     if declared is not None and declared != main:
         raise RkspeechError(
-            f"plan {p}: the contract in the plan disagrees with the main artifact {use['main'].name} "
+            f"plan {p}: the {key} in the plan disagrees with the main artifact {use['main'].name} "
             f"(plan vs artifact: {'; '.join(contract_differences(declared, main))}); rebuild, or fix the plan"
         )
     if "first" in contracts and not main.compatible_cache(contracts["first"]):
@@ -179,9 +252,60 @@ def load_plan(path, *, backend: str | None = None, expect_target: str | None = N
             f"plan {p}: first and main artifacts have different caches or signals "
             f"(first vs main: {'; '.join(diff)}); rebuild them from one checkpoint"
         )
+    if section == "host_onnx":
+        _check_host_graphs(p, sd, contracts, npu_declared)
     from rkspeech.plan.stages import load_stages
 
-    return Plan(p, impl, target, main, rknn, onnx, contracts, raw, load_stages(raw, p, backend))
+    return Plan(p, impl, target, main, rknn, onnx, contracts, raw, load_stages(raw, p, backend),
+                host_onnx=host, backends=backends, backend=backend)
+
+
+def _backends(sd: dict, p: Path, has_host: bool) -> dict[str, str]:
+    """``speech_decoder.backends`` over :func:`default_backends`, each entry checked."""
+    out = default_backends(has_host)
+    given = sd.get("backends")
+    if given is None:
+        return out
+    if not isinstance(given, dict):
+        raise RkspeechError(f"plan {p}: speech_decoder.backends must be an object (backend -> section), got {given!r}")
+    for backend, section in given.items():
+        if backend not in BACKEND_SECTIONS:
+            raise RkspeechError(f"plan {p}: speech_decoder.backends names unknown backend {backend!r}; "
+                                f"backends: {', '.join(BACKEND_SECTIONS)}")
+        if section not in BACKEND_SECTIONS[backend]:
+            raise RkspeechError(f"plan {p}: speech_decoder.backends.{backend} is {section!r}; {backend} runs "
+                                f"{' or '.join(BACKEND_SECTIONS[backend])}")
+        out[backend] = section
+    return out
+
+
+#: contract fields in which an exact host graph may differ from the NPU graph it stands for
+_HOST_MAY_DIFFER = ("formulation ", "codes_dtype ", "cache segment")
+
+
+def _check_host_graphs(p: Path, sd: dict, host: dict[str, StepContract], npu: StepContract | None) -> None:
+    """The host graphs stand for the NPU graphs: the same roles and B per role
+    (``codes_length``), the same signal and cache size (``contract``); the codes dtype, the
+    formulation and the cache's internal layout may differ (the runner casts codes, and a cache
+    never passes between the two)."""
+    lengths = sd.get("codes_length")
+    if lengths is not None:
+        if not isinstance(lengths, dict) or not all(isinstance(v, int) and not isinstance(v, bool)
+                                                    for v in lengths.values()):
+            raise RkspeechError(f"plan {p}: speech_decoder.codes_length must map roles to integers, got {lengths!r}")
+        if set(lengths) != set(host):
+            raise RkspeechError(f"plan {p}: the host graphs hold roles {sorted(host)}, the NPU graphs "
+                                f"{sorted(lengths)}; rebuild")
+        diff = [f"{r} B {host[r].codes_length} vs {lengths[r]}" for r in sorted(host)
+                if host[r].codes_length != lengths[r]]
+        if diff:
+            raise RkspeechError(f"plan {p}: the host graphs do not match the NPU graphs (host vs npu: "
+                                f"{'; '.join(diff)}); rebuild")
+    if npu is not None:
+        diff = [d for d in contract_differences(host["main"], npu) if not d.startswith(_HOST_MAY_DIFFER)]
+        if diff:
+            raise RkspeechError(f"plan {p}: the host graphs do not match the NPU graphs (host vs npu: "
+                                f"{'; '.join(diff)}); rebuild")
 
 
 _CHECKED_FIELDS = ("num_quantizers", "codebook_size", "head_dim", "sliding_window", "rope_theta",

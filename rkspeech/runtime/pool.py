@@ -18,6 +18,10 @@ What a slot is, per backend (see :func:`open_pool`):
   documented as thread-safe, so each slot has its own, and the lease keeps one caller per
   context.  Each context loads the model (a published-size B=64 fp16 .rknn is 655 MB, field
   notes), so three slots cost three copies.
+Which graph a backend runs is the plan's answer (:meth:`~rkspeech.plan.plan.Plan.graphs`):
+``ort`` the exact host graphs of a plan that has them (``host_onnx``), else its ``onnx``;
+``sim`` the ONNX the .rknn was converted from; ``rknnlite`` the .rknn.
+
 * ``ort`` (host): ONE onnxruntime session per role, shared by all slots.  onnxruntime documents
   ``InferenceSession.run`` as safe to call from several threads, and the session holds no
   stream state (the cache is a graph input/output owned by each StreamingVocoder), so sharing
@@ -172,6 +176,11 @@ def open_pool(plan, backend: str = "ort", *, size: int | None = None, threads: i
     if backend not in BACKENDS:
         raise RkspeechError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     contracts = {role: plan.contracts[role] for role in plan.roles()}
+    graphs = plan.graphs(backend)  # the plan says which graph each backend runs
+    missing = [role for role in contracts if role not in graphs]
+    if missing:
+        raise RkspeechError(f"plan {plan.path}: backend {backend} runs speech_decoder.{plan.section(backend)}, "
+                            f"which has no {', '.join(missing)} graph")
     owned: list[Runner] = []
     try:
         if backend == "ort":
@@ -180,7 +189,7 @@ def open_pool(plan, backend: str = "ort", *, size: int | None = None, threads: i
             threads = threads or default_threads()
             shared = {}
             for role in contracts:
-                shared[role] = open_runner("ort", plan.onnx[role], threads=threads)
+                shared[role] = open_runner("ort", graphs[role], threads=threads)
                 owned.append(shared[role])
             n = size or max(1, (os.cpu_count() or 1) // threads)
             slots = [Slot(f"ort{i}", dict(shared)) for i in range(n)]
@@ -194,7 +203,7 @@ def open_pool(plan, backend: str = "ort", *, size: int | None = None, threads: i
             for i, mask in enumerate(masks):
                 runners = {}
                 for role in contracts:
-                    runners[role] = open_runner("rknnlite", plan.artifacts[role], core_mask=mask)
+                    runners[role] = open_runner("rknnlite", graphs[role], core_mask=mask)
                     owned.append(runners[role])
                 slots.append(Slot(f"npu{mask}" if mask != "auto" else f"npu-auto{i}", runners))
         else:
@@ -202,7 +211,7 @@ def open_pool(plan, backend: str = "ort", *, size: int | None = None, threads: i
             dtype = (raw.get("build") or {}).get("dtype", "fp16")
             runners = {}
             for role in contracts:
-                runners[role] = open_runner("sim", plan.onnx[role], target=target or plan.target, dtype=dtype)
+                runners[role] = open_runner("sim", graphs[role], target=target or plan.target, dtype=dtype)
                 owned.append(runners[role])
             slots = [Slot("sim0", runners)]
         return EnginePool(slots, contracts, owned=owned)
