@@ -58,11 +58,21 @@ def tts(tts_custom_ckpt):
 
 @pytest.fixture(scope="session")
 def reduced_vocoder_build(reduced_ckpt, tmp_path_factory):
-    """``build_vocoder`` of the reduced checkpoint (B=16, first step B=4, 3 verify steps):
-    ``(out, summary)``; shared by the vocoder build tests and ``build qwen3-tts --vocoder-plan``
-    (the custom-voice root's speech tokenizer is this checkpoint)."""
-    from rkspeech.pipelines.vocoder_build import VocoderBuildOptions, build_vocoder
+    """``rkspeech build qwen3-tts-vocoder`` of the reduced checkpoint (B=16, first step B=4, 3
+    verify steps on the simulator), run as a user runs it: from a folder of their own, relative
+    paths in and out.  ``(out, report)``; shared by the vocoder build tests and ``build qwen3-tts
+    --vocoder-plan`` (the custom-voice root's speech tokenizer is this checkpoint)."""
+    import json
+    import os
 
-    out = tmp_path_factory.mktemp("build")
-    return out, build_vocoder(VocoderBuildOptions(model_dir=reduced_ckpt, target="rk3588", codes_length=16,
-                                                  first_length=4, out=out, verify_steps=3, timeout=900))
+    from rkfixtures import run_relative
+
+    home = tmp_path_factory.mktemp("build")
+    rc, _, new = run_relative(home, ["build", "qwen3-tts-vocoder", "--model-dir", os.path.relpath(reduced_ckpt, home),
+                                     "--target", "rk3588", "-B", "16", "--first-length", "4", "--out", "out",
+                                     "--verify-steps", "3", "--timeout", "900"])
+    assert rc == 0
+    stray = {p for p in new if not p.startswith("out/")}
+    assert not stray, f"the build wrote outside its --out folder: {sorted(stray)}"
+    out = home / "out"
+    return out, json.loads((out / "build-report.json").read_text())

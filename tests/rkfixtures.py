@@ -8,6 +8,31 @@ import numpy as np
 
 _CACHE: dict[str, Path] = {}
 
+REPO = Path(__file__).resolve().parents[1]
+
+
+def listing(folder: Path) -> set[str]:
+    """Every file under ``folder``, as paths relative to it."""
+    return {p.relative_to(folder).as_posix() for p in Path(folder).rglob("*") if not p.is_dir()}
+
+
+def run_relative(cwd: Path, argv: list[str], capsys=None) -> tuple[int, str, set[str]]:
+    """``rkspeech ARGV`` in-process with ``cwd`` as the working folder, as a user runs it from a
+    folder of their own with relative paths: ``(exit code, stderr, files it added under cwd)``."""
+    import os
+
+    from rkspeech.cli import main
+
+    before = listing(cwd)
+    here = os.getcwd()
+    os.chdir(cwd)
+    try:
+        rc = main(list(argv))
+    finally:
+        os.chdir(here)
+    err = capsys.readouterr().err if capsys is not None else ""
+    return rc, err, listing(cwd) - before
+
 
 def have_rknn() -> bool:
     from rkspeech.convert.toolkit import have_toolkit

@@ -21,14 +21,19 @@ pytestmark = pytest.mark.skipif(not have_rknn(), reason="rknn-toolkit2 is not in
 
 @pytest.fixture(scope="module")
 def built(tts_custom_ckpt, reduced_vocoder_build, tmp_path_factory):
-    from rkspeech.cli import main
+    """The build as a user runs it: from a folder of their own, relative paths in and out."""
+    import os
 
-    out = tmp_path_factory.mktemp("tts_build")
-    rc = main(["build", "qwen3-tts", "--model-dir", str(tts_custom_ckpt), "--out", str(out), "--vocoder-plan",
-               str(reduced_vocoder_build[0] / "plan.json"), "--verify-frames", "4", "--talker-capacity", "96",
-               "--talker-prefill", "16", "--timeout", "900"])
+    from rkfixtures import run_relative
+
+    home = tmp_path_factory.mktemp("tts_build")
+    rc, _, new = run_relative(home, [
+        "build", "qwen3-tts", "--model-dir", os.path.relpath(tts_custom_ckpt, home), "--out", "out",
+        "--vocoder-plan", os.path.relpath(reduced_vocoder_build[0] / "plan.json", home), "--verify-frames", "4",
+        "--talker-capacity", "96", "--talker-prefill", "16", "--timeout", "900"])
     assert rc == 0
-    return out
+    assert all(p.startswith("out/") for p in new), sorted(new)
+    return home / "out"
 
 
 def test_report_has_the_figures_per_graph(built):
@@ -57,17 +62,27 @@ def test_plan_places_every_stage(built):
     assert set(plan.stages) == {"talker", "code_predictor"}
     assert all(s.impl == "rknn" for s in plan.stages.values())
     assert plan.stages["talker"].contract["capacity"] == 96
+    # the vocoder's exact host graphs travel into the combined plan: ort runs them, sim the npu ones
+    decoder = json.loads((built / "plan.json").read_text())["speech_decoder"]
+    assert decoder["backends"]["ort"] == "host_onnx" and set(decoder["host_onnx"]) == {"main", "first"}
+    assert load_plan(built / "plan.json", backend="ort").graphs("ort") != plan.graphs("sim")
 
 
-def test_speak_with_the_plan_through_the_simulator(built, tts_custom_ckpt, tmp_path):
-    """Sampled (qwen-tts' defaults, seeded): the step-form code predictor samples on the host."""
-    from rkspeech.cli import main
+def test_speak_with_the_plan_through_the_simulator(built, tts_custom_ckpt, tmp_path, capsys):
+    """Sampled (qwen-tts' defaults, seeded): the step-form code predictor samples on the host.  Run
+    as a user runs it, from a folder of their own with relative paths (every stage's simulator
+    child works in a folder of its own)."""
+    import os
+
+    from rkfixtures import run_relative
 
     wav, rep = tmp_path / "s.wav", tmp_path / "r.json"
-    rc = main(["speak", "Hello from the board.", "--model-dir", str(tts_custom_ckpt), "--plan",
-               str(built / "plan.json"), "--backend", "sim", "--speaker", "vivian", "--seed", "3", "--max-frames", "6",
-               "--threads", "1", "-o", str(wav), "--report", str(rep)])
-    assert rc == 0
+    rc, err, new = run_relative(tmp_path, [
+        "speak", "Hello from the board.", "--model-dir", os.path.relpath(tts_custom_ckpt, tmp_path), "--plan",
+        os.path.relpath(built / "plan.json", tmp_path), "--backend", "sim", "--speaker", "vivian", "--seed", "3",
+        "--max-frames", "6", "--threads", "1", "-o", "s.wav", "--report", "r.json"], capsys)
+    assert rc == 0, err
+    assert new == {"s.wav", "r.json"}, sorted(new)
     report = json.loads(rep.read_text())
     assert "torch" not in report["stage_backends"].values(), report["stage_backends"]
     pcm, rate = sf.read(wav, dtype="int16")

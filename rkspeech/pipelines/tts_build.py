@@ -218,7 +218,7 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
                            rknn=vplan.artifacts, onnx=vplan.onnx, host_onnx=vplan.host_onnx,
                            host_contracts={role: read_onnx_contract(p) for role, p in vplan.host_onnx.items()},
                            backends=vplan.backends, stages=sections,
-                           extra={"checkpoint": str(files.root), "formulation": npu_contracts["main"].formulation,
+                           extra={"checkpoint": str(files.root.resolve()), "formulation": npu_contracts["main"].formulation,
                                   "dtype": "fp16"})
     load_plan(plan_path, backend="ort")  # the plan just written must load
     summary = {

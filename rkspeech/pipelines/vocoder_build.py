@@ -187,7 +187,7 @@ def _build(o: VocoderBuildOptions, files, out: Path) -> dict:
     plan_path = write_plan(out / PLAN_FILE, impl="rknn", target=o.target, contracts=contracts,
                            rknn=rknn_paths, onnx=roles, host_onnx=host_roles,
                            host_contracts={role: read_onnx_contract(p) for role, p in host_roles.items()},
-                           extra={"checkpoint": str(files.folder), "formulation": contracts["main"].formulation,
+                           extra={"checkpoint": str(files.folder.resolve()), "formulation": contracts["main"].formulation,
                                   "dtype": "fp16"})
     summary = {
         "formulation": formulation, "target": o.target, "B": B, "first_B": first_B,
