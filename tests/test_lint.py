@@ -111,6 +111,44 @@ def test_dilated_conv(tmp_path):
     assert "dilated-conv-regtask" in rep.rule_ids()
 
 
+def _codes_head(B, one_channel=False):
+    """[1,16,B] -> 1x1 Conv -> Relu -> [1,64,B], or its one-channel (1,1,16,B) view -> Relu -> back."""
+    shapes = {"s4": [1, 1, 16, B], "s3": [1, 16, B]}
+    if one_channel:
+        inits = [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in shapes.items()]
+        nodes = [helper.make_node("Reshape", ["x", "s4"], ["x4"]), helper.make_node("Relu", ["x4"], ["r"]),
+                 helper.make_node("Reshape", ["r", "s3"], ["y"])]
+        return nodes, [vi("x", [1, 16, B])], [vi("y", [1, 16, B])], inits
+    w = numpy_helper.from_array(np.ones((64, 16, 1), np.float32), "W")
+    nodes = [helper.make_node("Conv", ["x", "W"], ["c"]), helper.make_node("Relu", ["c"], ["y"])]
+    return nodes, [vi("x", [1, 16, B])], [vi("y", [1, 64, B])], [w]
+
+
+@pytest.mark.parametrize("B,one_channel,fires", [(4, False, 2), (12, False, 2), (16, False, 0), (24, False, 0),
+                                                 (4, True, 0)])
+def test_unaligned_3d_io(tmp_path, B, one_channel, fires):
+    """Measured (rk3588 fp16, 2026-12-01): these very graphs put a Reshape on the CPU at the input
+    and at the output for B = 4, 12, none for 16, 24 or the one-channel view."""
+    rep = _lint(tmp_path, *_codes_head(B, one_channel))
+    assert sum(f.rule == "unaligned-3d-io" for f in rep.findings) == fires
+    assert "unaligned-3d-io" not in _lint(tmp_path, *_codes_head(B, one_channel), target="rk3576").rule_ids()
+
+
+def test_unaligned_3d_io_fires_on_the_old_first_step(reduced_model, tmp_path, monkeypatch):
+    """The vocoder's B=4 first step as it was (the codes read by a 1x1 conv: 903 NPU / 1 CPU at the
+    published size, the input's Reshape) fires; the step as it is does not."""
+    from rkspeech.export.vocoder_onnx import export_step_onnx
+    from rkspeech.stepgraph import npu_ops
+    from rkspeech.stepgraph.step_npu import NpuVocoderStep
+
+    new = lint_model(export_step_onnx(NpuVocoderStep(reduced_model, 4), tmp_path / "new.onnx"))
+    monkeypatch.setattr(npu_ops, "IO_WIDTH_ALIGN", 1)  # every width: the plain form of before
+    old = lint_model(export_step_onnx(NpuVocoderStep(reduced_model, 4), tmp_path / "old.onnx"))
+    hits = [f for f in old.findings if f.rule == "unaligned-3d-io"]
+    assert [f.op_type for f in hits] == ["Conv"] and "audio_codes" in hits[0].message
+    assert "unaligned-3d-io" not in new.rule_ids()
+
+
 def test_fp16_overflow_names_the_node(tmp_path):
     big = numpy_helper.from_array(np.array(1e5, np.float32), "big")
     nodes = [helper.make_node("Mul", ["x", "big"], ["m"], name="scale_up"),

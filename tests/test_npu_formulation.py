@@ -168,12 +168,33 @@ def test_row_form_of_long_convs_exact(d, T):
     assert npu_ops.row_width(30720) == 2048 and npu_ops.row_width(122880) == 2048
 
 
-def test_onehot_codebook_exact(reduced_model):
+@pytest.mark.parametrize("L", [16, 4, 5])
+def test_onehot_codebook_exact(reduced_model, monkeypatch, L):
     q = reduced_model.quantizer
-    codes = torch.from_numpy(random_codes(16, 16, q.codebook_size, seed=5).T[None].copy())
+    codes = torch.from_numpy(random_codes(L, 16, q.codebook_size, seed=5).T[None].copy())
     codes[0, 0, 0], codes[0, 1, 1] = 0, q.codebook_size - 1  # both ends of the table
+    book = npu_ops.OneHotCodebook(q)
     with torch.no_grad():
-        assert _snr(q(codes), npu_ops.OneHotCodebook(q)(codes)) >= 120.0
+        got = book(codes.float())
+        assert _snr(q(codes), got) >= 120.0
+        # widths off the 8-grid take the one-channel rows form: bit-identical to the plain form
+        monkeypatch.setattr(npu_ops, "IO_WIDTH_ALIGN", 1)
+        assert torch.equal(got, book(codes.float()))
+
+
+def test_first_step_codes_read_as_one_channel(reduced_model, tmp_path):
+    """B=4: the codes input's only reader is a Reshape to (1, 1, Q, 4) (its (1, Q, 1, 4) lift ran
+    on the CPU); B=16: the graph reads it with the plain 1x1 conv, as before."""
+    import onnx
+
+    from rkspeech.export.vocoder_onnx import export_step_onnx
+
+    for B, first in ((4, "Reshape"), (16, "Conv")):
+        g = onnx.load(str(export_step_onnx(NpuVocoderStep(reduced_model, B), tmp_path / f"b{B}.onnx"))).graph
+        readers = [n for n in g.node if "audio_codes" in n.input]
+        while readers and readers[0].op_type == "Cast":  # x.to(float32) of a float32 input
+            readers = [n for n in g.node if readers[0].output[0] in n.input]
+        assert [n.op_type for n in readers] == [first], B
 
 
 def test_rope_cos_sin():
@@ -250,7 +271,8 @@ def test_npu_step_onnxruntime(reduced_model, npu_step, tmp_path):
 # ---- rknn ------------------------------------------------------------------------------------
 @pytest.mark.rknn
 @pytest.mark.slow
-def test_npu_step_placement_rk3588(reduced_model, tmp_path):
+@pytest.mark.parametrize("B", [16, 4])
+def test_npu_step_placement_rk3588(reduced_model, tmp_path, B):
     from rkfixtures import have_rknn
 
     from rkspeech.convert.conversion import convert
@@ -258,13 +280,15 @@ def test_npu_step_placement_rk3588(reduced_model, tmp_path):
 
     if not have_rknn():
         pytest.skip("rknn-toolkit2 not installed")
-    step = NpuVocoderStep(reduced_model, 16)
+    step = NpuVocoderStep(reduced_model, B)
     path = export_step_onnx(step, tmp_path / "npu.onnx")
     res = convert(path, tmp_path / "npu.rknn", target="rk3588", memory_limit_mb=5000, show_progress=False)
     rep = res.to_report()
     # Measured (reduced config, B=16, rk3588 fp16): phase Snake 699 NPU / 0 CPU ops (2026-12-01),
     # reflection Snake 1228 / 0 (2026-11-29), 0 REGTASK lines.  The reference graph of the same
     # size: 316 / 69 (30 Sin, 1 Cos, 2 exConvTransposePad, Gather, Add, 34 Reshape) and 35,884.
+    # B=4 (the first step): 667 / 0, 0 REGTASK (2026-12-01); before the one-channel codes read
+    # 665 / 1, the compiler's (1,16,4) -> (1,16,1,4) Reshape of audio_codes on the CPU.
     assert rep["build"]["regtask_overflow_lines"] == 0
     assert rep["placement"]["cpu_op_types"] == {}
     assert rep["placement"]["npu_ops"] > 500

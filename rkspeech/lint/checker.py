@@ -80,6 +80,70 @@ def _rank_map(model) -> dict[str, int]:
     return ranks
 
 
+def _shape_map(model) -> dict[str, tuple]:
+    """Static shape of every tensor that shape inference can tell (unknown dims as None)."""
+    import onnx
+
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+    except Exception:  # noqa: BLE001 - lint works without shapes
+        inferred = model
+    shapes: dict[str, tuple] = {}
+    g = inferred.graph
+    for vi in list(g.input) + list(g.value_info) + list(g.output):
+        t = vi.type.tensor_type
+        if t.HasField("shape"):
+            shapes[vi.name] = tuple(d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim)
+    return shapes
+
+
+def _one_channel(shape) -> bool:
+    """A 4-D shape (1, 1, H, W): one channel, which the compiler stores without a transpose."""
+    return shape is not None and len(shape) == 4 and shape[0] == 1 and shape[1] == 1
+
+
+def _readers(g, name: str, depth: int = 0) -> list:
+    """``(node, input name)`` of the nodes reading ``name``, looking through Identity and float
+    Casts (an exported ``x.to(float32)`` of a float32 input; the compiler drops them)."""
+    out = []
+    for n in g.node:
+        if name not in n.input:
+            continue
+        to = next((a.i for a in n.attribute if a.name == "to"), None)
+        if depth < 4 and (n.op_type == "Identity" or (n.op_type == "Cast" and to in _FLOAT_TYPES)):
+            out += _readers(g, n.output[0], depth + 1)
+        else:
+            out.append((n, name))
+    return out
+
+
+def _check_unaligned_io(report: LintReport, g, initializers, producers, shapes) -> None:
+    """Rank-3 graph inputs/outputs [1, C, W], C > 1, W % align != 0 that are not read / written
+    through a one-channel (1, 1, C, W) Reshape (rule ``unaligned-3d-io``)."""
+    align = lint_rules.rule("unaligned-3d-io")["align"]
+
+    def unaligned(shape) -> bool:
+        return (shape is not None and len(shape) == 3 and None not in shape and shape[1] > 1
+                and shape[2] % align != 0)
+
+    for vi in g.input:
+        if vi.name in initializers or not unaligned(shapes.get(vi.name)):
+            continue
+        bad = [n for n, src in _readers(g, vi.name) if not (n.op_type == "Reshape" and n.input[0] == src
+                                                           and _one_channel(shapes.get(n.output[0])))]
+        if bad:
+            _add(report, "unaligned-3d-io", f"graph input {vi.name} {list(shapes[vi.name])} is read by "
+                 f"{bad[0].op_type}: a (1,C,W) -> (1,C,1,W) Reshape on the CPU", bad[0])
+    for vi in g.output:
+        if not unaligned(shapes.get(vi.name)):
+            continue
+        n = producers.get(vi.name)
+        if n is not None and n.op_type == "Reshape" and _one_channel(shapes.get(n.input[0])):
+            continue
+        _add(report, "unaligned-3d-io", f"graph output {vi.name} {list(shapes[vi.name])} is written by "
+             f"{n.op_type if n is not None else 'nothing'}: a (1,C,1,W) -> (1,C,W) Reshape on the CPU", n)
+
+
 def _elem_types(model) -> dict[str, int]:
     import onnx
 
@@ -131,6 +195,8 @@ def lint_model(onnx_path: str | os.PathLike, target: str = "rk3588",
     types = _elem_types(model)
     producers = {o: n for n in g.node for o in n.output}
     placement_rules = [r for r in lint_rules.RULES if "ops" in r and lint_rules.applies(r, target)]
+    if lint_rules.applies(lint_rules.rule("unaligned-3d-io"), target):
+        _check_unaligned_io(report, g, initializers, producers, _shape_map(model))
 
     for n in g.node:
         op = n.op_type

@@ -107,6 +107,21 @@ RULES: list[dict] = [
                   "rknn-toolkit2 #419, rknn_model_zoo #360",
     },
     {
+        "id": "unaligned-3d-io",
+        "severity": "warning",
+        "targets": ("rk3588",),
+        "align": 8,
+        "description": "3-D graph input or output [1, C, W] (C > 1) with W not a multiple of 8: the "
+                       "compiler moves it between (1, C, W) and its 4-D layout (1, C, 1, W) with a "
+                       "Reshape that runs on the CPU; view it as one channel of C rows instead "
+                       "(a Reshape to (1, 1, C, W) as its only reader / from one as its writer), "
+                       "which the NPU runs",
+        "source": "measured here 2026-12-01, rknn-toolkit2 2.5.0, rk3588 fp16: single graphs "
+                  "[1,16,W] -> Conv1d or Relu (W = 2-6, 12: a CPU Reshape at the input and at the "
+                  "output; 8, 16, 24, 32: NPU; a (1,1,16,W) view: NPU); the vocoder's B=4 first "
+                  "step (audio_codes [1,16,4], 903 NPU / 1 CPU published); docs/npu-formulation.md",
+    },
+    {
         "id": "fp16-overflow",
         "severity": "warning",
         "targets": ALL,

@@ -26,7 +26,10 @@ single-block graphs (rk3588 fp16, ``rkspeech.convert.conversion``; see ``docs/np
   reference graph's dilation-9 convs log tens of thousands.
 * ``OneHotCodebook`` - float codes -> 1x1 conv to ``code - k`` on Q*K channels -> one-hot
   ``relu(1 - |.|)`` -> 1x1 conv with the folded tables (sums over Q).  Exact (codes < 2048 are
-  exact in fp16), and no Reshape or Cast, given a float32 codes input.
+  exact in fp16), and no Reshape or Cast, given a float32 codes input.  For B not a multiple of
+  ``IO_WIDTH_ALIGN`` the codes are read as one channel of Q rows and a ``(Q, 1)`` identity conv
+  moves them to channels: the compiler's ``(1, Q, B) -> (1, Q, 1, B)`` Reshape of the input runs
+  on the CPU there.
 * ``rope_cos_sin`` - RoPE cos/sin of host-reduced angles in ``[0, 2*pi)`` from ``snake_sin2``.
 """
 
@@ -50,6 +53,14 @@ MAX_ROWS = 2048
 #: as rows of ``row_width(T)`` samples before anything is sliced out of them.
 FIELD_LIMIT = 0x1FFF
 ROW_WIDTH = 2048
+#: rk3588 fp16: the compiler lifts a 3-D graph input or output ``[1, C, W]`` to its 4-D layout
+#: with a ``(1, C, W) <-> (1, C, 1, W)`` Reshape that runs on the NPU only when W is a multiple
+#: of 8 (16 bytes of fp16).  Measured 2026-12-01 with single graphs (input -> Conv1d 16->64 ->
+#: Relu -> output, rk3588 fp16): W = 8, 16, 24, 32 all NPU; W = 2, 3, 4, 5, 6, 12 a CPU Reshape
+#: at the input and one at the output (a Relu consuming the input instead: the same); W = 1 never
+#: finished (the optimizer's ``fuse_rs_conv`` pass looped for 15 min).  Viewing the input as
+#: ``(1, 1, C, W)`` (one channel of C rows) put that Reshape on the NPU for W = 2, 4, 12 and 16.
+IO_WIDTH_ALIGN = 8
 
 
 def sin2_coefficients(degree: int = SIN2_DEGREE) -> list[float]:
@@ -327,10 +338,20 @@ class OneHotCodebook(nn.Module):
     ``conv1`` (weight 1 at ``[q*K + k, q]``, bias ``-k``) gives ``code_q - k`` on ``Q*K``
     channels, ``relu(1 - |.|)`` makes it an exact 0/1 one-hot, and ``conv2`` (weight = the folded
     tables, ``[D, Q*K]``) sums the selected rows over Q.  Exact in fp16: codes and k are integers
-    below 2048.  No Reshape, Gather or Cast: with a float32 ``audio_codes`` input (the contract's
+    below 2048.  No Gather or Cast: with a float32 ``audio_codes`` input (the contract's
     ``codes_dtype``) a codebook-only graph at the published size (Q=16, K=2048, D=512, B=16) is
     29 NPU / 0 CPU ops on rk3588 (measured 2026-11-29); a ``[Q, L, 1]`` view of an int64 input
     leaves a Reshape and a Cast on the CPU.
+
+    When L is not a multiple of ``IO_WIDTH_ALIGN`` (the B=4 first step), the compiler's own
+    ``(1, Q, L) -> (1, Q, 1, L)`` Reshape of the graph input runs on the CPU (the first step's
+    one CPU op, 903 NPU / 1 CPU at the published size).  There the codes are viewed as one
+    channel of Q rows, ``(1, 1, Q, L)`` (a Reshape the NPU runs), and a ``(Q, 1)`` identity
+    conv (``Q`` outputs, weight 1 at ``[q, 0, q]``) moves the rows to channels: ``x * 1`` plus
+    zeros, so the codes and everything after are bit-identical in fp32.  Folding the selection
+    into that conv instead (``[Q*K, 1, Q, 1]``, one conv) costs the one-channel input's padding:
+    +7 MB of weights and 5.7x the conv's cycles (reduced B=4, 2026-12-01).  At multiples of 8 the
+    graph is unchanged.
     """
 
     def __init__(self, quantizer):
@@ -339,11 +360,17 @@ class OneHotCodebook(nn.Module):
         tables = quantizer.table.detach().reshape(q * k, -1)
         select = torch.zeros(q * k, q, 1)
         select[torch.arange(q * k), torch.arange(q).repeat_interleave(k), 0] = 1.0
+        self.q = q
         self.register_buffer("select", select, persistent=False)
+        self.register_buffer("rows_to_channels", torch.eye(q).reshape(q, 1, q, 1), persistent=False)
         self.register_buffer("offset", -torch.arange(k, dtype=torch.float32).repeat(q), persistent=False)
         self.register_buffer("tables", tables.t().unsqueeze(-1).contiguous(), persistent=False)
 
     def forward(self, codes: torch.Tensor) -> torch.Tensor:
-        d = nn.functional.conv1d(codes.to(torch.float32), self.select, self.offset)  # [1, Q*K, L]
+        codes = codes.to(torch.float32)
+        L = int(codes.shape[-1])  # a python int: the form is fixed at trace time
+        if L % IO_WIDTH_ALIGN:
+            rows = codes.reshape(1, 1, self.q, L)
+            codes = nn.functional.conv2d(rows, self.rows_to_channels).reshape(1, self.q, L)
+        d = nn.functional.conv1d(codes, self.select, self.offset)  # [1, Q*K, L]
         return nn.functional.conv1d(torch.relu(1.0 - torch.abs(d)), self.tables)     # [1, D, L]
-
