@@ -61,27 +61,9 @@ def _add(report: LintReport, rule_id: str, message: str, node=None) -> None:
                                    source=r["source"]))
 
 
-def _rank_map(model) -> dict[str, int]:
-    """Rank of every tensor that shape inference can tell."""
-    import onnx
-
-    try:
-        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
-    except Exception:  # noqa: BLE001 - lint works without ranks
-        inferred = model
-    ranks: dict[str, int] = {}
-    g = inferred.graph
-    for vi in list(g.input) + list(g.value_info) + list(g.output):
-        t = vi.type.tensor_type
-        if t.HasField("shape"):
-            ranks[vi.name] = len(t.shape.dim)
-    for init in g.initializer:
-        ranks[init.name] = len(init.dims)
-    return ranks
-
-
 def _shape_map(model) -> dict[str, tuple]:
-    """Static shape of every tensor that shape inference can tell (unknown dims as None)."""
+    """Static shape of every tensor that shape inference can tell (unknown dims as None),
+    initializers included."""
     import onnx
 
     try:
@@ -94,6 +76,8 @@ def _shape_map(model) -> dict[str, tuple]:
         t = vi.type.tensor_type
         if t.HasField("shape"):
             shapes[vi.name] = tuple(d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim)
+    for init in g.initializer:
+        shapes[init.name] = tuple(init.dims)
     return shapes
 
 
@@ -191,12 +175,13 @@ def lint_model(onnx_path: str | os.PathLike, target: str = "rk3588",
                     label = d.dim_param or "?"
                     _add(report, "dynamic-dim", f"graph {kind} {vi.name} dim {k} is {label!r}")
 
-    ranks = _rank_map(model)
+    shapes = _shape_map(model)
+    ranks = {name: len(shape) for name, shape in shapes.items()}
     types = _elem_types(model)
     producers = {o: n for n in g.node for o in n.output}
     placement_rules = [r for r in lint_rules.RULES if "ops" in r and lint_rules.applies(r, target)]
     if lint_rules.applies(lint_rules.rule("unaligned-3d-io"), target):
-        _check_unaligned_io(report, g, initializers, producers, _shape_map(model))
+        _check_unaligned_io(report, g, initializers, producers, shapes)
 
     for n in g.node:
         op = n.op_type
