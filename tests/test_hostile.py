@@ -294,6 +294,22 @@ def test_two_writers_of_one_path_never_corrupt_it(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["same.json", "same.wav"]  # no temp left
 
 
+def test_outputs_get_the_mode_of_a_new_file(tmp_path):
+    """Outputs are written under a private temporary name (mkstemp: 0600) and renamed; the user
+    gets what any new file gets (0666 & ~umask), e.g. a wav a media player in another account
+    can read."""
+    from rkspeech.core.atomic import write_json
+    from rkspeech.runtime.wav import WavWriter
+
+    umask = os.umask(0o022)
+    os.umask(umask)
+    with WavWriter(tmp_path / "a.wav", 24000) as w:
+        w.write(np.zeros(480, dtype=np.float32))
+    write_json(tmp_path / "r.json", {"ok": True})
+    for name in ("a.wav", "r.json"):
+        assert (tmp_path / name).stat().st_mode & 0o777 == 0o666 & ~umask, name
+
+
 def test_build_folder_lock(tmp_path, reduced_ckpt, capsys):
     from rkspeech.core.atomic import LOCK_FILE, folder_lock
 

@@ -15,6 +15,12 @@ import tempfile
 from pathlib import Path
 from typing import Iterator
 
+# mkstemp makes 0600 files; a finished output gets the mode any new file would (0666 & ~umask).
+# Read once, at import: os.umask can only be read by setting it, which races with other threads.
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
+FILE_MODE = 0o666 & ~_UMASK
+
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike, *, suffix: str = "") -> Iterator[Path]:
@@ -29,6 +35,7 @@ def atomic_path(path: str | os.PathLike, *, suffix: str = "") -> Iterator[Path]:
     tmp = Path(name)
     try:
         yield tmp
+        os.chmod(tmp, FILE_MODE)
         os.replace(tmp, final)
     finally:
         if tmp.exists():
