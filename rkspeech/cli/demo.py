@@ -21,7 +21,7 @@ from rkspeech.stepgraph.formulations import CHOICES, DEFAULT_FORMULATION
 def register(subparsers) -> None:
     p = subparsers.add_parser("demo", help="build the vocoder from an embedded synthetic checkpoint, end to end")
     p.add_argument("--config", choices=("published", "reduced"), default="published",
-                   help="synthetic checkpoint size (published: ~15-20 min, 8.6 GB peak at B=16; reduced: a few min)")
+                   help="synthetic checkpoint size (published: ~10 min and ~10 GB at B=16; reduced: a few min)")
     p.add_argument("--out", default="out/demo", help="output folder (default out/demo)")
     p.add_argument("--target", default=DEFAULT_TARGET, choices=TARGETS)
     p.add_argument("--codes-length", "-B", type=int, default=16,
