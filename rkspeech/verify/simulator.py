@@ -24,8 +24,6 @@ from rkspeech.runtime.streaming import Engine, StreamingVocoder
 from rkspeech.verify.compare import segment_snr_db, snr_db
 from rkspeech.verify.stepwise import full_decode, random_codes
 
-SIM_MIN_SNR_DB = 40.0
-
 
 @dataclass
 class Artifact:
