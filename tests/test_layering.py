@@ -60,8 +60,6 @@ UPWARD_ALLOWED = {
         "graph backend opens runners; backend moves to runtime/tts (issue 25 item 2)",
     "rkspeech/export/talker_onnx.py -> runtime":
         "export checks the ONNX through open_runner; the check moves to the build sequence (issue 25 item 3)",
-    "rkspeech/runtime/tts_stages.py -> pipelines":
-        "open_talker and get_form live in pipelines; move to runtime/tts (issue 25 item 2)",
 }
 
 

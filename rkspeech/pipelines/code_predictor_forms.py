@@ -44,9 +44,9 @@ class FrameForm:
         return read_artifact_contract(path)
 
     def open(self, path, backend: str, *, model, **kw):
-        from rkspeech.stepgraph.code_predictor_backend import GraphCodePredictor
+        from rkspeech.runtime.tts_stages import open_code_predictor
 
-        return GraphCodePredictor(path, backend, model=model, **kw)
+        return open_code_predictor(self.name, path, backend, model=model, **kw)
 
     def write_calibration(self, tts, captured, folder: Path, onnx_path: Path) -> list[str]:
         """One line per frame: its two inputs (absolute paths: the converter reads them from its
@@ -83,9 +83,9 @@ class StepForm:
         return read_step_contract(path)
 
     def open(self, path, backend: str, *, model, **kw):
-        from rkspeech.stepgraph.code_predictor_codebook import CodebookCodePredictor
+        from rkspeech.runtime.tts_stages import open_code_predictor
 
-        return CodebookCodePredictor(path, backend, model=model, **kw)
+        return open_code_predictor(self.name, path, backend, model=model, **kw)
 
     def write_calibration(self, tts, captured, folder: Path, onnx_path: Path) -> list[str]:
         """One line per NPU call of the captured frames (16 a frame): the call's graph inputs as

@@ -10,7 +10,7 @@ Verification (``verify_talker``): greedy ``TTSModel`` codes with the talker on o
 equal torch's (``codes_identical_ort``; a mismatch fails the build); with .rknn graphs the same
 talker inputs replayed through the simulator give the codec_head logit SNR against torch
 (``logit_snr_db``, teacher forced) and a free-running greedy run's code agreement.
-``open_talker(artifacts, backend)`` opens the built graphs as a ``GraphTalker``.
+The built graphs open through the runtime's ``open_talker(artifacts, backend)``.
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ from pathlib import Path
 import numpy as np
 
 from rkspeech.core.errors import RkspeechError
+from rkspeech.runtime.tts_stages import TALKER_ROLES as ROLES
+from rkspeech.runtime.tts_stages import open_talker
 
 VERIFY_TEXT = "Hello there, this is a check of the talker step graph."
-ROLES = ("prefill", "decode")
 
 
 def build_talker(stages, files, out: Path, *, target: str, capacity: int, prefill_B: int, skip_rknn: bool,
@@ -144,19 +145,6 @@ def _report(artifacts, export_rep, lint_rep, convert_reps, verify_rep, capacity,
         rep["rknn"] = {"bytes": sum(g["rknn"]["bytes"] for g in conv),
                        **{r: graphs[r]["rknn"] for r in ROLES if "rknn" in graphs[r]}}
     return rep
-
-
-def open_talker(artifacts: dict, backend: str = "ort", *, model=None, **runner_kw):
-    """A ``GraphTalker`` over the built graphs: ONNX for ``ort`` / ``sim``, .rknn for ``rknnlite``."""
-    from rkspeech.stepgraph.talker_backend import open_graph_talker
-
-    kind = "rknn" if backend == "rknnlite" else "onnx"
-    paths = {role: (artifacts.get(role) or {}).get(kind) for role in ROLES}
-    if not paths["decode"]:
-        raise RkspeechError(f"the plan has no talker decode graph as {kind} (backend {backend}); "
-                            "rebuild without --skip-talker-rknn" if kind == "rknn" else
-                            "the plan has no talker decode graph; rebuild it")
-    return open_graph_talker(paths["decode"], paths["prefill"], backend=backend, model=model, **runner_kw)
 
 
 class RecordingTalker:

@@ -9,6 +9,36 @@ whatever the plan says (to compare, or when the graphs' limits do not suit a req
 from __future__ import annotations
 
 from rkspeech.core import progress
+from rkspeech.core.errors import RkspeechError
+from rkspeech.plan.stages import STAGE_ROLES
+
+TALKER_ROLES = STAGE_ROLES["talker"][0]  # ("prefill", "decode")
+
+
+def open_talker(artifacts: dict, backend: str = "ort", *, model=None, **runner_kw):
+    """A ``GraphTalker`` over a plan's talker graphs (``{role: {"onnx": .., "rknn": ..}}``): ONNX
+    for ``ort`` / ``sim``, .rknn for ``rknnlite``."""
+    from rkspeech.stepgraph.talker_backend import open_graph_talker
+
+    kind = "rknn" if backend == "rknnlite" else "onnx"
+    paths = {role: (artifacts.get(role) or {}).get(kind) for role in TALKER_ROLES}
+    if not paths["decode"]:
+        raise RkspeechError(f"the plan has no talker decode graph as {kind} (backend {backend}); "
+                            "rebuild without --skip-talker-rknn" if kind == "rknn" else
+                            "the plan has no talker decode graph; rebuild it")
+    return open_graph_talker(paths["decode"], paths["prefill"], backend=backend, model=model, **runner_kw)
+
+
+def open_code_predictor(form: str, path, backend: str, *, model=None, **kw):
+    """The code predictor graph of ``form`` on ``backend``: ``step`` (its stack at one position a
+    call, the host's heads choosing each code) or ``frame`` (the 15 codebooks unrolled, greedy)."""
+    if form == "step":
+        from rkspeech.stepgraph.code_predictor_codebook import CodebookCodePredictor as Graph
+    elif form == "frame":
+        from rkspeech.stepgraph.code_predictor_backend import GraphCodePredictor as Graph
+    else:
+        raise RkspeechError(f"unknown code predictor form {form!r}; choose one of step, frame")
+    return Graph(path, backend, model=model, **kw)
 
 
 def open_stage_backends(plan, backend: str, *, model=None, threads: int | None = None, target: str | None = None,
@@ -21,17 +51,14 @@ def open_stage_backends(plan, backend: str, *, model=None, threads: int | None =
     out = {}
     cp = plan.stages.get("code_predictor")
     if cp is not None:
-        from rkspeech.pipelines.code_predictor_forms import get_form
-
         be = cp.backend_for(backend)
         build = cp.simulator_build() if be == "sim" else {}  # a board loads the .rknn as built
         (role, path), = cp.paths(backend).items()  # "step" or "frame"
-        out["code_predictor"] = get_form(role).open(path, be, model=model, threads=threads, target=target, **build)
+        out["code_predictor"] = open_code_predictor(role, path, be, model=model, threads=threads, target=target,
+                                                    **build)
         progress.info(f"code predictor: {cp.impl} {role} graph on {be}" + (f" ({build['dtype']})" if build else ""))
     talker = plan.stages.get("talker")
     if talker is not None:
-        from rkspeech.pipelines.talker_build import open_talker
-
         be = talker.backend_for(backend)
         try:
             stack = model.net.talker.model if model is not None else None  # the talker's DecoderStack
