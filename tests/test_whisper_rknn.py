@@ -54,7 +54,7 @@ def sim_encoder(build):
 
 @pytest.fixture(scope="module")
 def pipeline():
-    from rkspeech.runtime.whisper import WhisperPipeline
+    from whisper_greedy import WhisperPipeline
 
     return WhisperPipeline(TINY_EN, threads=1)
 

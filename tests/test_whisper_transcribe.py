@@ -42,7 +42,7 @@ def espeak(text: str, path, speed: int = 150) -> str:
 
 @pytest.fixture(scope="module")
 def pipeline():
-    from rkspeech.runtime.whisper import WhisperPipeline
+    from whisper_greedy import WhisperPipeline
 
     # One CTranslate2 thread: with two, OpenMP spin-waits made the decoder 4x slower whenever
     # another process shared the 2 cores (measured here: 0.66 s vs 2.5 s for one window).
