@@ -45,7 +45,7 @@ def _codes(tts, backend=None, **kw):
 
 
 def test_graph_backend_codes_identical_to_torch(tts, cp_onnx):
-    from rkspeech.stepgraph.code_predictor_backend import GraphCodePredictor
+    from rkspeech.runtime.tts.code_predictor_backend import GraphCodePredictor
 
     ref = _codes(tts)
     assert ref.shape == (FRAMES, tts.num_code_groups)
@@ -58,7 +58,7 @@ def test_graph_backend_codes_identical_to_torch(tts, cp_onnx):
 def test_greedy_only_backend_refuses_sampling(tts, cp_onnx):
     from rkspeech.core.errors import RkspeechError
     from rkspeech.models.qwen3_tts.generate import GenerationOptions
-    from rkspeech.stepgraph.code_predictor_backend import GraphCodePredictor
+    from rkspeech.runtime.tts.code_predictor_backend import GraphCodePredictor
 
     with GraphCodePredictor(cp_onnx, backend="ort") as g:
         for opts in (GenerationOptions(), GenerationOptions.greedy(subtalker_repetition_penalty=1.1)):
@@ -73,7 +73,7 @@ def test_mismatched_graph_is_refused(tts, cp_onnx, tmp_path):
     import onnx
 
     from rkspeech.core.errors import RkspeechError
-    from rkspeech.stepgraph.code_predictor_backend import GraphCodePredictor, read_artifact_contract
+    from rkspeech.runtime.tts.code_predictor_backend import GraphCodePredictor, read_artifact_contract
     from rkspeech.stepgraph.contract import CONTRACT_KEY
 
     contract = read_artifact_contract(cp_onnx)
@@ -142,7 +142,7 @@ def test_build_code_predictor_report(tiny_cp_build):
     import json
     from pathlib import Path
 
-    from rkspeech.stepgraph.code_predictor_backend import read_artifact_contract
+    from rkspeech.runtime.tts.code_predictor_backend import read_artifact_contract
 
     _, out, r = tiny_cp_build
     json.dumps(r)  # JSON-able

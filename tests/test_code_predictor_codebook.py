@@ -1,5 +1,5 @@
-"""The code predictor's step form (``stepgraph.code_predictor_codebook``): its stack as a one-position
-step graph, the host doing heads, choice and embeddings.
+"""The code predictor's step form (``stepgraph.code_predictor_codebook``, run by
+``runtime.tts.code_predictor_codebook``): its stack as a one-position step graph, the host doing heads, choice and embeddings.
 
 * onnxruntime in the generation loop: greedy codes identical to the torch backend's, and sampled
   codes identical too with the same seed (the host samples between calls: not greedy-only);
@@ -46,7 +46,7 @@ def _codes(tts, backend=None, options=None):
 
 def test_step_backend_greedy_and_sampled_codes_equal_torch(tts, step_onnx):
     from rkspeech.models.qwen3_tts.generate import GenerationOptions
-    from rkspeech.stepgraph.code_predictor_codebook import CodebookCodePredictor
+    from rkspeech.runtime.tts.code_predictor_codebook import CodebookCodePredictor
 
     sampled = GenerationOptions(seed=7, max_new_tokens=FRAMES + 1)
     ref_greedy, ref_sampled = _codes(tts), _codes(tts, options=sampled)
@@ -64,7 +64,7 @@ def test_step_backend_greedy_and_sampled_codes_equal_torch(tts, step_onnx):
 def test_step_backend_refuses_other_graphs(tts, step_onnx, tmp_path):
     from rkspeech.core.errors import RkspeechError
     from rkspeech.export.talker_onnx import export_talker_onnx
-    from rkspeech.stepgraph.code_predictor_codebook import CodebookCodePredictor
+    from rkspeech.runtime.tts.code_predictor_codebook import CodebookCodePredictor
     from rkspeech.stepgraph.talker_step import TalkerStep
 
     talker = export_talker_onnx(TalkerStep(tts.net.talker.model, capacity=16, B=1), tmp_path / "talker.onnx")
@@ -90,7 +90,7 @@ def test_step_build_reduced(tts_custom_ckpt, tmp_path, dtype, frames, floor):
     from rkspeech.models.qwen3_tts.tts_checkpoint import resolve_model_root
     from rkspeech.pipelines.code_predictor_build import build_code_predictor
     from rkspeech.pipelines.stages import StageRunner
-    from rkspeech.stepgraph.code_predictor_codebook import MODEL_NAME, read_step_contract
+    from rkspeech.runtime.tts.code_predictor_codebook import MODEL_NAME, read_step_contract
 
     r = build_code_predictor(StageRunner(tmp_path), resolve_model_root(tts_custom_ckpt), tmp_path, target="rk3588",
                              verify_frames=frames, timeout=900, dtype=dtype, calibration_frames=24)

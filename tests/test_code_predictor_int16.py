@@ -49,7 +49,7 @@ def test_int16_hybrid_build_reduced(tts_custom_ckpt, tmp_path):
     from rkspeech.models.qwen3_tts.tts_checkpoint import resolve_model_root
     from rkspeech.pipelines.code_predictor_build import build_code_predictor
     from rkspeech.pipelines.stages import StageRunner
-    from rkspeech.stepgraph.code_predictor_backend import read_artifact_contract
+    from rkspeech.runtime.tts.code_predictor_backend import read_artifact_contract
 
     files = resolve_model_root(tts_custom_ckpt)
     r = build_code_predictor(StageRunner(tmp_path), files, tmp_path, target="rk3588", verify_frames=VERIFY_FRAMES,

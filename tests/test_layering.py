@@ -44,20 +44,6 @@ UPWARD_ALLOWED = {
         "FP32_MIN_SNR_DB lives in verify.thresholds; pass marks move below stepgraph (issue 25)",
     "rkspeech/stepgraph/step_npu.py -> verify":
         "PHASE_SNAKE_FP32_MIN_SNR_DB lives in verify.thresholds; moves below stepgraph (issue 25)",
-    "rkspeech/stepgraph/talker_backend.py -> export":
-        "read_talker_contract lives in export; moves to contracts/ (issue 25 item 1)",
-    "rkspeech/stepgraph/talker_backend.py -> inspect":
-        "graph backend reads the .rknn container; backend moves to runtime/tts (issue 25 item 2)",
-    "rkspeech/stepgraph/talker_backend.py -> runtime":
-        "graph backend opens runners; backend moves to runtime/tts (issue 25 item 2)",
-    "rkspeech/stepgraph/code_predictor_backend.py -> export":
-        "read_code_predictor_contract lives in export; moves to contracts/ (issue 25 item 1)",
-    "rkspeech/stepgraph/code_predictor_backend.py -> inspect":
-        "graph backend reads the .rknn container; backend moves to runtime/tts (issue 25 item 2)",
-    "rkspeech/stepgraph/code_predictor_backend.py -> runtime":
-        "graph backend opens runners; backend moves to runtime/tts (issue 25 item 2)",
-    "rkspeech/stepgraph/code_predictor_codebook.py -> runtime":
-        "graph backend opens runners; backend moves to runtime/tts (issue 25 item 2)",
     "rkspeech/export/talker_onnx.py -> runtime":
         "export checks the ONNX through open_runner; the check moves to the build sequence (issue 25 item 3)",
 }

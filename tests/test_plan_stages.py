@@ -150,7 +150,7 @@ def test_quantized_stage_reaches_the_simulator(tmp_path, graphs, monkeypatch):
         def __init__(self, path, backend="ort", **kw):
             seen[backend] = kw
 
-    import rkspeech.stepgraph.code_predictor_backend as cpb
+    import rkspeech.runtime.tts.code_predictor_backend as cpb
     from rkspeech.runtime.tts_stages import open_stage_backends
 
     monkeypatch.setattr(cpb, "GraphCodePredictor", FakeGraph)

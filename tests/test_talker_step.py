@@ -1,4 +1,4 @@
-"""The talker as fixed-shape step graphs (``stepgraph.talker_step``, ``stepgraph.talker_backend``).
+"""The talker as fixed-shape step graphs (``stepgraph.talker_step``, ``runtime.tts.talker_backend``).
 
 Acceptance (issue #13 part 2): ``TTSModel`` with ``GraphTalker`` over onnxruntime (prefill B=16 in
 chunks, the last padded; decode B=1; small capacity) gives greedy codes identical to the torch
@@ -44,7 +44,7 @@ def _codes(tts, talker=None):
 
 
 def test_graph_talker_codes_identical_to_torch(tts, graphs):
-    from rkspeech.stepgraph.talker_backend import open_graph_talker
+    from rkspeech.runtime.tts.talker_backend import open_graph_talker
 
     ref = _codes(tts)
     assert ref.shape == (FRAMES, tts.num_code_groups)
@@ -62,7 +62,7 @@ def test_graph_talker_codes_identical_to_torch(tts, graphs):
 def test_last_hidden_matches_torch_and_cache_is_written(tts, graphs):
     """Prefill then decode steps: the graph's hidden state tracks TorchTalker's (fp32, ~1e-6)."""
     from rkspeech.models.qwen3_tts.backends import TorchTalker
-    from rkspeech.stepgraph.talker_backend import open_graph_talker
+    from rkspeech.runtime.tts.talker_backend import open_graph_talker
 
     gen = np.random.default_rng(0)
     ht = tts.cfg.talker.hidden_size
@@ -85,7 +85,7 @@ def test_refusals(tts, graphs, tmp_path):
     from rkspeech.export.talker_onnx import read_talker_contract
     from rkspeech.models.qwen3_tts.synthetic_tts import write_tts_checkpoint
     from rkspeech.models.qwen3_tts.tts_checkpoint import load_tts_net, read_tts_config, resolve_model_root
-    from rkspeech.stepgraph.talker_backend import open_graph_talker
+    from rkspeech.runtime.tts.talker_backend import open_graph_talker
     from rkspeech.stepgraph.talker_step import TalkerContract
 
     # capacity: the utterance is refused with a one-line message once it would overflow

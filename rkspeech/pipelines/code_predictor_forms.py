@@ -1,7 +1,7 @@
 """The two graph forms of the code predictor a build can make (``build qwen3-tts --code-predictor-form``).
 
 * ``step`` (default): the stack alone, one NPU call per position (16 per frame), the host doing
-  projection, heads, choice and embeddings (``stepgraph.code_predictor_codebook``); samples as
+  projection, heads, choice and embeddings (``runtime.tts.code_predictor_codebook``); samples as
   well as greedy.  Published 0.6B, rk3588 fp16: 170 NPU / 0 CPU ops, 0 REGTASK lines, a
   176.8 MB .rknn converted in 15 s at 2.25 GB peak RSS.
 * ``frame``: the 15-codebook loop unrolled into one greedy-only call per frame
@@ -39,7 +39,7 @@ class FrameForm:
         return step.contract().to_json()
 
     def read_contract(self, path):
-        from rkspeech.stepgraph.code_predictor_backend import read_artifact_contract
+        from rkspeech.runtime.tts.code_predictor_backend import read_artifact_contract
 
         return read_artifact_contract(path)
 
@@ -78,7 +78,7 @@ class StepForm:
         return step.contract().to_json()
 
     def read_contract(self, path):
-        from rkspeech.stepgraph.code_predictor_codebook import read_step_contract
+        from rkspeech.runtime.tts.code_predictor_codebook import read_step_contract
 
         return read_step_contract(path)
 

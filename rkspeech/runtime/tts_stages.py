@@ -18,7 +18,7 @@ TALKER_ROLES = STAGE_ROLES["talker"][0]  # ("prefill", "decode")
 def open_talker(artifacts: dict, backend: str = "ort", *, model=None, **runner_kw):
     """A ``GraphTalker`` over a plan's talker graphs (``{role: {"onnx": .., "rknn": ..}}``): ONNX
     for ``ort`` / ``sim``, .rknn for ``rknnlite``."""
-    from rkspeech.stepgraph.talker_backend import open_graph_talker
+    from rkspeech.runtime.tts.talker_backend import open_graph_talker
 
     kind = "rknn" if backend == "rknnlite" else "onnx"
     paths = {role: (artifacts.get(role) or {}).get(kind) for role in TALKER_ROLES}
@@ -33,9 +33,9 @@ def open_code_predictor(form: str, path, backend: str, *, model=None, **kw):
     """The code predictor graph of ``form`` on ``backend``: ``step`` (its stack at one position a
     call, the host's heads choosing each code) or ``frame`` (the 15 codebooks unrolled, greedy)."""
     if form == "step":
-        from rkspeech.stepgraph.code_predictor_codebook import CodebookCodePredictor as Graph
+        from rkspeech.runtime.tts.code_predictor_codebook import CodebookCodePredictor as Graph
     elif form == "frame":
-        from rkspeech.stepgraph.code_predictor_backend import GraphCodePredictor as Graph
+        from rkspeech.runtime.tts.code_predictor_backend import GraphCodePredictor as Graph
     else:
         raise RkspeechError(f"unknown code predictor form {form!r}; choose one of step, frame")
     return Graph(path, backend, model=model, **kw)

@@ -4,15 +4,8 @@ The frame graph (``code_predictor_step.CodePredictorFrame``) unrolls the 15-code
 feeds its own argmax back; the NPU compiler then stores the stack's weights once per unrolled
 pass (published 0.6B: a 2.88 GB .rknn, 18.9 GB to convert) and sampling is impossible.  Here the
 stack alone is the graph (``talker_step.TalkerStep`` over ``code_predictor.model``, capacity
-G = 16 positions, B = 1, named ``qwen3-tts-code-predictor-step`` in its contract) and the host
-does what is cheap per codebook: ``small_to_mtp_projection``, ``lm_head[j-1]`` (H x V), the
-choice (greedy or sampled: ``choose``), ``codec_embedding[j-1]``.  The host keeps the KV cache
-(``stepgraph.talker_backend.GraphTalker``): 16 NPU calls per frame (positions 0 and 1 are the
-talker's hidden state and codebook 0's embedding), 200 a second of audio.
-
-:class:`CodebookCodePredictor` is a ``CodePredictorBackend`` (``models.qwen3_tts.backends``) that
-is not greedy-only.  Its ``infer(hidden, first_embed)`` returns the greedy frame's logits
-``[G-1, V]`` like ``GraphCodePredictor.infer``, so the build verifies both forms alike.
+G = 16 positions, B = 1, named ``qwen3-tts-code-predictor-step`` in its contract); the host does
+what is cheap per codebook (``runtime.tts.code_predictor_codebook``).
 
 ``mask_value=INT16_MASK`` (the contract records it; the host's ``step_mask`` uses it): the
 graph's mask input stays inside w16a16i_dfp's +-16384, for the ``int16-hybrid`` conversion.
@@ -20,13 +13,7 @@ graph's mask input stays inside w16a16i_dfp's +-16384, for the ``int16-hybrid`` 
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
-import numpy as np
-
-from rkspeech.core.errors import RkspeechError
-from rkspeech.stepgraph.talker_step import MASK_VALUE, TalkerContract
+from rkspeech.stepgraph.talker_step import MASK_VALUE
 
 MODEL_NAME = "qwen3-tts-code-predictor-step"
 
@@ -38,97 +25,3 @@ def code_predictor_step(cp, *, mask_value: float = MASK_VALUE):
     cfg = cp.model.cfg
     return TalkerStep(cp.model, capacity=cfg.num_code_groups, B=1, kv_layout="heads", name=MODEL_NAME,
                       mask_value=mask_value)
-
-
-def read_step_contract(path: str | os.PathLike) -> TalkerContract:
-    """The contract of a code-predictor step graph (.onnx metadata or .rknn custom string); one
-    line when the file holds another graph (a talker step, a frame graph)."""
-    from rkspeech.stepgraph.talker_backend import read_step_artifact_contract
-
-    path = Path(path)
-    contract = read_step_artifact_contract(path)
-    if contract.model != MODEL_NAME or contract.B != 1:
-        raise RkspeechError(f"{path.name}: a {contract.model} graph with B={contract.B}, not a code-predictor step "
-                            f"({MODEL_NAME}, B=1)")
-    return contract
-
-
-def _code_predictor(model):
-    net = getattr(model, "net", None)
-    cp = getattr(getattr(net, "talker", None), "code_predictor", None) if net is not None else model
-    if cp is None or not hasattr(cp, "lm_head"):
-        raise RkspeechError(f"a code-predictor step needs the loaded model (TTSModel), got {type(model).__name__}")
-    return cp
-
-
-class CodebookCodePredictor:
-    """A ``CodePredictorBackend`` over the step graph at ``path`` on ``backend`` (``ort``, ``sim``,
-    ``rknnlite``); ``model``: the loaded ``TTSModel`` (its host-side parts run here, and the graph's
-    contract is checked against its code-predictor stack).  Runner keywords as ``open_runner``."""
-
-    greedy_only = False
-
-    def __init__(self, path: str | os.PathLike, backend: str = "ort", *, model, **runner_kw):
-        from rkspeech.runtime.runners import check_runner_file, open_runner
-        from rkspeech.stepgraph.talker_backend import GraphTalker
-
-        self.path = check_runner_file(backend, path)
-        self.name = f"code-predictor step ({backend}: {self.path.name})"
-        self.cp = _code_predictor(model)
-        self.contract = read_step_contract(self.path)
-        self.groups = self.cp.model.cfg.num_code_groups
-        if self.contract.capacity < self.groups:
-            raise RkspeechError(f"{self.path.name}: capacity {self.contract.capacity} < {self.groups} positions a "
-                                "frame needs; export it from this checkpoint")
-        runner = open_runner(backend, self.path, **runner_kw)
-        try:
-            self.stack = GraphTalker(runner, self.contract, model=self.cp.model, name=self.name)
-        except BaseException:
-            runner.close()
-            raise
-
-    @property
-    def calls(self) -> int:
-        """NPU calls since the last frame started (16 per frame)."""
-        return self.stack.calls["decode"]
-
-    def frame(self, hidden: np.ndarray, first_embed: np.ndarray, choose) -> list[int]:
-        """Codebooks 1..G-1 of one frame; ``choose(j, logits)`` picks each (``logits``: torch [V])."""
-        import torch
-
-        cp, stack = self.cp, self.stack
-        x = torch.from_numpy(np.stack([np.asarray(hidden, np.float32).reshape(-1),
-                                       np.asarray(first_embed, np.float32).reshape(-1)]))
-        codes: list[int] = []
-        with torch.no_grad():
-            stack.start(self.groups)
-            h = stack.forward(cp.small_to_mtp_projection(x).numpy())
-            for j in range(1, self.groups):
-                code = int(choose(j, cp.lm_head[j - 1](torch.from_numpy(h)).float()))
-                codes.append(code)
-                if j < self.groups - 1:
-                    emb = cp.model.codec_embedding[j - 1](torch.tensor([code], dtype=torch.long))
-                    h = stack.forward(cp.small_to_mtp_projection(emb).numpy())
-        return codes
-
-    def infer(self, hidden: np.ndarray, first_embed: np.ndarray) -> dict[str, np.ndarray]:
-        """The greedy frame's ``logits [G-1, V]`` (as ``GraphCodePredictor.infer``)."""
-        rows: list[np.ndarray] = []
-
-        def greedy(_j, logits):
-            rows.append(logits.numpy().copy())
-            return int(logits.argmax())
-
-        self.frame(hidden, first_embed, greedy)
-        return {"logits": np.stack(rows)}
-
-    def close(self) -> None:
-        stack, self.stack = getattr(self, "stack", None), None
-        if stack is not None:
-            stack.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()

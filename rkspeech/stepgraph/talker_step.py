@@ -3,7 +3,7 @@
 One graph per chunk length ``B`` serves every step of an utterance: ``B = 32`` (say) for the
 prompt's prefill in chunks, ``B = 1`` for the one-position-per-frame decode.  The KV cache is a
 fixed-capacity buffer that the host keeps and passes in; the graph returns only the ``B`` new
-keys/values, which the host writes at the chunk's positions (``stepgraph.talker_backend``).  The
+keys/values, which the host writes at the chunk's positions (``runtime.tts.talker_backend``).  The
 positions enter as their RoPE cos/sin, and which cache slots a position may see as an additive
 mask, so nothing in the graph depends on where in the utterance the step is.
 

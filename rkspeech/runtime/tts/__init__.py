@@ -1,0 +1,1 @@
+"""What runs text to speech on the host: the talker and code-predictor graph backends."""
