@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from rkspeech.core.targets import DEFAULT_TARGET
+
 
 @dataclass
 class AccuracyOptions:
@@ -23,7 +25,7 @@ class AccuracyOptions:
     """
 
     model: Path
-    target: str = "rk3588"
+    target: str = DEFAULT_TARGET
     inputs: Path | None = None
     stepwise: int | None = None
     pieces: int = 4

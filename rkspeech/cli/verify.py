@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from rkspeech.core.targets import TARGETS
+from rkspeech.core.targets import DEFAULT_TARGET, TARGETS
 from rkspeech.verify.thresholds import SIM_MIN_SNR_DB
 
 
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     print_table(f"SNR against the full decode, {res.tokens} tokens (simulator: NPU numerics, not speed)",
                 rows, headers=("stage", "whole signal", "per main step"))
     if args.plot:
-        rep["accuracy"] = _plot(args, acc, args.target or main.target or "rk3588")
+        rep["accuracy"] = _plot(args, acc, args.target or main.target or DEFAULT_TARGET)
     if args.report:
         write_json(args.report, rep)
     if res.snr_db["rknn_sim_step"] < args.min_snr:

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rkspeech.core.errors import RkspeechError
+from rkspeech.core.targets import DEFAULT_TARGET
 from rkspeech.lint import rules as lint_rules
 
 _FLOAT_TYPES = {1, 10, 11, 16}  # FLOAT, FLOAT16, DOUBLE, BFLOAT16
@@ -144,7 +145,7 @@ def _elem_types(model) -> dict[str, int]:
     return out
 
 
-def lint_model(onnx_path: str | os.PathLike, target: str = "rk3588",
+def lint_model(onnx_path: str | os.PathLike, target: str = DEFAULT_TARGET,
                sample_input_check: bool = False) -> LintReport:
     import onnx
 

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from rkspeech.core.errors import RkspeechError
+from rkspeech.core.targets import DEFAULT_TARGET
 from rkspeech.runtime.tts_stages import TALKER_ROLES as ROLES
 from rkspeech.runtime.tts_stages import open_talker
 
@@ -173,7 +174,7 @@ def _snr_db(ref: np.ndarray, got: np.ndarray) -> float:
     return math.inf if err == 0 else round(10 * math.log10(sig / err), 2)
 
 
-def verify_talker(tts, artifacts: dict, *, sim: bool, frames: int, target: str = "rk3588",
+def verify_talker(tts, artifacts: dict, *, sim: bool, frames: int, target: str = DEFAULT_TARGET,
                   sim_log: str | None = None, text: str = VERIFY_TEXT) -> dict:
     """``tts``: the loaded ``TTSModel`` (its talker backend is torch again on return).
     Greedy codes torch vs onnxruntime (identical?); with ``sim``: the torch run's talker inputs

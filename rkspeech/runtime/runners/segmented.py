@@ -28,6 +28,7 @@ import tempfile
 import numpy as np
 
 from rkspeech.core.errors import RkspeechError
+from rkspeech.core.targets import DEFAULT_TARGET
 from rkspeech.runtime.runners.base import Runner, Spec, onnx_io_specs
 
 
@@ -102,7 +103,7 @@ class SegmentedSimulator(Runner):
 
     name = "rknn-simulator-pieces"
 
-    def __init__(self, onnx_path, parts: int = 4, target: str = "rk3588", dtype: str = "fp16",
+    def __init__(self, onnx_path, parts: int = 4, target: str = DEFAULT_TARGET, dtype: str = "fp16",
                  work_dir=None, memory_limit_mb: float | None = None, log_path: str | None = None,
                  pieces: list | None = None):
         super().__init__()

@@ -33,6 +33,7 @@ from rkspeech.core.child import (
     release,
 )
 from rkspeech.core.errors import RkspeechError
+from rkspeech.core.targets import DEFAULT_TARGET
 from rkspeech.runtime.runners.base import Runner, onnx_io_specs
 
 #: keyword arguments that name files: made absolute before the child changes to its work folder
@@ -98,7 +99,7 @@ class SimulatorProcess(Runner):
 
     name = "rknn-simulator"
 
-    def __init__(self, onnx_path, target: str = "rk3588", dtype: str = "fp16", *,
+    def __init__(self, onnx_path, target: str = DEFAULT_TARGET, dtype: str = "fp16", *,
                  memory_limit_mb: float | None = None, **kwargs):
         super().__init__()
         self.onnx_path = os.fspath(onnx_path)

@@ -24,6 +24,7 @@ import numpy as np
 from rkspeech.convert.conversion import CALIBRATED_DTYPES, DTYPES
 from rkspeech.core.child import FdCapture, last_error_line
 from rkspeech.core.errors import RkspeechError
+from rkspeech.core.targets import DEFAULT_TARGET
 from rkspeech.runtime.runners.base import Runner, onnx_io_specs, rknn_data_formats
 
 
@@ -36,7 +37,7 @@ class RknnSimulatorRunner(Runner):
 
     name = "rknn-simulator"
 
-    def __init__(self, onnx_path: str | os.PathLike, target: str = "rk3588", dtype: str = "fp16",
+    def __init__(self, onnx_path: str | os.PathLike, target: str = DEFAULT_TARGET, dtype: str = "fp16",
                  dataset: str | None = None, opt_level: int | None = None,
                  log_path: str | None = None, verbose: bool = False, hybrid: dict | None = None):
         super().__init__()
