@@ -12,6 +12,11 @@ DEFAULT_TARGET = "rk3588"
 CORE_MASKS = ("auto", "0", "1", "2", "0_1", "0_1_2")
 #: One context per NPU core: the masks to pin them to, per chip (single-core chips: "auto").
 CORES_BY_TARGET = {"rk3588": ("0", "1", "2"), "rk3576": ("0", "1")}
+#: rk3588 fp16: the compiler lifts a 3-D graph input or output ``[1, C, W]`` to its 4-D layout
+#: with a ``(1, C, W) <-> (1, C, 1, W)`` Reshape that runs on the NPU only when W is a multiple of
+#: this (16 bytes of fp16); otherwise on the CPU.  A one-channel ``(1, 1, C, W)`` view stays on the
+#: NPU (single-graph measurements: docs/npu-formulation.md).
+IO_WIDTH_ALIGN = 8
 
 
 def cores_for(target: str | None) -> tuple[str, ...]:

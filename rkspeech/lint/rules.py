@@ -8,6 +8,8 @@ matches.  Edit this list, not the checker, when a new fact is measured.
 
 from __future__ import annotations
 
+from rkspeech.core.targets import IO_WIDTH_ALIGN
+
 ALL = ("*",)
 FIELD_NOTES = "shared/docs/field-notes.md"
 
@@ -110,7 +112,7 @@ RULES: list[dict] = [
         "id": "unaligned-3d-io",
         "severity": "warning",
         "targets": ("rk3588",),
-        "align": 8,
+        "align": IO_WIDTH_ALIGN,
         "description": "3-D graph input or output [1, C, W] (C > 1) with W not a multiple of 8: the "
                        "compiler moves it between (1, C, W) and its 4-D layout (1, C, 1, W) with a "
                        "Reshape that runs on the CPU; view it as one channel of C rows instead "

@@ -41,6 +41,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from rkspeech.core.targets import IO_WIDTH_ALIGN
+
 SIN2_DEGREE = 5
 #: Widest output (samples) of a polyphase interleave (wider ones use ``ZeroStuffTransConv``), and
 #: most folded rows per dilated-conv piece; both well under the 0x1fff register fields.
@@ -53,14 +55,6 @@ MAX_ROWS = 2048
 #: as rows of ``row_width(T)`` samples before anything is sliced out of them.
 FIELD_LIMIT = 0x1FFF
 ROW_WIDTH = 2048
-#: rk3588 fp16: the compiler lifts a 3-D graph input or output ``[1, C, W]`` to its 4-D layout
-#: with a ``(1, C, W) <-> (1, C, 1, W)`` Reshape that runs on the NPU only when W is a multiple
-#: of 8 (16 bytes of fp16).  Measured 2026-12-01 with single graphs (input -> Conv1d 16->64 ->
-#: Relu -> output, rk3588 fp16): W = 8, 16, 24, 32 all NPU; W = 2, 3, 4, 5, 6, 12 a CPU Reshape
-#: at the input and one at the output (a Relu consuming the input instead: the same); W = 1 never
-#: finished (the optimizer's ``fuse_rs_conv`` pass looped for 15 min).  Viewing the input as
-#: ``(1, 1, C, W)`` (one channel of C rows) put that Reshape on the NPU for W = 2, 4, 12 and 16.
-IO_WIDTH_ALIGN = 8
 
 
 def sin2_coefficients(degree: int = SIN2_DEGREE) -> list[float]:
