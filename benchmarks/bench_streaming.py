@@ -154,13 +154,13 @@ def main(argv=None) -> int:
     started = time.strftime("%Y-%m-%d %H:%M:%S %Z")
     paths = prepare(Path(args.workdir), args.main_B, args.first_B, args.threads, args.config)
 
-    from rkspeech.export.onnx_contract import read_onnx_contract
+    from rkspeech.contracts.read import read_contract
     from rkspeech.runtime.runners.onnxruntime import OnnxRuntimeRunner
     from rkspeech.runtime.streaming import Engine
     from rkspeech.verify.stepwise import random_codes
 
-    main = Engine(OnnxRuntimeRunner(paths["main"], threads=args.threads), read_onnx_contract(paths["main"]))
-    first = Engine(OnnxRuntimeRunner(paths["first"], threads=args.threads), read_onnx_contract(paths["first"]))
+    main = Engine(OnnxRuntimeRunner(paths["main"], threads=args.threads), read_contract(paths["main"]))
+    first = Engine(OnnxRuntimeRunner(paths["first"], threads=args.threads), read_contract(paths["first"]))
     c = main.contract
     codes = random_codes(args.tokens, c.num_quantizers, c.codebook_size, seed=0)
     # warm-up: one step each (first runs pay session/arena set-up)

@@ -90,10 +90,10 @@ def prepare(work: Path, config: str, first_B: int, main_B: int) -> tuple[Path, P
         del model
         gc.collect()
     if not plan.exists():
-        from rkspeech.export.onnx_contract import read_onnx_contract
+        from rkspeech.contracts.read import read_contract
         from rkspeech.plan.plan import write_plan
 
-        contracts = {role: read_onnx_contract(p) for role, p in graphs.items()}
+        contracts = {role: read_contract(p) for role, p in graphs.items()}
         write_plan(plan, impl="onnx", target=None, contracts=contracts, onnx=graphs)
     return root, plan
 

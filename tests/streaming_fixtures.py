@@ -39,21 +39,21 @@ def step_graph_b64(tmp_path_factory, reduced_model) -> Path:
 
 def ort_engines(paths: dict[str, Path], threads: int = 2):
     """(main Engine, first Engine) over onnxruntime for ``step_graphs`` output."""
-    from rkspeech.export.onnx_contract import read_onnx_contract
+    from rkspeech.contracts.read import read_contract
     from rkspeech.runtime.runners.onnxruntime import OnnxRuntimeRunner
     from rkspeech.runtime.streaming import Engine
 
-    main = Engine(OnnxRuntimeRunner(paths["main"], threads=threads), read_onnx_contract(paths["main"]))
+    main = Engine(OnnxRuntimeRunner(paths["main"], threads=threads), read_contract(paths["main"]))
     first = None
     if "first" in paths:
-        first = Engine(OnnxRuntimeRunner(paths["first"], threads=threads), read_onnx_contract(paths["first"]))
+        first = Engine(OnnxRuntimeRunner(paths["first"], threads=threads), read_contract(paths["first"]))
     return main, first
 
 
 def write_ort_plan(folder: Path, paths: dict[str, Path]) -> Path:
     """A plan.json (impl onnx) next to copies-by-reference of the graphs."""
-    from rkspeech.export.onnx_contract import read_onnx_contract
+    from rkspeech.contracts.read import read_contract
     from rkspeech.plan.plan import write_plan
 
-    contracts = {role: read_onnx_contract(p) for role, p in paths.items()}
+    contracts = {role: read_contract(p) for role, p in paths.items()}
     return write_plan(Path(folder) / "plan.json", impl="onnx", target=None, contracts=contracts, onnx=paths)

@@ -29,9 +29,9 @@ def _cli(*argv) -> int:
 def no_toolkit(monkeypatch):
     """Conversion, container read and board estimate replaced: the fake .rknn holds the contract."""
     import rkspeech.convert.conversion as conversion
-    import rkspeech.inspect.container as container
+    import rkspeech.contracts.rknn_file as container
     import rkspeech.pipelines.vocoder_build as vocoder_build
-    from rkspeech.stepgraph.contract import StepContract
+    from rkspeech.contracts.vocoder import VocoderContract
 
     def convert(onnx_path, output_path, *, target, custom_string=None, **_):
         with open(output_path, "w") as f:
@@ -43,7 +43,7 @@ def no_toolkit(monkeypatch):
 
     def read_container(path, expect_target=None):
         text = open(path).read()
-        return SimpleNamespace(contract=StepContract.from_json(text), file_size=len(text), format="fake",
+        return SimpleNamespace(contract=VocoderContract.from_json(text), file_size=len(text), format="fake",
                                target=expect_target, toolkit_version="fake", node_counts=lambda: {})
 
     monkeypatch.setattr(conversion, "convert", convert)

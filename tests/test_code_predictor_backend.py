@@ -73,26 +73,27 @@ def test_mismatched_graph_is_refused(tts, cp_onnx, tmp_path):
     import onnx
 
     from rkspeech.core.errors import RkspeechError
-    from rkspeech.runtime.tts.code_predictor_backend import GraphCodePredictor, read_artifact_contract
-    from rkspeech.stepgraph.contract import CONTRACT_KEY
+    from rkspeech.contracts.read import read_contract
+    from rkspeech.runtime.tts.code_predictor_backend import GraphCodePredictor
+    from rkspeech.contracts.base import CONTRACT_KEY
 
-    contract = read_artifact_contract(cp_onnx)
+    contract = read_contract(cp_onnx)
     other = copy.copy(contract)
     object.__setattr__(other, "layers", contract.layers + 1)
     with pytest.raises(RkspeechError, match=r"does not match this model \(layers 2 != 3\)"):
         GraphCodePredictor(cp_onnx, backend="ort", model=other)
-    # an artifact whose contract claims another model's widths: refused against this model, and
-    # (without a model) by its own I/O, before any frame runs
+    # an artifact whose contract claims another model's widths: refused by its own I/O when the
+    # contract is read (with or without a model), before any frame runs
     m = onnx.load(str(cp_onnx))
     for p in m.metadata_props:
         if p.key == CONTRACT_KEY:
             p.value = p.value.replace('"Ht":64', '"Ht":32').replace('"H":48', '"H":96')
     bad = tmp_path / "cp_other.onnx"
     onnx.save(m, str(bad))
-    with pytest.raises(RkspeechError, match=r"Ht \(talker hidden\) 32 != 64, H \(code predictor hidden\) 96 != 48"):
-        GraphCodePredictor(bad, backend="ort", model=tts)
-    with pytest.raises(RkspeechError, match="does not match its contract"):
-        GraphCodePredictor(bad, backend="ort")
+    for model in (tts, None):
+        with pytest.raises(RkspeechError, match=r"its contract says talker_hidden is \[1, 32\], the graph's "
+                                                r"talker_hidden is \[1, 64\]"):
+            GraphCodePredictor(bad, backend="ort", model=model)
     with pytest.raises(RkspeechError, match="needs a .rknn file"):
         GraphCodePredictor(cp_onnx, backend="rknnlite")
 
@@ -142,15 +143,15 @@ def test_build_code_predictor_report(tiny_cp_build):
     import json
     from pathlib import Path
 
-    from rkspeech.runtime.tts.code_predictor_backend import read_artifact_contract
+    from rkspeech.contracts.read import read_contract
 
     _, out, r = tiny_cp_build
     json.dumps(r)  # JSON-able
     onnx_path, rknn_path = Path(r["artifacts"]["onnx"]), Path(r["artifacts"]["rknn"])
     assert onnx_path.parent == rknn_path.parent == out / "code_predictor"
     assert rknn_path.is_file() and r["rknn"]["bytes"] == rknn_path.stat().st_size
-    c = read_artifact_contract(rknn_path)  # the .rknn custom string
-    assert c == read_artifact_contract(onnx_path)
+    c = read_contract(rknn_path)  # the .rknn custom string
+    assert c == read_contract(onnx_path)
     assert (c.num_code_groups, c.layers, c.embed) == (4, 1, "onehot")
     assert r["placement"]["npu_ops"] > 0 and r["placement"]["cpu_ops"] == 0, r["placement"]
     assert r["build"]["regtask_overflow_lines"] == 0

@@ -90,13 +90,14 @@ def test_step_build_reduced(tts_custom_ckpt, tmp_path, dtype, frames, floor):
     from rkspeech.models.qwen3_tts.tts_checkpoint import resolve_model_root
     from rkspeech.pipelines.code_predictor_build import build_code_predictor
     from rkspeech.pipelines.stages import StageRunner
-    from rkspeech.runtime.tts.code_predictor_codebook import MODEL_NAME, read_step_contract
+    from rkspeech.contracts.read import read_contract
+    from rkspeech.contracts.talker import CODE_PREDICTOR_STEP_MODEL as MODEL_NAME
 
     r = build_code_predictor(StageRunner(tmp_path), resolve_model_root(tts_custom_ckpt), tmp_path, target="rk3588",
                              verify_frames=frames, timeout=900, dtype=dtype, calibration_frames=24)
     assert r["form"] == "step" and r["role"] == "step" and r["dtype"] == dtype
-    c = read_step_contract(r["artifacts"]["rknn"])  # the .rknn custom string
-    assert c == read_step_contract(r["artifacts"]["onnx"]) and c.model == MODEL_NAME
+    c = read_contract(r["artifacts"]["rknn"])  # the .rknn custom string
+    assert c == read_contract(r["artifacts"]["onnx"]) and c.model == MODEL_NAME
     assert c.mask_value == (-20.0 if dtype == "int16-hybrid" else -30000.0)
     assert r["placement"]["npu_ops"] > 0 and r["placement"]["cpu_ops"] == 0, r["placement"]
     assert r["build"]["regtask_overflow_lines"] == 0

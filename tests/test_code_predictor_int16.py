@@ -49,14 +49,14 @@ def test_int16_hybrid_build_reduced(tts_custom_ckpt, tmp_path):
     from rkspeech.models.qwen3_tts.tts_checkpoint import resolve_model_root
     from rkspeech.pipelines.code_predictor_build import build_code_predictor
     from rkspeech.pipelines.stages import StageRunner
-    from rkspeech.runtime.tts.code_predictor_backend import read_artifact_contract
+    from rkspeech.contracts.read import read_contract
 
     files = resolve_model_root(tts_custom_ckpt)
     r = build_code_predictor(StageRunner(tmp_path), files, tmp_path, target="rk3588", verify_frames=VERIFY_FRAMES,
                              timeout=900, dtype="int16-hybrid", calibration_frames=CALIB_FRAMES, form="frame")
     assert r["dtype"] == "int16-hybrid" and r["calibration"]["frames"] == CALIB_FRAMES
     assert r["artifacts"]["rknn"].endswith("_i16_rk3588.rknn")
-    assert read_artifact_contract(r["artifacts"]["rknn"]) == read_artifact_contract(r["artifacts"]["onnx"])
+    assert read_contract(r["artifacts"]["rknn"]) == read_contract(r["artifacts"]["onnx"])
     assert r["placement"]["npu_ops"] > 0 and r["placement"]["cpu_ops"] == 0, r["placement"]
     assert r["build"]["regtask_overflow_lines"] == 0
     assert r["hybrid"]["fp16_tensors"] > 0 and r["hybrid"]["pick_ranges"] > 0, r["hybrid"]

@@ -34,7 +34,7 @@ def _step(tts, embed):
 
 @pytest.mark.parametrize("embed", ["gather", "onehot"])
 def test_frame_graph_codes_identical_to_generate(tts, frames, embed):
-    from rkspeech.stepgraph.code_predictor_step import greedy_codes
+    from rkspeech.stepgraph.host import greedy_codes
 
     step = _step(tts, embed)
     groups = tts.num_code_groups
@@ -61,17 +61,16 @@ def test_capture_leaves_the_model_as_it_was(tts, frames):
 # checked by hand (docs/code-predictor-step.md)
 @pytest.mark.parametrize("embed", ["onehot"])
 def test_onnxruntime_equals_torch(tts, frames, embed, tmp_path):
-    from rkspeech.export.code_predictor_onnx import (
-        export_code_predictor_onnx,
-        read_code_predictor_contract,
-    )
+    from rkspeech.contracts.code_predictor import CodePredictorContract
+    from rkspeech.contracts.read import read_contract
+    from rkspeech.export.code_predictor_onnx import export_code_predictor_onnx
     from rkspeech.export.vocoder_onnx import graph_summary
     from rkspeech.runtime.runners import open_runner
-    from rkspeech.stepgraph.code_predictor_step import greedy_codes
+    from rkspeech.stepgraph.host import greedy_codes
 
     step = _step(tts, embed)
     path = export_code_predictor_onnx(step, tmp_path / f"cp_{embed}.onnx")
-    contract = read_code_predictor_contract(path)
+    contract = read_contract(path, CodePredictorContract)
     assert contract == step.contract()
     summary = graph_summary(path)
     assert not summary["dynamic_io"]
@@ -95,7 +94,7 @@ def test_onnxruntime_equals_torch(tts, frames, embed, tmp_path):
 
 def test_contract_round_trip_and_refusals():
     from rkspeech.core.errors import RkspeechError
-    from rkspeech.stepgraph.code_predictor_step import CodePredictorContract
+    from rkspeech.contracts.code_predictor import CodePredictorContract
 
     c = CodePredictorContract(talker_hidden=64, hidden=48, vocab_size=2048, num_code_groups=16, layers=2,
                               embed="onehot")
@@ -120,7 +119,8 @@ def test_int16_ready_graph_same_codes_and_int16_legal_constants(tts, frames, tmp
     import onnx
     from rkspeech.core.errors import RkspeechError
     from rkspeech.export.code_predictor_onnx import export_code_predictor_onnx
-    from rkspeech.stepgraph.code_predictor_step import CodePredictorFrame, greedy_codes
+    from rkspeech.stepgraph.code_predictor_step import CodePredictorFrame
+    from rkspeech.stepgraph.host import greedy_codes
 
     cp = tts.net.talker.code_predictor
     step = CodePredictorFrame(cp, embed="onehot", int16_ready=True).eval()

@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rkspeech.core.errors import RkspeechError
-from rkspeech.inspect.container import parse_bytes, read_container
+from rkspeech.contracts.rknn_file import parse_bytes, read_container
 
 from rkfixtures import session_rknn
 
@@ -44,10 +44,10 @@ def test_parse_real_file(rknn_file):
 
 def test_step_contract_in_custom_string(rknn_bytes):
     # Swap the custom string for a step contract of the same length? Simpler: parse the JSON path.
-    from rkspeech.inspect import container as C
-    from rkspeech.stepgraph.contract import StepContract, make_segments
+    from rkspeech.contracts import rknn_file as C
+    from rkspeech.contracts.vocoder import VocoderContract, make_segments
 
-    k = StepContract(codes_length=4, num_quantizers=16, codebook_size=2048, head_dim=64,
+    k = VocoderContract(codes_length=4, num_quantizers=16, codebook_size=2048, head_dim=64,
                      sliding_window=72, rope_theta=10000.0, samples_per_token=1920,
                      sample_rate=24000, segments=make_segments([("kv", (2, 3))]))
     c = parse_bytes(rknn_bytes)

@@ -6,7 +6,7 @@ import pytest
 
 from rkspeech.core.errors import RkspeechError
 from rkspeech.models.qwen3_tts.synthetic import CONFIGS
-from rkspeech.stepgraph.contract import StepContract
+from rkspeech.contracts.vocoder import VocoderContract
 from rkspeech.stepgraph.step import stateful_modules, step_contract
 
 
@@ -17,7 +17,7 @@ def test_published_layout_and_size():
     assert c.samples_per_token == 1920 and c.sample_rate == 24000
     assert c.input_shapes()["freqs_in"] == [64, 32]
     assert len(c.to_json().encode()) <= 1024  # fits an rknn custom string
-    assert StepContract.from_json(c.to_json()) == c
+    assert VocoderContract.from_json(c.to_json()) == c
     assert c.with_codes_length(16).compatible_cache(c)
     assert not step_contract(CONFIGS["reduced"], 64).compatible_cache(c)
 
@@ -61,11 +61,11 @@ def test_segments_are_contiguous():
 @pytest.mark.parametrize("text", ["not json", '{"format": "other"}', '{"format": "rkspeech-step/1", "B": 4}'])
 def test_malformed_contract_is_a_clear_error(text):
     with pytest.raises(RkspeechError):
-        StepContract.from_json(text)
+        VocoderContract.from_json(text)
 
 
 def test_inconsistent_cache_size_rejected():
     d = step_contract(CONFIGS["reduced"], 8).to_dict()
     d["N"] += 1
     with pytest.raises(RkspeechError, match="inconsistent"):
-        StepContract.from_dict(d)
+        VocoderContract.from_dict(d)

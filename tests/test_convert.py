@@ -134,7 +134,7 @@ def test_cli_contract_custom_string_and_fail_on_cpu(tmp_path, capsys):
     import onnx
 
     from rkspeech.cli import main
-    from rkspeech.stepgraph.contract import CONTRACT_KEY
+    from rkspeech.contracts.base import CONTRACT_KEY
 
     onnx_path = conv_relu_sin(tmp_path / "m.onnx")
     m = onnx.load(str(onnx_path))
@@ -150,7 +150,7 @@ def test_cli_contract_custom_string_and_fail_on_cpu(tmp_path, capsys):
     assert data["rknn"]["has_contract"] is True
     out = tmp_path / "m_rk3588.rknn"  # default output name
     assert data["rknn"]["path"] == str(out)
-    from rkspeech.inspect.container import read_container
+    from rkspeech.contracts.rknn_file import read_container
 
     assert read_container(out).contract.codes_length == 4
 

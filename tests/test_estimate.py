@@ -192,10 +192,10 @@ def test_rknn_finds_its_log_and_step_audio(tmp_path_factory, tmp_path, monkeypat
     assert e.source == str(rknn) + ".build.log" and e.rknn == str(rknn)
     assert e.audio_s is None and len(e.layers) == 3  # Conv, Sin, Mul
     # the same file with a step contract in its custom string: audio per step, RTF, cores
-    from rkspeech.inspect import container as C
-    from rkspeech.stepgraph.contract import StepContract, make_segments
+    from rkspeech.contracts import rknn_file as C
+    from rkspeech.contracts.vocoder import VocoderContract, make_segments
 
-    k = StepContract(codes_length=16, num_quantizers=16, codebook_size=2048, head_dim=64, sliding_window=72,
+    k = VocoderContract(codes_length=16, num_quantizers=16, codebook_size=2048, head_dim=64, sliding_window=72,
                      rope_theta=10000.0, samples_per_token=1920, sample_rate=24000,
                      segments=make_segments([("kv", (2, 3))]))
     real = C.read_container

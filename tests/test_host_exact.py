@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from rkspeech.core.errors import RkspeechError
-from rkspeech.export.onnx_contract import read_onnx_contract
+from rkspeech.contracts.read import read_contract
 from rkspeech.plan.plan import BUILD_BACKENDS, load_plan, write_plan
 from rkfixtures import have_rknn
 from streaming_fixtures import step_graphs, write_ort_plan
@@ -43,7 +43,7 @@ def two_sets(tmp_path, tmp_path_factory, reduced_model):
         sets[kind] = {r: tmp_path / f"{kind}_{p.name}" for r, p in graphs.items()}
         for r, p in graphs.items():
             shutil.copy(p, sets[kind][r])
-    contracts = {r: read_onnx_contract(p) for r, p in sets["npu"].items()}
+    contracts = {r: read_contract(p) for r, p in sets["npu"].items()}
     plan = write_plan(tmp_path / "plan.json", impl="onnx", target=None, contracts=contracts, onnx=sets["npu"],
                       host_onnx=sets["host"], host_contracts=contracts)
     return tmp_path, plan, sets
@@ -83,7 +83,7 @@ def test_plan_without_host_graphs_runs_as_before(tmp_path, tmp_path_factory, red
     resolved = {r: p.resolve() for r, p in graphs.items()}
     assert {r: p.resolve() for r, p in plan.graphs("ort").items()} == resolved and plan.host_onnx == {}
     assert plan.graphs("sim") == plan.graphs("ort") == plan.onnx
-    assert plan.contract == read_onnx_contract(graphs["main"])
+    assert plan.contract == read_contract(graphs["main"])
 
 
 def _edit(plan_path, fn):

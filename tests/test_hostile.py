@@ -33,9 +33,9 @@ REPO = Path(__file__).resolve().parents[1]
 # ---- fixtures ------------------------------------------------------------------------------
 
 def _contract(B: int):
-    from rkspeech.stepgraph.contract import StepContract, make_segments
+    from rkspeech.contracts.vocoder import VocoderContract, make_segments
 
-    return StepContract(codes_length=B, num_quantizers=16, codebook_size=2048, head_dim=64,
+    return VocoderContract(codes_length=B, num_quantizers=16, codebook_size=2048, head_dim=64,
                         sliding_window=72, rope_theta=10000.0, samples_per_token=1920, sample_rate=24000,
                         segments=make_segments([("kv", (2, 71, 64))]), codes_dtype="float32")
 
@@ -46,7 +46,7 @@ def _tiny_step(path: Path, contract, graph_contract=None) -> Path:
     import onnx
     from onnx import TensorProto, helper
 
-    from rkspeech.stepgraph.contract import CONTRACT_KEY
+    from rkspeech.contracts.base import CONTRACT_KEY
 
     g = graph_contract or contract
     ins, outs = g.input_shapes(), g.output_shapes()

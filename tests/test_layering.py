@@ -22,11 +22,11 @@ PACKAGE = Path(__file__).resolve().parent.parent / "rkspeech"
 # Lowest first. The one place the order is written (CONVENTIONS.md describes it).
 LAYERS = (
     "core",
+    "contracts",
     "models",
     "stepgraph",
     "export",
     "lint",
-    "inspect",
     "convert",
     "plan",
     "runtime",

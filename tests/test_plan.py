@@ -10,7 +10,7 @@ import struct
 import pytest
 
 from rkspeech.core.errors import RkspeechError
-from rkspeech.export.onnx_contract import read_onnx_contract
+from rkspeech.contracts.read import read_contract
 from rkspeech.plan.plan import load_plan, write_plan
 
 from streaming_fixtures import step_graphs, write_ort_plan
@@ -96,7 +96,7 @@ def test_missing_artifact(folder):
 
 def test_ort_backend_needs_onnx(folder):
     d, paths = folder
-    contracts = {r: read_onnx_contract(p) for r, p in paths.items()}
+    contracts = {r: read_contract(p) for r, p in paths.items()}
     r = fake_rknn(d / "main.rknn", "rk3588", contracts["main"].to_json())
     plan = write_plan(d / "plan.json", impl="rknn", target="rk3588", contracts=contracts, rknn={"main": r})
     for backend in ("ort", "sim"):
@@ -106,7 +106,7 @@ def test_ort_backend_needs_onnx(folder):
 
 def test_first_and_main_caches_differ(folder, other_first):
     d, paths = folder
-    contracts = {"first": read_onnx_contract(other_first), "main": read_onnx_contract(paths["main"])}
+    contracts = {"first": read_contract(other_first), "main": read_contract(paths["main"])}
     assert contracts["first"].cache_numel != contracts["main"].cache_numel
     plan = write_plan(d / "plan.json", impl="onnx", target=None, contracts=contracts,
                       onnx={"first": other_first, "main": paths["main"]})
@@ -137,7 +137,7 @@ def test_plan_contract_disagrees_with_artifact(folder):
 
 def test_rknn_built_for_another_chip(folder):
     d, paths = folder
-    contracts = {r: read_onnx_contract(p) for r, p in paths.items()}
+    contracts = {r: read_contract(p) for r, p in paths.items()}
     rk = {r: fake_rknn(d / f"{r}.rknn", "rk3576", c.to_json()) for r, c in contracts.items()}
     plan = write_plan(d / "plan.json", impl="rknn", target="rk3576", contracts=contracts, rknn=rk)
     ok = load_plan(plan, backend="rknnlite", expect_target="rk3576")
@@ -154,13 +154,13 @@ def test_rknn_built_for_another_chip(folder):
 
 def test_rknn_contract_problems(folder, other_first):
     d, paths = folder
-    contracts = {r: read_onnx_contract(p) for r, p in paths.items()}
+    contracts = {r: read_contract(p) for r, p in paths.items()}
     rk = {"main": fake_rknn(d / "main.rknn", "rk3588", None)}
     plan = write_plan(d / "plan.json", impl="rknn", target="rk3588", contracts=contracts, rknn=rk)
     with pytest.raises(RkspeechError, match="carries no rkspeech contract"):
         load_plan(plan, backend="rknnlite")
     rk = {"main": fake_rknn(d / "main.rknn", "rk3588", contracts["main"].to_json()),
-          "first": fake_rknn(d / "first.rknn", "rk3588", read_onnx_contract(other_first).to_json())}
+          "first": fake_rknn(d / "first.rknn", "rk3588", read_contract(other_first).to_json())}
     plan = write_plan(d / "plan.json", impl="rknn", target="rk3588", contracts=contracts, rknn=rk)
     with pytest.raises(RkspeechError, match="different caches"):
         load_plan(plan, backend="rknnlite")

@@ -105,12 +105,12 @@ def test_onnx_stage_runs_on_ort_whatever_the_vocoder_backend(tmp_path, graphs):
 
 
 def test_write_plan_writes_stage_sections(tmp_path, graphs):
-    from rkspeech.export.onnx_contract import read_onnx_contract
+    from rkspeech.contracts.read import read_contract
 
     for p in graphs.values():
         shutil.copy(p, tmp_path / p.name)
     onnx = {r: tmp_path / p.name for r, p in graphs.items()}
-    contracts = {r: read_onnx_contract(p) for r, p in onnx.items()}
+    contracts = {r: read_contract(p) for r, p in onnx.items()}
     (tmp_path / "cp").mkdir()
     cp = tagged_onnx(tmp_path / "cp" / "f.onnx", CP_FORMAT)
     sec = stage_section(impl="onnx", target=None, artifacts={"frame": {"onnx": cp}}, contract={"format": CP_FORMAT},

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from rkspeech.core.errors import RkspeechError
-from rkspeech.export.onnx_contract import read_onnx_contract
+from rkspeech.contracts.read import read_contract
 from rkspeech.plan.plan import load_plan
 from rkspeech.runtime.pool import EnginePool, Slot, open_pool
 from rkspeech.runtime.runners.base import Runner
@@ -75,7 +75,7 @@ def test_slots_round_robin_and_bounded(setup):
     """Three distinct contexts (as a board's three NPU cores): steps rotate over them, and no
     more than three steps run at once."""
     paths, _, streams, separate = setup
-    contracts = {r: read_onnx_contract(p) for r, p in paths.items()}
+    contracts = {r: read_contract(p) for r, p in paths.items()}
     runners = [{r: OnnxRuntimeRunner(p, threads=1) for r, p in paths.items()} for _ in range(3)]
     active, peak, lock = [0], [0], threading.Lock()
 

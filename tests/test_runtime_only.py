@@ -45,7 +45,7 @@ def test_imports_stay_light():
     code = BLOCKER + textwrap.dedent("""
         import rkspeech.runtime.streaming, rkspeech.runtime.runners.onnxruntime, rkspeech.runtime.pool
         import rkspeech.runtime.wav, rkspeech.runtime.codes, rkspeech.plan.plan, rkspeech.cli
-        import rkspeech.export.onnx_contract
+        import rkspeech.contracts.read
         rkspeech.cli.build_parser()
         bad = [m for m in sys.modules if m.split(".")[0] in BLOCKED + ("onnxruntime",)]
         assert not bad and not attempts, (bad, attempts)
@@ -131,14 +131,14 @@ def test_decode_sim_backend(plan_and_codes, tmp_path):
     if not have_rknn():
         pytest.skip("rknn-toolkit2 is not installed")
     from rkspeech.cli import main
-    from rkspeech.export.onnx_contract import read_onnx_contract
+    from rkspeech.contracts.read import read_contract
     from rkspeech.plan.plan import write_plan
     from rkspeech.verify.compare import snr_db
 
     _, _, codes, paths = plan_and_codes
     B4 = paths["first"]
     plan = write_plan(tmp_path / "plan.json", impl="onnx", target="rk3588",
-                      contracts={"main": read_onnx_contract(B4)}, onnx={"main": B4})
+                      contracts={"main": read_contract(B4)}, onnx={"main": B4})
     np.save(tmp_path / "c.npy", codes[:14])
     assert main(["decode", "--plan", str(plan), str(tmp_path / "c.npy"), "-o", str(tmp_path / "s.wav"),
                  "--backend", "sim"]) == 0

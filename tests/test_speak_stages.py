@@ -41,7 +41,7 @@ def stage_plan(tmp_path_factory, reduced_model, tts_custom_ckpt):
     talker = export_talker_pair(tts.net.talker.model, d / "talker", capacity=96, prefill_B=16)
 
     def contract(path):
-        from rkspeech.export.onnx_contract import read_onnx_metadata
+        from rkspeech.contracts.read import read_onnx_metadata
 
         return json.loads(read_onnx_metadata(path)["rkspeech.contract"])
 

@@ -107,7 +107,7 @@ def test_cache_out_is_joined_by_segment_name(reduced_model):
 
 
 def test_export_and_onnxruntime_check(reduced_ckpt, tmp_path):
-    from rkspeech.export.onnx_contract import read_onnx_contract
+    from rkspeech.contracts.read import read_contract
     from rkspeech.pipelines.vocoder_export import ExportOptions, export_vocoder
 
     out = tmp_path / "step.onnx"
@@ -121,9 +121,9 @@ def test_export_and_onnxruntime_check(reduced_ckpt, tmp_path):
     assert r["onnx"]["nodes"] == sum(r["onnx"]["op_histogram"].values())
     for banned in ("Exp", "Pad", "Shape", "ConstantOfShape"):
         assert banned not in r["onnx"]["op_histogram"]
-    contract = read_onnx_contract(out)
+    contract = read_contract(out)
     assert contract.codes_length == 16 and contract.cache_numel == r["cache_numel"]
-    assert read_onnx_contract(result.first_onnx).codes_length == 4
+    assert read_contract(result.first_onnx).codes_length == 4
     assert not list(tmp_path.glob(".*staging*"))
     json.dumps(r)
 

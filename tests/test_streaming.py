@@ -145,7 +145,7 @@ def test_timings_split_engine_and_host(engines, codes):
 
 
 def test_first_and_main_must_share_a_cache(engines):
-    from rkspeech.stepgraph.contract import make_segments
+    from rkspeech.contracts.vocoder import make_segments
 
     main, first = engines
     c = first.contract
@@ -163,11 +163,11 @@ def test_long_stream_no_drift(tmp_path_factory, reduced_model, engines):
     cost is the 3,000-token torch full decode (the reference), which cannot be shortened
     without weakening the check.
     """
-    from rkspeech.export.onnx_contract import read_onnx_contract
+    from rkspeech.contracts.read import read_contract
     from rkspeech.runtime.runners.onnxruntime import OnnxRuntimeRunner
 
     path = step_graph_b64(tmp_path_factory, reduced_model)
-    main = Engine(OnnxRuntimeRunner(path, threads=2), read_onnx_contract(path))
+    main = Engine(OnnxRuntimeRunner(path, threads=2), read_contract(path))
     codes_ = random_codes(3000, Q, K, seed=11)
     sv = StreamingVocoder(main, engines[1])
     audio = sv.decode(codes_)

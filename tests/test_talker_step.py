@@ -82,11 +82,11 @@ def test_last_hidden_matches_torch_and_cache_is_written(tts, graphs):
 
 def test_refusals(tts, graphs, tmp_path):
     from rkspeech.core.errors import RkspeechError
-    from rkspeech.export.talker_onnx import read_talker_contract
+    from rkspeech.contracts.read import read_contract
     from rkspeech.models.qwen3_tts.synthetic_tts import write_tts_checkpoint
     from rkspeech.models.qwen3_tts.tts_checkpoint import load_tts_net, read_tts_config, resolve_model_root
     from rkspeech.runtime.tts.talker_backend import open_graph_talker
-    from rkspeech.stepgraph.talker_step import TalkerContract
+    from rkspeech.contracts.talker import TalkerContract
 
     # capacity: the utterance is refused with a one-line message once it would overflow
     g = open_graph_talker(graphs["decode"], graphs["prefill"], threads=1)
@@ -109,7 +109,7 @@ def test_refusals(tts, graphs, tmp_path):
     with pytest.raises(RkspeechError, match="do not belong together"):
         open_graph_talker(graphs["decode"], small["prefill"], threads=1)
     # contract round trip and a foreign format
-    c = read_talker_contract(graphs["prefill"])
+    c = read_contract(graphs["prefill"], TalkerContract)
     assert (c.B, c.capacity, c.layers) == (PREFILL_B, CAPACITY, tts.cfg.talker.num_hidden_layers)
     assert TalkerContract.from_json(c.to_json()) == c
     with pytest.raises(RkspeechError, match="not an rkspeech talker contract"):

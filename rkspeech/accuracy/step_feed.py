@@ -25,7 +25,8 @@ class _Recorder:
 def stepwise_feed(onnx_path, step: int, specs: dict, seed: int = 0, threads: int = 2) -> dict[str, np.ndarray]:
     """The feed of step ``step`` (1-based) of a stepwise decode of ``onnx_path``, cast to the
     graph's input dtypes ``specs``."""
-    from rkspeech.export.onnx_contract import read_onnx_contract
+    from rkspeech.contracts.read import read_contract
+    from rkspeech.contracts.vocoder import VocoderContract
     from rkspeech.runtime.runners import open_runner
     from rkspeech.runtime.streaming import Engine, StreamingVocoder
     from rkspeech.verify.stepwise import random_codes
@@ -33,7 +34,7 @@ def stepwise_feed(onnx_path, step: int, specs: dict, seed: int = 0, threads: int
     if step < 1:
         raise RkspeechError(f"--stepwise takes a step number >= 1, got {step}")
     try:
-        contract = read_onnx_contract(onnx_path)
+        contract = read_contract(onnx_path, VocoderContract)
     except RkspeechError as exc:
         raise RkspeechError(f"--stepwise needs a vocoder step graph with its contract ({exc})") from None
     with open_runner("ort", onnx_path, threads=threads) as runner:

@@ -6,7 +6,7 @@ import argparse
 
 from rkspeech.core.targets import DEFAULT_TARGET, TARGETS
 from rkspeech.pipelines.code_predictor_forms import DEFAULT_FORM, FORMS
-from rkspeech.stepgraph.formulations import CHOICES, DEFAULT_FORMULATION
+from rkspeech.contracts.formulations import CHOICES, DEFAULT_FORMULATION
 
 HELP = "Qwen3-TTS talker + code predictor + vocoder -> one plan (.rknn step graphs)"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from rkspeech.core.targets import DEFAULT_TARGET, TARGETS
-from rkspeech.stepgraph.formulations import CHOICES, DEFAULT_FORMULATION
+from rkspeech.contracts.formulations import CHOICES, DEFAULT_FORMULATION
 from rkspeech.verify.thresholds import SIM_MIN_SNR_DB
 
 HELP = "Qwen3-TTS 12 Hz vocoder step graph -> .rknn"

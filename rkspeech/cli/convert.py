@@ -59,8 +59,8 @@ def run(args: argparse.Namespace) -> int:
     from rkspeech.convert.conversion import convert, default_output
     from rkspeech.core.atomic import check_writable, write_json
     from rkspeech.core.errors import RkspeechError
-    from rkspeech.export.onnx_contract import check_onnx_file, read_onnx_metadata
-    from rkspeech.stepgraph.contract import CONTRACT_KEY
+    from rkspeech.contracts.read import check_onnx_file, read_onnx_metadata
+    from rkspeech.contracts.base import CONTRACT_KEY
 
     check_onnx_file(args.onnx)
     output = args.output or str(default_output(args.onnx, args.target))

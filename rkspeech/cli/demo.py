@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 
 from rkspeech.core.targets import DEFAULT_TARGET, TARGETS
-from rkspeech.stepgraph.formulations import CHOICES, DEFAULT_FORMULATION
+from rkspeech.contracts.formulations import CHOICES, DEFAULT_FORMULATION
 
 
 def register(subparsers) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from rkspeech.stepgraph.formulations import CHOICES, DEFAULT_FORMULATION
+from rkspeech.contracts.formulations import CHOICES, DEFAULT_FORMULATION
 
 
 def register(subparsers) -> None:

@@ -22,7 +22,7 @@ def _shape(t) -> str:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from rkspeech.inspect.container import read_container
+    from rkspeech.contracts.rknn_file import read_container
 
     c = read_container(args.rknn, expect_target=args.expect_target)
     if args.json:
@@ -47,10 +47,13 @@ def run(args: argparse.Namespace) -> int:
     else:
         text = c.custom_string if len(c.custom_string) < 80 else c.custom_string[:77] + "..."
         rows.append(("custom string", repr(text)))
-    if c.contract is not None:
-        k = c.contract
+    k = c.contract
+    if k is not None and k.KIND == "step":
         rows.append(("contract", f"{k.model} B={k.codes_length} N={k.cache_numel} "
                                  f"{k.sample_rate} Hz, {k.samples_per_token} samples/token"))
+    elif k is not None:
+        rows.append(("contract", f"{k.model} ({k.KIND}): inputs "
+                                 + ", ".join(f"{n} {s}" for n, s in k.input_shapes().items())))
     elif c.contract_error:
         rows.append(("contract", f"INVALID: {c.contract_error}"))
     counts = c.node_counts()

@@ -21,7 +21,7 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from rkspeech.export.onnx_contract import check_onnx_file
+    from rkspeech.contracts.read import check_onnx_file
     from rkspeech.lint.checker import lint_model
 
     check_onnx_file(args.onnx)

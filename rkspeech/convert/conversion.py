@@ -10,7 +10,7 @@ signal or a non-zero exit into one :class:`RkspeechError` naming the signal and 
 watching helpers are shared with the simulator child: :mod:`rkspeech.core.child`).
 
 The .rknn is exported under a temporary name in the output folder and renamed into place only
-after the build succeeded and the file parsed (``container.read_container``), so an earlier good
+after the build succeeded and the file parsed (``rknn_file.read_container``), so an earlier good
 artifact survives a failed build.  The ONNX (missing, a folder, not a protobuf model) and the
 output locations are checked before the child starts; the child and its hidden temp folder are
 recorded in :mod:`rkspeech.core.child`, so SIGINT, SIGTERM or SIGHUP to the caller kills the
@@ -60,7 +60,7 @@ class ConversionResult:
     custom_string: str | None = None
     toolkit_version: str | None = None
     placement: Any = None  # rkspeech.convert.placement.Placement
-    container: Any = None  # rkspeech.inspect.container.RknnContainer
+    container: Any = None  # rkspeech.contracts.rknn_file.RknnContainer
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -82,10 +82,8 @@ class ConversionResult:
                 "inputs": [vars(t) for t in c.inputs] if c else None,
                 "outputs": [vars(t) for t in c.outputs] if c else None,
                 "custom_string_bytes": len(self.custom_string.encode()) if self.custom_string else 0,
-                # a vocoder StepContract, or another rkspeech contract (talker, code predictor)
-                "has_contract": bool(c is not None and (c.contract is not None or (
-                    isinstance(getattr(c, "custom_json", None), dict)
-                    and str(c.custom_json.get("format", "")).startswith("rkspeech-")))),
+                # any rkspeech contract: vocoder, talker, code predictor
+                "has_contract": bool(c is not None and c.contract is not None),
             },
             "build": {
                 "seconds": round(self.seconds, 3),
@@ -113,7 +111,7 @@ def _last_step(log_path: str) -> str:
 
 
 def _validate(onnx_path: Path, target: str, dtype: str, dataset, custom_string) -> None:
-    from rkspeech.export.onnx_contract import check_onnx_file
+    from rkspeech.contracts.read import check_onnx_file
 
     check_onnx_file(onnx_path)
     if target not in TARGETS:
@@ -262,7 +260,7 @@ def convert(onnx_path, output_path, *, target: str, dtype: str = "fp16", dataset
         if not tmp_rknn.is_file():
             raise RkspeechError(f"conversion of {onnx_path.name} reported success but wrote no .rknn; "
                                 f"build log: {log_path}")
-        from rkspeech.inspect.container import read_container
+        from rkspeech.contracts.rknn_file import read_container
 
         container = read_container(tmp_rknn, expect_target=target)
         os.replace(tmp_rknn, output_path)

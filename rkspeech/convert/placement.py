@@ -218,7 +218,7 @@ def analyze(log_path: str | os.PathLike, rknn_path: str | os.PathLike | None = N
 def crosscheck(layers: list[Layer], rknn_path: str | os.PathLike) -> dict[str, Any]:
     """Compare the log's (FullName, Target) list with the per-node target bytes in the .rknn."""
     from rkspeech.core.errors import RkspeechError
-    from rkspeech.inspect.container import read_container
+    from rkspeech.contracts.rknn_file import read_container
 
     try:
         c = read_container(rknn_path)
@@ -241,7 +241,7 @@ def crosscheck(layers: list[Layer], rknn_path: str | os.PathLike) -> dict[str, A
 
 def from_rknn(rknn_path: str | os.PathLike) -> Placement:
     """Placement from the .rknn alone (no log): op types, FullNames and targets, no shapes."""
-    from rkspeech.inspect.container import read_container
+    from rkspeech.contracts.rknn_file import read_container
 
     c = read_container(rknn_path)
     p = Placement(crosscheck={"status": "rknn only"})

@@ -285,12 +285,17 @@ def _is_rknn(path: Path) -> bool:
 
 def _audio_from_container(est: Estimate, rknn: Path) -> int | None:
     """Fill model / audio per step from the .rknn's custom string; return the step's B."""
-    from rkspeech.inspect.container import read_container
+    from rkspeech.contracts.rknn_file import read_container
 
     try:
         c = read_container(rknn)
     except RkspeechError as exc:
         est.notes.append(f"container not read: {exc}")
+        return None
+    from rkspeech.contracts.vocoder import VocoderContract
+
+    if c.contract is not None and not isinstance(c.contract, VocoderContract):
+        est.model = f"{c.contract.model} ({c.contract.KIND} graph)"
         return None
     if c.contract is not None:
         k = c.contract

@@ -11,8 +11,7 @@ import os
 from pathlib import Path
 
 from rkspeech.export.vocoder_onnx import export_traced
-from rkspeech.stepgraph.code_predictor_step import INPUT_NAMES, CodePredictorContract
-from rkspeech.stepgraph.contract import CONTRACT_KEY
+from rkspeech.contracts.code_predictor import INPUT_NAMES
 
 
 def export_code_predictor_onnx(step, output: str | os.PathLike) -> Path:
@@ -26,14 +25,3 @@ def export_code_predictor_onnx(step, output: str | os.PathLike) -> Path:
     dummy = (torch.randn(1, ht, generator=gen), torch.randn(1, ht, generator=gen))
     return export_traced(step, dummy, out, input_names=INPUT_NAMES, output_names=contract.output_names,
                          contract=contract)
-
-
-def read_code_predictor_contract(path) -> CodePredictorContract:
-    """The contract in ``path``'s metadata (refuses a vocoder step or a foreign file)."""
-    from rkspeech.core.errors import RkspeechError
-    from rkspeech.export.onnx_contract import read_onnx_metadata
-
-    meta = read_onnx_metadata(path)
-    if CONTRACT_KEY not in meta:
-        raise RkspeechError(f"{path}: no {CONTRACT_KEY} metadata; export it with export_code_predictor_onnx")
-    return CodePredictorContract.from_json(meta[CONTRACT_KEY])

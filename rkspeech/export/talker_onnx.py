@@ -14,10 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from rkspeech.core.errors import RkspeechError
 from rkspeech.export.vocoder_onnx import export_traced
-from rkspeech.stepgraph.contract import CONTRACT_KEY
-from rkspeech.stepgraph.talker_step import TalkerContract, TalkerStep
+from rkspeech.stepgraph.talker_step import TalkerStep
 
 
 def export_talker_onnx(step: TalkerStep, output: str | os.PathLike) -> Path:
@@ -41,24 +39,6 @@ def export_talker_pair(model, out_dir: str | os.PathLike, *, capacity: int, pref
         step = TalkerStep(model, capacity=capacity, B=B, kv_layout=kv_layout, cache_io=cache_io)
         paths[role] = export_talker_onnx(step, out_dir / f"talker_{role}_B{B}_cap{capacity}.onnx")
     return paths
-
-
-def read_talker_contract(path) -> TalkerContract:
-    """The contract in ``path``'s metadata, checked against the graph's inputs and outputs."""
-    from rkspeech.export.onnx_contract import read_onnx_metadata
-    from rkspeech.export.onnx_reader import read_graph_io
-
-    meta = read_onnx_metadata(path)
-    if CONTRACT_KEY not in meta:
-        raise RkspeechError(f"{path}: no {CONTRACT_KEY} metadata; export it with export_talker_onnx")
-    contract = TalkerContract.from_json(meta[CONTRACT_KEY])
-    ins, outs = read_graph_io(path)
-    have = {**ins, **outs}
-    for name, shape in {**contract.input_shapes(), **contract.output_shapes()}.items():
-        if list(have.get(name, [])) != list(shape):
-            raise RkspeechError(f"{path}: its contract says {name} is {shape}, the graph has "
-                                f"{have.get(name)}; re-export it")
-    return contract
 
 
 def check_onnx_against_torch(step: TalkerStep, path, *, start: int | None = None) -> dict:

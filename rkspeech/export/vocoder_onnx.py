@@ -16,7 +16,8 @@ from pathlib import Path
 from rkspeech.core.atomic import atomic_path
 from rkspeech.core.errors import RkspeechError
 from rkspeech.export.opset import OPSET
-from rkspeech.stepgraph.contract import CONTRACT_KEY, INPUT_NAMES, OUTPUT_NAMES
+from rkspeech.contracts.base import CONTRACT_KEY
+from rkspeech.contracts.vocoder import INPUT_NAMES, OUTPUT_NAMES
 
 #: Op types that made rknn-toolkit2 abort or fall back in our measurements (field notes):
 #: Exp/Pad/Shape/ConstantOfShape/Split came from unfolded weight math and traced zero pads,

@@ -210,7 +210,7 @@ def build_code_predictor(stages, files, out: Path, *, target: str, verify_frames
                       [onnx_path] + ([dataset] if i16 else []), lambda: [rknn_path], do_convert)
 
     def do_inspect():
-        from rkspeech.inspect.container import read_container
+        from rkspeech.contracts.rknn_file import read_container
 
         info = read_container(rknn_path, expect_target=target)
         contract = shape.read_contract(rknn_path)

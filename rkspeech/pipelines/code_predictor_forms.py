@@ -39,9 +39,10 @@ class FrameForm:
         return step.contract().to_json()
 
     def read_contract(self, path):
-        from rkspeech.runtime.tts.code_predictor_backend import read_artifact_contract
+        from rkspeech.contracts.code_predictor import CodePredictorContract
+        from rkspeech.contracts.read import read_contract
 
-        return read_artifact_contract(path)
+        return read_contract(path, CodePredictorContract)
 
     def open(self, path, backend: str, *, model, **kw):
         from rkspeech.runtime.tts_stages import open_code_predictor
@@ -71,16 +72,18 @@ class StepForm:
         from rkspeech.export.talker_onnx import export_talker_onnx
         from rkspeech.stepgraph.code_predictor_codebook import code_predictor_step
         from rkspeech.stepgraph.code_predictor_step import INT16_MASK
-        from rkspeech.stepgraph.talker_step import MASK_VALUE
+        from rkspeech.contracts.talker import MASK_VALUE
 
         step = code_predictor_step(tts.net.talker.code_predictor, mask_value=INT16_MASK if i16 else MASK_VALUE)
         export_talker_onnx(step, path)
         return step.contract().to_json()
 
     def read_contract(self, path):
-        from rkspeech.runtime.tts.code_predictor_codebook import read_step_contract
+        from rkspeech.contracts.read import read_contract
+        from rkspeech.contracts.talker import TalkerContract
+        from rkspeech.runtime.tts.code_predictor_codebook import check_step_contract
 
-        return read_step_contract(path)
+        return check_step_contract(read_contract(path, TalkerContract), Path(path))
 
     def open(self, path, backend: str, *, model, **kw):
         from rkspeech.runtime.tts_stages import open_code_predictor

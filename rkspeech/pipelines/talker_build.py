@@ -90,11 +90,12 @@ def build_talker(stages, files, out: Path, *, target: str, capacity: int, prefil
         for role, onnx_path in onnx_paths.items():
             def do_convert(role=role, onnx_path=onnx_path):
                 from rkspeech.convert.conversion import convert
-                from rkspeech.export.talker_onnx import read_talker_contract
+                from rkspeech.contracts.read import read_contract
+                from rkspeech.contracts.talker import TalkerContract
 
                 rknn_dir.mkdir(parents=True, exist_ok=True)
                 return convert(onnx_path, rknn_paths[role], target=target, dtype="fp16", timeout=timeout,
-                               custom_string=read_talker_contract(onnx_path).to_json()).to_report()
+                               custom_string=read_contract(onnx_path, TalkerContract).to_json()).to_report()
 
             convert_reps[role] = stages.run(f"talker_convert_{role}", {"target": target, "timeout": timeout},
                                             [onnx_path], lambda role=role: [rknn_paths[role]], do_convert)

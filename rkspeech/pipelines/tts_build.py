@@ -17,12 +17,13 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from rkspeech.contracts.read import read_contract
 from rkspeech.core.atomic import check_writable, folder_lock, write_json
 from rkspeech.core.errors import RkspeechError
 from rkspeech.core.targets import DEFAULT_TARGET, TARGETS
 from rkspeech.pipelines.code_predictor_forms import DEFAULT_FORM
 from rkspeech.pipelines.vocoder_build import BUILD_REPORT, PLAN_FILE
-from rkspeech.stepgraph.formulations import DEFAULT_FORMULATION
+from rkspeech.contracts.formulations import DEFAULT_FORMULATION
 
 
 @dataclass(frozen=True)
@@ -138,16 +139,6 @@ def _vocoder_row(vocoder: dict, vplan) -> dict:
             "verify": vocoder.get("verify")}
 
 
-def _onnx_contract(path) -> dict:
-    from rkspeech.export.onnx_contract import read_onnx_metadata
-    from rkspeech.stepgraph.contract import CONTRACT_KEY
-
-    raw = read_onnx_metadata(path).get(CONTRACT_KEY)
-    if not raw:
-        raise RkspeechError(f"{path}: no {CONTRACT_KEY} metadata after export")
-    return json.loads(raw)
-
-
 def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
     from rkspeech.pipelines.stages import StageRunner
     from rkspeech.pipelines.vocoder_build import VocoderBuildOptions, _build as build_vocoder_in
@@ -189,7 +180,7 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
                      "hybrid": HybridInt16Options.from_dict(cp.get("hybrid")).to_dict()}
         sections["code_predictor"] = stage_section(
             impl="rknn", target=o.target, artifacts={cp["role"]: {"onnx": a["onnx"], "rknn": a["rknn"]}},
-            contract=_onnx_contract(a["onnx"]), base=out, quantization=quant)
+            contract=read_contract(a["onnx"]).to_dict(), base=out, quantization=quant)
         graphs["code_predictor"] = {**_graph_row(cp.get("convert") or cp, (cp.get("rknn") or {}).get("bytes")),
                                     "form": cp.get("form"), "dtype": cp.get("dtype"), "sim": cp.get("sim")}
     if not o.skip_talker:
@@ -203,7 +194,7 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
         sections["talker"] = stage_section(
             impl="rknn" if has_rknn else "onnx", target=o.target if has_rknn else None,
             artifacts={r: {"onnx": a[r]["onnx"], "rknn": a[r].get("rknn")} for r in ("prefill", "decode")},
-            contract=_onnx_contract(a["decode"]["onnx"]), base=out)
+            contract=read_contract(a["decode"]["onnx"]).to_dict(), base=out)
         graphs["talker"] = {**_graph_row(talker if talker.get("placement") else None, None),
                             "per_graph": {r: _graph_row(talker["graphs"][r] if "placement" in talker["graphs"][r]
                                                         else None, None) for r in ("prefill", "decode")},
@@ -211,12 +202,13 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
     graphs["vocoder"] = _vocoder_row(vocoder, vplan)
     # the vocoder's sections as its plan has them (NPU graphs, exact host graphs, which backend runs
     # which); vplan.contracts are those of the graphs ort runs, so each set's are read from its ONNX
-    from rkspeech.export.onnx_contract import read_onnx_contract
+    from rkspeech.contracts.read import read_contract
+    from rkspeech.contracts.vocoder import VocoderContract
 
-    npu_contracts = {role: read_onnx_contract(p) for role, p in vplan.onnx.items()}
+    npu_contracts = {role: read_contract(p, VocoderContract) for role, p in vplan.onnx.items()}
     plan_path = write_plan(out / PLAN_FILE, impl="rknn", target=o.target, contracts=npu_contracts,
                            rknn=vplan.artifacts, onnx=vplan.onnx, host_onnx=vplan.host_onnx,
-                           host_contracts={role: read_onnx_contract(p) for role, p in vplan.host_onnx.items()},
+                           host_contracts={role: read_contract(p, VocoderContract) for role, p in vplan.host_onnx.items()},
                            backends=vplan.backends, stages=sections,
                            extra={"checkpoint": str(files.root.resolve()), "formulation": npu_contracts["main"].formulation,
                                   "dtype": "fp16"})

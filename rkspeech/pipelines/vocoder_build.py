@@ -19,11 +19,13 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from rkspeech.contracts.read import read_contract
+from rkspeech.contracts.vocoder import VocoderContract
 from rkspeech.core.atomic import check_writable, folder_lock, write_json
 from rkspeech.core.errors import RkspeechError
 from rkspeech.core.targets import DEFAULT_TARGET, TARGETS
 from rkspeech.pipelines.stages import StageRunner
-from rkspeech.stepgraph.formulations import DEFAULT_FORMULATION, REFERENCE, canonical, file_tag
+from rkspeech.contracts.formulations import DEFAULT_FORMULATION, REFERENCE, canonical, file_tag
 
 #: The build's JSON report in the output folder (the Whisper encoder build uses the same name).
 BUILD_REPORT = "build-report.json"
@@ -127,10 +129,9 @@ def _build(o: VocoderBuildOptions, files, out: Path) -> dict:
     for role, onnx_path in roles.items():
         def do_convert(role=role, onnx_path=onnx_path):
             from rkspeech.convert.conversion import convert
-            from rkspeech.export.onnx_contract import read_onnx_contract
 
             rknn_dir.mkdir(parents=True, exist_ok=True)
-            contract = read_onnx_contract(onnx_path)
+            contract = read_contract(onnx_path, VocoderContract)
             return convert(onnx_path, rknn_paths[role], target=o.target, dtype="fp16", timeout=o.timeout,
                            custom_string=contract.to_json()).to_report()
 
@@ -138,12 +139,12 @@ def _build(o: VocoderBuildOptions, files, out: Path) -> dict:
                                            [onnx_path], lambda role=role: [rknn_paths[role]], do_convert)
 
     def do_inspect():
-        from rkspeech.inspect.container import read_container
+        from rkspeech.contracts.rknn_file import read_container
 
         rep = {}
         for role, path in rknn_paths.items():
             info = read_container(path, expect_target=o.target)
-            if info.contract is None:
+            if not isinstance(info.contract, VocoderContract):
                 raise RkspeechError(f"{path}: the contract did not survive conversion")
             rep[role] = {"bytes": info.file_size, "format": info.format, "target": info.target,
                          "toolkit_version": info.toolkit_version, "B": info.contract.codes_length,
@@ -180,13 +181,12 @@ def _build(o: VocoderBuildOptions, files, out: Path) -> dict:
                                                   "simulate": o.accuracy_sim, "step": STEP},
                                      [main_onnx], lambda: [out / ACCURACY_REPORT], do_accuracy)
 
-    from rkspeech.export.onnx_contract import read_onnx_contract
     from rkspeech.plan.plan import write_plan
 
-    contracts = {role: read_onnx_contract(p) for role, p in roles.items()}
+    contracts = {role: read_contract(p, VocoderContract) for role, p in roles.items()}
     plan_path = write_plan(out / PLAN_FILE, impl="rknn", target=o.target, contracts=contracts,
                            rknn=rknn_paths, onnx=roles, host_onnx=host_roles,
-                           host_contracts={role: read_onnx_contract(p) for role, p in host_roles.items()},
+                           host_contracts={role: read_contract(p, VocoderContract) for role, p in host_roles.items()},
                            extra={"checkpoint": str(files.folder.resolve()), "formulation": contracts["main"].formulation,
                                   "dtype": "fp16"})
     summary = {

@@ -17,7 +17,7 @@ from rkspeech.core import progress
 from rkspeech.core.atomic import atomic_path
 from rkspeech.core.errors import RkspeechError
 from rkspeech.core.threads import default_threads
-from rkspeech.stepgraph.formulations import DEFAULT_FORMULATION, canonical
+from rkspeech.contracts.formulations import DEFAULT_FORMULATION, canonical
 from rkspeech.verify.stepwise import (
     check_tokens,
     full_decode,

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from rkspeech.core.atomic import write_json
 from rkspeech.core.errors import RkspeechError
-from rkspeech.stepgraph.contract import StepContract
+from rkspeech.contracts.vocoder import VocoderContract
 
 PLAN_FORMAT = "rkspeech-plan/1"
 IMPLS = ("rknn", "onnx")
@@ -56,11 +56,11 @@ class Plan:
     path: Path
     impl: str
     target: str | None
-    contract: StepContract
+    contract: VocoderContract
     artifacts: dict[str, Path]  # rknn: main/first
     onnx: dict[str, Path] = field(default_factory=dict)  # main/first, the graphs the .rknn came from
     #: the graphs of the backend the plan was loaded for (``backend``), per role (B differs)
-    contracts: dict[str, StepContract] = field(default_factory=dict)
+    contracts: dict[str, VocoderContract] = field(default_factory=dict)
     raw: dict = field(default_factory=dict)
     #: text-to-speech stages placed by the plan (``plan.stages``): talker, code_predictor
     stages: dict = field(default_factory=dict)
@@ -85,9 +85,9 @@ class Plan:
         return dict(getattr(self, self.section(backend)))
 
 
-def write_plan(path, *, impl: str, target: str | None, contracts: dict[str, StepContract],
+def write_plan(path, *, impl: str, target: str | None, contracts: dict[str, VocoderContract],
                rknn: dict[str, Path] | None = None, onnx: dict[str, Path] | None = None,
-               host_onnx: dict[str, Path] | None = None, host_contracts: dict[str, StepContract] | None = None,
+               host_onnx: dict[str, Path] | None = None, host_contracts: dict[str, VocoderContract] | None = None,
                backends: dict[str, str] | None = None, extra: dict | None = None,
                stages: dict[str, dict] | None = None) -> Path:
     """``contracts``: of the ``onnx`` / ``rknn`` graphs; ``host_onnx`` (with ``host_contracts``):
@@ -124,9 +124,9 @@ def write_plan(path, *, impl: str, target: str | None, contracts: dict[str, Step
     return write_json(p, data)
 
 
-def contract_differences(a: StepContract, b: StepContract) -> list[str]:
+def contract_differences(a: VocoderContract, b: VocoderContract) -> list[str]:
     """``["sample_rate 24000 vs 16000", ...]``: the contract fields in which ``a`` and ``b``
-    differ (``extra`` is not compared, as in ``StepContract.__eq__``)."""
+    differ (``extra`` is not compared, as in ``VocoderContract.__eq__``)."""
     da, db = a.to_dict(), b.to_dict()
     da.pop("extra", None)
     db.pop("extra", None)
@@ -146,17 +146,17 @@ def contract_differences(a: StepContract, b: StepContract) -> list[str]:
     return sorted(out, key=lambda s: order.index(s.split()[0]) if s.split()[0] in order else len(order))
 
 
-def _artifact_contract(path: Path, role: str, expect_target: str | None) -> StepContract:
+def _artifact_contract(path: Path, role: str, expect_target: str | None) -> VocoderContract:
     if path.suffix == ".rknn":
-        from rkspeech.inspect.container import read_container
+        from rkspeech.contracts.rknn_file import read_container
 
         info = read_container(path, expect_target=expect_target)
-        if info.contract is None:
-            raise RkspeechError(f"plan: {role} artifact {path} carries no rkspeech contract (custom string)")
+        if not isinstance(info.contract, VocoderContract):
+            raise RkspeechError(f"plan: {role} artifact {path} carries no rkspeech contract of a vocoder step (custom string)")
         return info.contract
-    from rkspeech.export.onnx_contract import read_onnx_contract
+    from rkspeech.contracts.read import read_contract
 
-    return read_onnx_contract(path)
+    return read_contract(path, VocoderContract)
 
 
 def load_plan(path, *, backend: str | None = None, expect_target: str | None = None) -> Plan:
@@ -228,8 +228,8 @@ def load_plan(path, *, backend: str | None = None, expect_target: str | None = N
     if host and "host_contract" not in sd:
         raise RkspeechError(f"plan {p}: speech_decoder.host_onnx without its host_contract; rebuild, or fix the plan")
     try:
-        npu_declared = StepContract.from_dict(sd["contract"]) if "contract" in sd else None
-        host_declared = StepContract.from_dict(sd["host_contract"]) if host else None
+        npu_declared = VocoderContract.from_dict(sd["contract"]) if "contract" in sd else None
+        host_declared = VocoderContract.from_dict(sd["host_contract"]) if host else None
     except RkspeechError as exc:
         raise RkspeechError(f"plan {p}: {exc}") from None
     declared, key = (host_declared, "host_contract") if section == "host_onnx" else (npu_declared, "contract")
@@ -283,7 +283,7 @@ def _backends(sd: dict, p: Path, has_host: bool) -> dict[str, str]:
 _HOST_MAY_DIFFER = ("formulation ", "codes_dtype ", "cache segment")
 
 
-def _check_host_graphs(p: Path, sd: dict, host: dict[str, StepContract], npu: StepContract | None) -> None:
+def _check_host_graphs(p: Path, sd: dict, host: dict[str, VocoderContract], npu: VocoderContract | None) -> None:
     """The host graphs stand for the NPU graphs: the same roles and B per role
     (``codes_length``), the same signal and cache size (``contract``); the codes dtype, the
     formulation and the cache's internal layout may differ (the runner casts codes, and a cache

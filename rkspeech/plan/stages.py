@@ -26,7 +26,6 @@ section's format (the stage loaders check the rest against the model).  Standard
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -98,18 +97,6 @@ def _quantization(sec: dict, base: Path, where: str, need_files: bool) -> dict:
     return {**q, "dataset": dataset}
 
 
-def _contract_format(path: Path) -> str | None:
-    from rkspeech.export.onnx_contract import read_onnx_metadata
-    from rkspeech.stepgraph.contract import CONTRACT_KEY
-
-    raw = read_onnx_metadata(path).get(CONTRACT_KEY)
-    try:
-        value = json.loads(raw) if raw else None
-    except ValueError:
-        return None
-    return value.get("format") if isinstance(value, dict) else None
-
-
 def load_stages(raw: dict, plan_path: Path, backend: str | None) -> dict[str, StagePlan]:
     """Parse and check every stage section of a plan (``raw``: its JSON)."""
     out: dict[str, StagePlan] = {}
@@ -148,7 +135,9 @@ def load_stages(raw: dict, plan_path: Path, backend: str | None) -> dict[str, St
             if not path.is_file():
                 raise RkspeechError(f"{where}: {role} artifact {path} is missing")
             if path.suffix == ".onnx":
-                fmt = _contract_format(path)
+                from rkspeech.contracts.read import contract_format
+
+                fmt = contract_format(path)
                 if fmt != contract["format"]:
                     raise RkspeechError(f"{where}: {role} artifact {path.name} carries contract format {fmt!r}, "
                                         f"the plan says {contract['format']!r}; rebuild the plan")

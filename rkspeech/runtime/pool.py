@@ -54,7 +54,7 @@ from rkspeech.core.errors import RkspeechError
 from rkspeech.runtime.runners import BACKENDS, open_runner
 from rkspeech.runtime.runners.base import Runner
 from rkspeech.runtime.streaming import Engine, StreamingVocoder
-from rkspeech.stepgraph.contract import StepContract
+from rkspeech.contracts.vocoder import VocoderContract
 
 
 @dataclass
@@ -84,7 +84,7 @@ class _Lease(Runner):
 class EnginePool:
     """A bounded set of slots shared by any number of streams."""
 
-    def __init__(self, slots: Sequence[Slot], contracts: dict[str, StepContract], owned: Iterable = ()):
+    def __init__(self, slots: Sequence[Slot], contracts: dict[str, VocoderContract], owned: Iterable = ()):
         if not slots:
             raise RkspeechError("an engine pool needs at least one slot")
         if "main" not in contracts:

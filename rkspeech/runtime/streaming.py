@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rkspeech.core.errors import RkspeechError
-from rkspeech.stepgraph.contract import StepContract
+from rkspeech.contracts.vocoder import VocoderContract
 from rkspeech.stepgraph.host import cache_valid, inverse_frequencies, rope_angles
 from rkspeech.runtime.codes import normalize_codes
 
@@ -42,7 +42,7 @@ class Engine:
     """A runner with the contract of the graph it runs."""
 
     runner: object
-    contract: StepContract
+    contract: VocoderContract
 
     @property
     def B(self) -> int:

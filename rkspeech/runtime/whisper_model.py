@@ -155,7 +155,7 @@ def _file_geometry(backend: str, path: Path, target: str | None, geometry: dict)
 
     if path.suffix.lower() == ".rknn":
         from rkspeech.core.targets import DEFAULT_TARGET
-        from rkspeech.inspect.container import read_container
+        from rkspeech.contracts.rknn_file import read_container
 
         container = read_container(path, expect_target=(target or DEFAULT_TARGET).lower())
         if backend == "sim" and path.with_suffix(".onnx").is_file():
@@ -195,7 +195,7 @@ def _check_pieces(manifest: Path, backend: str, target: str | None, geometry: di
         path = check_runner_file(backend, path)
         if backend == "rknnlite":
             from rkspeech.core.targets import DEFAULT_TARGET
-            from rkspeech.inspect.container import read_container
+            from rkspeech.contracts.rknn_file import read_container
 
             c = read_container(path, expect_target=(target or DEFAULT_TARGET).lower())
             specs.append(({t.name: (tuple(t.shape), None) for t in c.inputs},

@@ -4,7 +4,7 @@ The frame graph (``code_predictor_step.CodePredictorFrame``) unrolls the 15-code
 feeds its own argmax back; the NPU compiler then stores the stack's weights once per unrolled
 pass (published 0.6B: a 2.88 GB .rknn, 18.9 GB to convert) and sampling is impossible.  Here the
 stack alone is the graph (``talker_step.TalkerStep`` over ``code_predictor.model``, capacity
-G = 16 positions, B = 1, named ``qwen3-tts-code-predictor-step`` in its contract); the host does
+G = 16 positions, B = 1, named ``CODE_PREDICTOR_STEP_MODEL`` in its contract); the host does
 what is cheap per codebook (``runtime.tts.code_predictor_codebook``).
 
 ``mask_value=INT16_MASK`` (the contract records it; the host's ``step_mask`` uses it): the
@@ -13,9 +13,7 @@ graph's mask input stays inside w16a16i_dfp's +-16384, for the ``int16-hybrid`` 
 
 from __future__ import annotations
 
-from rkspeech.stepgraph.talker_step import MASK_VALUE
-
-MODEL_NAME = "qwen3-tts-code-predictor-step"
+from rkspeech.contracts.talker import CODE_PREDICTOR_STEP_MODEL, MASK_VALUE
 
 
 def code_predictor_step(cp, *, mask_value: float = MASK_VALUE):
@@ -23,5 +21,5 @@ def code_predictor_step(cp, *, mask_value: float = MASK_VALUE):
     from rkspeech.stepgraph.talker_step import TalkerStep
 
     cfg = cp.model.cfg
-    return TalkerStep(cp.model, capacity=cfg.num_code_groups, B=1, kv_layout="heads", name=MODEL_NAME,
+    return TalkerStep(cp.model, capacity=cfg.num_code_groups, B=1, kv_layout="heads", name=CODE_PREDICTOR_STEP_MODEL,
                       mask_value=mask_value)

@@ -49,23 +49,15 @@ Greedy only: sampling needs the host between codebooks (per-codebook calls), not
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
-
-import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
 
+from rkspeech.contracts.code_predictor import EMBED_MODES, CodePredictorContract
+from rkspeech.contracts.talker import MASK_VALUE
 from rkspeech.core.errors import RkspeechError
 from rkspeech.models.qwen3_tts.transformer import rotate_half
 
-CONTRACT_FORMAT = "rkspeech-code-predictor/1"
-INPUT_NAMES = ("talker_hidden", "first_embed")
-OUTPUT_NAMES = ("logits", "codes")  # "codes" only with embed="gather"
-EMBED_MODES = ("gather", "onehot")
-#: Additive mask of the 2-token prefill; finite so it survives fp16 (exp underflows to 0 either way).
-MASK_VALUE = -30000.0
 #: One-hot sharpness of ``embed="onehot"``: fp16's largest finite value.
 ONEHOT_GAIN = 65504.0
 #: ``int16_ready`` graph constants (see the module docstring): the prefill mask and the one-hot
@@ -78,51 +70,6 @@ def _pool_shape(v: int) -> tuple[int, int]:
     """``(rows, cols)`` with ``rows * cols == v``, rows the largest divisor <= sqrt(v)."""
     rows = max(d for d in range(1, int(v**0.5) + 1) if v % d == 0)
     return rows, v // rows
-
-
-@dataclass(frozen=True)
-class CodePredictorContract:
-    talker_hidden: int
-    hidden: int
-    vocab_size: int
-    num_code_groups: int
-    layers: int
-    embed: str = "gather"
-    model: str = "qwen3-tts-code-predictor"
-
-    @property
-    def output_names(self) -> tuple[str, ...]:
-        return OUTPUT_NAMES if self.embed == "gather" else OUTPUT_NAMES[:1]
-
-    def input_shapes(self) -> dict[str, list[int]]:
-        return {"talker_hidden": [1, self.talker_hidden], "first_embed": [1, self.talker_hidden]}
-
-    def output_shapes(self) -> dict[str, list[int]]:
-        g = self.num_code_groups - 1
-        shapes = {"logits": [g, self.vocab_size], "codes": [g]}
-        return {k: shapes[k] for k in self.output_names}
-
-    def to_json(self) -> str:
-        d = {"format": CONTRACT_FORMAT, "model": self.model, "Ht": self.talker_hidden, "H": self.hidden,
-             "V": self.vocab_size, "G": self.num_code_groups, "layers": self.layers, "embed": self.embed,
-             "outputs": list(self.output_names)}
-        return json.dumps(d, separators=(",", ":"))
-
-    @classmethod
-    def from_json(cls, text: str) -> CodePredictorContract:
-        from rkspeech.stepgraph.contract import contract_dict
-
-        d = contract_dict(text, CONTRACT_FORMAT, "code-predictor")
-        try:
-            contract = cls(talker_hidden=int(d["Ht"]), hidden=int(d["H"]), vocab_size=int(d["V"]),
-                           num_code_groups=int(d["G"]), layers=int(d["layers"]), embed=str(d["embed"]),
-                           model=str(d.get("model", "qwen3-tts-code-predictor")))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise RkspeechError(f"code-predictor contract is malformed: {exc!r}") from None
-        if contract.embed not in EMBED_MODES:
-            raise RkspeechError(f"code-predictor contract is malformed: embed {contract.embed!r} "
-                                f"is not one of {EMBED_MODES}")
-        return contract
 
 
 def _repeat_heads(attn, proj: nn.Linear) -> nn.Linear:
@@ -267,18 +214,6 @@ class CodePredictorFrame(nn.Module):
         if self.embed == "onehot":
             return logits
         return logits, torch.cat(codes, dim=0)
-
-
-def greedy_codes(outputs) -> np.ndarray:
-    """Codes ``int64 [G-1]`` of one frame from the graph's outputs (a dict or a tuple/tensor):
-    its ``codes`` when it has them, else the argmax of its ``logits``."""
-    if isinstance(outputs, dict):
-        if "codes" in outputs:
-            return np.asarray(outputs["codes"]).astype(np.int64).reshape(-1)
-        return np.asarray(outputs["logits"]).argmax(-1).astype(np.int64)
-    if isinstance(outputs, (tuple, list)):
-        return np.asarray(outputs[1]).astype(np.int64).reshape(-1)
-    return np.asarray(outputs).argmax(-1).astype(np.int64)
 
 
 def greedy_frames_with_inputs(tts, text: str, frames: int, **kw):

@@ -1,6 +1,8 @@
-"""What the host computes for each step: RoPE angles and the KV slot count (numpy only).
+"""What the host computes for each graph call: RoPE, the KV slot count, masks, greedy codes.
 
-The step graph takes ``freqs_in = (position * inv_freq) mod 2*pi`` rather than positions or
+numpy only at import (the board runtime uses it); ``rope_cos_sin`` imports torch when called.
+
+The vocoder step graph takes ``freqs_in = (position * inv_freq) mod 2*pi`` rather than positions or
 cos/sin: cos/sin as graph inputs broke the seed project's fp16 pipeline, and raw angles near position
 1e3 sit on an fp16 ulp of 0.5 (seed, measured on a board).  The product is formed in float64
 from the model's float32 ``inv_freq`` (the values torch computes), so a 3,000-token stream keeps
@@ -10,6 +12,8 @@ its angles exact to float32 rounding instead of drifting by ``pos * ulp``.
 from __future__ import annotations
 
 import numpy as np
+
+from rkspeech.contracts.talker import TalkerContract
 
 
 def inverse_frequencies(head_dim: int, rope_theta: float) -> np.ndarray:
@@ -32,3 +36,49 @@ def cache_valid(position: int, kv_slots: int) -> np.ndarray:
     later step's softmax (field notes: 16 dB at B=16).
     """
     return np.array([min(position, kv_slots)], dtype=np.float32)
+
+
+def torch_inverse_frequencies(head_dim: int, rope_theta: float):
+    """The talker stack's ``DecoderStack.inv_freq`` (a torch tensor), the same float32 expression:
+    numpy's power and cos differ from torch's in the last bit for some entries, and the talker
+    path matches the reference bit for bit."""
+    import torch
+
+    return 1.0 / (rope_theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+
+
+def rope_cos_sin(positions, inv_freq) -> tuple[np.ndarray, np.ndarray]:
+    """``(cos, sin)`` ``[n, head_dim]`` float32 of ``positions``, computed as
+    ``DecoderStack.forward`` does (float32 product, torch cos/sin), so the graph sees the
+    reference's values bit for bit."""
+    import torch
+
+    pos = torch.as_tensor(np.asarray(positions), dtype=torch.float32)
+    freqs = pos[:, None] * inv_freq[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos().numpy(), emb.sin().numpy()
+
+
+def step_mask(contract: TalkerContract, start: int) -> np.ndarray:
+    """``[R, cap + B]``: chunk row i (position ``start + i``) sees cache slots ``< start`` and chunk
+    columns ``<= i``.  Padding rows of a last prefill chunk keep the same pattern (every row sees
+    itself, so none is all-masked; the host drops their outputs and keys/values).  Grouped
+    layout: the B rows repeated per query head of a group."""
+    cap, B = contract.capacity, contract.B
+    m = np.full((B, cap + B), contract.mask_value, dtype=np.float32)
+    m[:, :min(start, cap)] = 0.0
+    m[:, cap:] = np.where(np.tri(B, dtype=bool), 0.0, contract.mask_value)
+    rep = contract.mask_rows // B
+    return np.tile(m, (rep, 1)) if rep > 1 else m
+
+
+def greedy_codes(outputs) -> np.ndarray:
+    """Codes ``int64 [G-1]`` of one frame from the graph's outputs (a dict or a tuple/tensor):
+    its ``codes`` when it has them, else the argmax of its ``logits``."""
+    if isinstance(outputs, dict):
+        if "codes" in outputs:
+            return np.asarray(outputs["codes"]).astype(np.int64).reshape(-1)
+        return np.asarray(outputs["logits"]).argmax(-1).astype(np.int64)
+    if isinstance(outputs, (tuple, list)):
+        return np.asarray(outputs[1]).astype(np.int64).reshape(-1)
+    return np.asarray(outputs).argmax(-1).astype(np.int64)

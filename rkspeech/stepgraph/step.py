@@ -9,7 +9,7 @@ stateful module of the model states its own (``state_shape``):
 * the pre-transformer keeps ``sliding_window - 1`` rotated keys and values per layer.
 
 ``cache_segments`` walks the model in graph order (``stateful_modules``) and lays these out
-back to back; the layout lives in the ``StepContract``, and the graph reads it through static
+back to back; the layout lives in the ``VocoderContract``, and the graph reads it through static
 slices.  ``N`` (the cache size) does not depend on B, so the cache of a small-B first step
 feeds a large-B main step.  The step collects its new tails by segment name, and ``join_tails``
 writes them in the contract's order, so the layout cannot drift from the graph.
@@ -40,8 +40,8 @@ from rkspeech.models.qwen3_tts.vocoder import (
     CausalTransConv,
     Vocoder,
 )
-from rkspeech.stepgraph.contract import CacheSegment, StepContract, make_segments
-from rkspeech.stepgraph.formulations import REFERENCE
+from rkspeech.contracts.vocoder import CacheSegment, VocoderContract, make_segments
+from rkspeech.contracts.formulations import REFERENCE
 from rkspeech.verify.thresholds import FP32_MIN_SNR_DB
 
 MASK_VALUE = -100.0
@@ -81,9 +81,9 @@ def cache_segments(source: Vocoder | VocoderConfig) -> tuple[CacheSegment, ...]:
 
 
 def step_contract(source: Vocoder | VocoderConfig, codes_length: int, formulation: str = REFERENCE,
-                  codes_dtype: str = "int64") -> StepContract:
+                  codes_dtype: str = "int64") -> VocoderContract:
     cfg = source if isinstance(source, VocoderConfig) else source.cfg
-    return StepContract(
+    return VocoderContract(
         codes_length=int(codes_length),
         num_quantizers=cfg.num_quantizers,
         codebook_size=cfg.codebook_size,

@@ -52,8 +52,8 @@ from rkspeech.models.qwen3_tts.vocoder import (
 from rkspeech.stepgraph import npu_ops
 from rkspeech.stepgraph.phase_snake import PHASE_DEGREE, PhaseSnake
 from rkspeech.verify.thresholds import PHASE_SNAKE_FP32_MIN_SNR_DB
-from rkspeech.stepgraph.contract import CacheSegment, StepContract, make_segments
-from rkspeech.stepgraph.formulations import (
+from rkspeech.contracts.vocoder import CacheSegment, VocoderContract, make_segments
+from rkspeech.contracts.formulations import (
     DEFAULT_FORMULATION,
     NPU,
     REFERENCE,
@@ -86,14 +86,14 @@ def npu_cache_segments(source: Vocoder | VocoderConfig) -> tuple[CacheSegment, .
 
 
 def npu_step_contract(source: Vocoder | VocoderConfig, codes_length: int,
-                      tails: str = DEFAULT_TAILS) -> StepContract:
+                      tails: str = DEFAULT_TAILS) -> VocoderContract:
     """The reference contract with ``formulation="npu"`` and float32 codes; ``tails="time_major"``
     (the default) swaps in ``npu_cache_segments``, ``"channel"`` keeps the reference layout
     (interchangeable caches)."""
     base = step_contract(source, codes_length, formulation=FORMULATION, codes_dtype="float32")
     if tails == "channel":
         return base
-    return StepContract(**{**base.__dict__, "segments": npu_cache_segments(source)})
+    return VocoderContract(**{**base.__dict__, "segments": npu_cache_segments(source)})
 
 
 @torch.no_grad()

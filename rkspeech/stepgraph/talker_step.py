@@ -36,24 +36,16 @@ position needs a ScatterND or a cap x B selection matmul, and returning the whol
 from __future__ import annotations
 
 import hashlib
-import json
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import nn
 
+from rkspeech.contracts.talker import CACHE_IO, KV_LAYOUTS, MASK_VALUE, MODEL_NAME, TalkerContract
 from rkspeech.core.errors import RkspeechError
 from rkspeech.models.qwen3_tts.transformer import rotate_half
 from rkspeech.stepgraph.code_predictor_step import _repeat_heads
-
-CONTRACT_FORMAT = "rkspeech-talker/1"
-MODEL_NAME = "qwen3-tts-talker"
-KV_LAYOUTS = ("heads", "grouped")
-CACHE_IO = ("flat", "layers")
-OUTPUT_NAMES = ("hidden", "kv_new")
-#: Additive mask value; finite so it survives fp16 (exp underflows to 0 either way).
-MASK_VALUE = -30000.0
+from rkspeech.stepgraph.host import rope_cos_sin, step_mask
 
 
 def weights_fingerprint(model) -> str:
@@ -63,95 +55,6 @@ def weights_fingerprint(model) -> str:
     for t in (model.norm.weight, model.layers[0].self_attn.q_proj.weight):
         h.update(t.detach().to(torch.float32).contiguous().numpy().tobytes())
     return h.hexdigest()[:16]
-
-
-@dataclass(frozen=True)
-class TalkerContract:
-    hidden: int
-    layers: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    capacity: int
-    B: int
-    rope_theta: float
-    rms_norm_eps: float
-    kv_layout: str = "heads"
-    cache_io: str = "flat"
-    fingerprint: str = ""
-    model: str = MODEL_NAME
-    #: the additive mask's "no" value (``step_mask``); -20 in an int16-hybrid graph (INT16_LIMIT)
-    mask_value: float = MASK_VALUE
-
-    @property
-    def cache_heads(self) -> int:
-        return self.heads if self.kv_layout == "heads" else self.kv_heads
-
-    @property
-    def mask_rows(self) -> int:
-        return self.B * self.heads // self.cache_heads
-
-    @property
-    def input_names(self) -> tuple[str, ...]:
-        if self.cache_io == "flat":
-            return ("embeds", "cos", "sin", "mask", "cache")
-        return ("embeds", "cos", "sin", "mask",
-                *(f"cache_{kv}{i}" for i in range(self.layers) for kv in "kv"))
-
-    @property
-    def output_names(self) -> tuple[str, ...]:
-        return OUTPUT_NAMES
-
-    def cache_shape(self) -> tuple[int, int, int, int]:
-        """The host's buffer: ``[2L, Hc, cap, hd]`` (layer i: keys 2i, values 2i+1)."""
-        return (2 * self.layers, self.cache_heads, self.capacity, self.head_dim)
-
-    def input_shapes(self) -> dict[str, list[int]]:
-        shapes = {"embeds": [self.B, self.hidden], "cos": [self.B, self.head_dim], "sin": [self.B, self.head_dim],
-                  "mask": [self.mask_rows, self.capacity + self.B]}
-        if self.cache_io == "flat":
-            shapes["cache"] = list(self.cache_shape())
-        else:
-            for name in self.input_names[4:]:
-                shapes[name] = [1, self.cache_heads, self.capacity, self.head_dim]
-        return shapes
-
-    def output_shapes(self) -> dict[str, list[int]]:
-        return {"hidden": [self.B, self.hidden],
-                "kv_new": [2 * self.layers, self.cache_heads, self.B, self.head_dim]}
-
-    def same_model(self, other: TalkerContract) -> bool:
-        """Same stack and cache layout (B may differ): prefill and decode graphs share a cache."""
-        keys = ("hidden", "layers", "heads", "kv_heads", "head_dim", "capacity", "rope_theta", "rms_norm_eps",
-                "kv_layout", "fingerprint", "model", "mask_value")
-        return all(getattr(self, k) == getattr(other, k) for k in keys)
-
-    def to_json(self) -> str:
-        d = {"format": CONTRACT_FORMAT, "model": self.model, "Ht": self.hidden, "layers": self.layers,
-             "heads": self.heads, "kv_heads": self.kv_heads, "head_dim": self.head_dim, "capacity": self.capacity,
-             "B": self.B, "rope_theta": self.rope_theta, "eps": self.rms_norm_eps, "kv_layout": self.kv_layout,
-             "cache_io": self.cache_io, "fingerprint": self.fingerprint, "mask_value": self.mask_value,
-             "outputs": list(self.output_names)}
-        return json.dumps(d, separators=(",", ":"))
-
-    @classmethod
-    def from_json(cls, text: str) -> TalkerContract:
-        from rkspeech.stepgraph.contract import contract_dict
-
-        d = contract_dict(text, CONTRACT_FORMAT, "talker")
-        try:
-            c = cls(hidden=int(d["Ht"]), layers=int(d["layers"]), heads=int(d["heads"]), kv_heads=int(d["kv_heads"]),
-                    head_dim=int(d["head_dim"]), capacity=int(d["capacity"]), B=int(d["B"]),
-                    rope_theta=float(d["rope_theta"]), rms_norm_eps=float(d["eps"]), kv_layout=str(d["kv_layout"]),
-                    cache_io=str(d["cache_io"]), fingerprint=str(d.get("fingerprint", "")),
-                    model=str(d.get("model", MODEL_NAME)), mask_value=float(d.get("mask_value", MASK_VALUE)))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise RkspeechError(f"talker contract is malformed: {exc!r}") from None
-        if c.kv_layout not in KV_LAYOUTS or c.cache_io not in CACHE_IO:
-            raise RkspeechError(f"talker contract is malformed: kv_layout {c.kv_layout!r} / cache_io {c.cache_io!r}")
-        if min(c.B, c.capacity, c.layers, c.heads, c.kv_heads) < 1 or c.heads % c.kv_heads:
-            raise RkspeechError(f"talker contract is malformed: {d}")
-        return c
 
 
 def contract_for(model, *, capacity: int, B: int, kv_layout: str = "heads", cache_io: str = "flat",
@@ -175,29 +78,6 @@ def check_contract_matches(contract: TalkerContract, model, where: str = "talker
         if have != need:
             raise RkspeechError(f"{where} does not match this model: its contract has {key}={have!r}, the model "
                                 f"{need!r}; export the graphs from this checkpoint")
-
-
-def rope_cos_sin(positions, inv_freq: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
-    """``(cos, sin)`` ``[n, head_dim]`` float32 of ``positions``, computed as
-    ``DecoderStack.forward`` does (float32 product, torch cos/sin), so the graph sees the
-    reference's values bit for bit."""
-    pos = torch.as_tensor(np.asarray(positions), dtype=torch.float32)
-    freqs = pos[:, None] * inv_freq[None, :]
-    emb = torch.cat((freqs, freqs), dim=-1)
-    return emb.cos().numpy(), emb.sin().numpy()
-
-
-def step_mask(contract: TalkerContract, start: int) -> np.ndarray:
-    """``[R, cap + B]``: chunk row i (position ``start + i``) sees cache slots ``< start`` and chunk
-    columns ``<= i``.  Padding rows of a last prefill chunk keep the same pattern (every row sees
-    itself, so none is all-masked; the host drops their outputs and keys/values).  Grouped
-    layout: the B rows repeated per query head of a group."""
-    cap, B = contract.capacity, contract.B
-    m = np.full((B, cap + B), contract.mask_value, dtype=np.float32)
-    m[:, :min(start, cap)] = 0.0
-    m[:, cap:] = np.where(np.tri(B, dtype=bool), 0.0, contract.mask_value)
-    rep = contract.mask_rows // B
-    return np.tile(m, (rep, 1)) if rep > 1 else m
 
 
 class TalkerStep(nn.Module):

@@ -36,16 +36,17 @@ class Artifact:
 
 
 def load_artifact(onnx_path, rknn_path=None, expect_target: str | None = None) -> Artifact:
-    from rkspeech.export.onnx_contract import read_onnx_contract
+    from rkspeech.contracts.read import read_contract
+    from rkspeech.contracts.vocoder import VocoderContract
 
-    contract = read_onnx_contract(onnx_path)
+    contract = read_contract(onnx_path, VocoderContract)
     target = expect_target
     if rknn_path is not None:
-        from rkspeech.inspect.container import read_container
+        from rkspeech.contracts.rknn_file import read_container
 
         info = read_container(rknn_path, expect_target=expect_target)
-        if info.contract is None:
-            raise RkspeechError(f"{rknn_path}: no rkspeech contract in its custom string; convert it with rkspeech convert")
+        if not isinstance(info.contract, VocoderContract):
+            raise RkspeechError(f"{rknn_path}: no rkspeech vocoder contract in its custom string; convert it with rkspeech convert")
         if info.contract != contract:
             raise RkspeechError(
                 f"{rknn_path} was not converted from {onnx_path}: contracts differ "

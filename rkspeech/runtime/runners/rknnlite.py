@@ -20,7 +20,7 @@ _MASK_NAMES = {"auto": "NPU_CORE_AUTO", "0": "NPU_CORE_0", "1": "NPU_CORE_1", "2
 class RknnLiteRunner(Runner):
     """``RKNNLite().load_rknn`` + ``init_runtime(core_mask)``.
 
-    I/O names, shapes and dtypes come from the .rknn itself (``inspect.container``).
+    I/O names, shapes and dtypes come from the .rknn itself (``contracts.rknn_file``).
     ``core_mask``: one of :data:`rkspeech.core.targets.CORE_MASKS` ("auto": the runtime picks
     one core; multi-core masks only on rk3588 / rk3576).  Not testable without a board.
     """
@@ -30,7 +30,7 @@ class RknnLiteRunner(Runner):
     def __init__(self, rknn_path: str | os.PathLike, core_mask: str = "auto"):
         super().__init__()
         from rkspeech.convert.toolkit import rknn_lite_class
-        from rkspeech.inspect.container import read_container
+        from rkspeech.contracts.rknn_file import read_container
 
         core_mask = str(core_mask)
         if core_mask not in CORE_MASKS:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from rkspeech.runtime.runners.base import Runner
-from rkspeech.stepgraph.contract import INPUT_NAMES
+from rkspeech.contracts.vocoder import INPUT_NAMES
 
 
 class TorchStepRunner(Runner):

@@ -16,33 +16,18 @@ one-line RkspeechError, before the first frame would fail on a shape.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import numpy as np
 
+from rkspeech.contracts.code_predictor import CodePredictorContract
+from rkspeech.contracts.read import read_contract
 from rkspeech.core.errors import RkspeechError
-from rkspeech.stepgraph.code_predictor_step import CodePredictorContract, greedy_codes
+from rkspeech.stepgraph.host import greedy_codes
 
 #: contract field -> what it means, for the refusal message
 _FIELDS = (("talker_hidden", "Ht (talker hidden)"), ("hidden", "H (code predictor hidden)"),
            ("vocab_size", "V (codebook size)"), ("num_code_groups", "G (code groups)"),
            ("layers", "layers"))
-
-
-def read_artifact_contract(path: str | os.PathLike) -> CodePredictorContract:
-    """The code-predictor contract of an .onnx (metadata) or a .rknn (custom string)."""
-    path = Path(path)
-    if path.suffix.lower() == ".rknn":
-        from rkspeech.inspect.container import read_container
-
-        c = read_container(path)
-        if not c.custom_string:
-            raise RkspeechError(f"{path}: no custom string; convert it with rkspeech convert from an ONNX made by "
-                                "export_code_predictor_onnx")
-        return CodePredictorContract.from_json(c.custom_string)
-    from rkspeech.export.code_predictor_onnx import read_code_predictor_contract
-
-    return read_code_predictor_contract(path)
 
 
 def expected_contract(model) -> dict[str, int]:
@@ -80,7 +65,7 @@ class GraphCodePredictor:
         self.path = check_runner_file(backend, path)
         self.backend = backend
         self.name = f"code-predictor graph ({backend}: {self.path.name})"
-        self.contract = read_artifact_contract(self.path)
+        self.contract = read_contract(self.path, CodePredictorContract)
         if model is not None:
             self.check_model(model)
         self.runner = None

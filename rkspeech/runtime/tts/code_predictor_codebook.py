@@ -26,20 +26,16 @@ from pathlib import Path
 import numpy as np
 
 from rkspeech.core.errors import RkspeechError
-from rkspeech.stepgraph.code_predictor_codebook import MODEL_NAME
-from rkspeech.stepgraph.talker_step import TalkerContract
+from rkspeech.contracts.read import read_contract
+from rkspeech.contracts.talker import CODE_PREDICTOR_STEP_MODEL, TalkerContract
 
 
-def read_step_contract(path: str | os.PathLike) -> TalkerContract:
-    """The contract of a code-predictor step graph (.onnx metadata or .rknn custom string); one
-    line when the file holds another graph (a talker step, a frame graph)."""
-    from rkspeech.runtime.tts.talker_backend import read_step_artifact_contract
-
-    path = Path(path)
-    contract = read_step_artifact_contract(path)
-    if contract.model != MODEL_NAME or contract.B != 1:
+def check_step_contract(contract: TalkerContract, path: Path) -> TalkerContract:
+    """``contract`` when it is a code-predictor step's; one line when the file holds another
+    graph (a talker step, a frame graph)."""
+    if contract.model != CODE_PREDICTOR_STEP_MODEL or contract.B != 1:
         raise RkspeechError(f"{path.name}: a {contract.model} graph with B={contract.B}, not a code-predictor step "
-                            f"({MODEL_NAME}, B=1)")
+                            f"({CODE_PREDICTOR_STEP_MODEL}, B=1)")
     return contract
 
 
@@ -65,7 +61,7 @@ class CodebookCodePredictor:
         self.path = check_runner_file(backend, path)
         self.name = f"code-predictor step ({backend}: {self.path.name})"
         self.cp = _code_predictor(model)
-        self.contract = read_step_contract(self.path)
+        self.contract = check_step_contract(read_contract(self.path, TalkerContract), self.path)
         self.groups = self.cp.model.cfg.num_code_groups
         if self.contract.capacity < self.groups:
             raise RkspeechError(f"{self.path.name}: capacity {self.contract.capacity} < {self.groups} positions a "

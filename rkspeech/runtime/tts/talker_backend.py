@@ -17,33 +17,9 @@ from __future__ import annotations
 import numpy as np
 
 from rkspeech.core.errors import RkspeechError
-from rkspeech.stepgraph.talker_step import TalkerContract, rope_cos_sin, step_mask
-
-
-def inverse_frequencies(contract: TalkerContract):
-    """``DecoderStack.inv_freq`` from the contract alone (the same float32 expression)."""
-    import torch
-
-    hd = contract.head_dim
-    return 1.0 / (contract.rope_theta ** (torch.arange(0, hd, 2, dtype=torch.int64).float() / hd))
-
-
-def read_step_artifact_contract(path) -> TalkerContract:
-    """The ``TalkerContract`` of a step graph: the .onnx metadata (checked against its I/O) or the
-    .rknn custom string (one line when it has none)."""
-    from pathlib import Path
-
-    path = Path(path)
-    if path.suffix.lower() == ".rknn":
-        from rkspeech.inspect.container import read_container
-
-        text = read_container(path).custom_string
-        if not text:
-            raise RkspeechError(f"{path}: no custom string; convert it with rkspeech convert from the exported ONNX")
-        return TalkerContract.from_json(text)
-    from rkspeech.export.talker_onnx import read_talker_contract
-
-    return read_talker_contract(path)
+from rkspeech.contracts.read import read_contract
+from rkspeech.contracts.talker import TalkerContract
+from rkspeech.stepgraph.host import rope_cos_sin, step_mask, torch_inverse_frequencies
 
 
 class GraphTalker:
@@ -71,7 +47,7 @@ class GraphTalker:
         self.contract = decode_contract
         self.capacity = decode_contract.capacity
         self.name = name
-        self.inv_freq = inverse_frequencies(decode_contract)
+        self.inv_freq = torch_inverse_frequencies(decode_contract.head_dim, decode_contract.rope_theta)
         self.cache: np.ndarray | None = None
         self.length = 0
         #: calls per graph since start() (the NPU-call count of an utterance)
@@ -139,8 +115,8 @@ def open_graph_talker(decode_path, prefill_path=None, *, backend: str = "ort", m
     come from the ONNX metadata (for .rknn: the custom string)."""
     from rkspeech.runtime.runners import open_runner
 
-    dc = read_step_artifact_contract(decode_path)
-    pc = read_step_artifact_contract(prefill_path) if prefill_path else None
+    dc = read_contract(decode_path, TalkerContract)
+    pc = read_contract(prefill_path, TalkerContract) if prefill_path else None
     runners = []
     try:
         runners.append(open_runner(backend, decode_path, **runner_kw))

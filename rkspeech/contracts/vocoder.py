@@ -1,13 +1,9 @@
-"""The step contract: the one description of a stateful vocoder step graph.
+"""The vocoder contract: the one description of a stateful vocoder step graph.
 
 Everything downstream (ONNX export, the .rknn custom string, runtimes, plans, checks) reads
 B, the cache layout, head_dim, the sliding window, samples per token and the sample rate from
-a ``StepContract``; nobody restates them.  The contract travels inside the artifacts: as ONNX
-metadata (key ``rkspeech.contract``) and as the rknn-toolkit2 build's ``custom_string``, which
-sherpa-onnx keeps under 1 KB, so ``to_json()`` is compact (measured: ~800 bytes for the
-published config).
-
-Standard library only: the board runtime and the .rknn inspector import it without numpy.
+a ``VocoderContract``; nobody restates them.  ``to_json()`` is ~800 bytes for the published
+config (measured), inside the custom string's 1 KB.
 
 Graph I/O (the names and shapes of the seed project's step graph, so its runtimes accept ours):
 
@@ -26,15 +22,14 @@ cache_out      [N] fp32                    the updated cache
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from rkspeech.contracts.base import Contract
+from rkspeech.contracts.formulations import REFERENCE, canonical
 from rkspeech.core.errors import RkspeechError
-from rkspeech.stepgraph.formulations import REFERENCE, canonical
 
-CONTRACT_KEY = "rkspeech.contract"
 CONTRACT_FORMAT = "rkspeech-step/1"
 
 INPUT_NAMES = ("audio_codes", "freqs_in", "cache_valid", "cache_in")
@@ -59,19 +54,6 @@ class CacheSegment:
         return self.offset + self.numel
 
 
-def contract_dict(text: str, fmt: str, what: str) -> dict:
-    """The JSON object of a contract string whose ``format`` is ``fmt``; one line otherwise
-    (``what`` names the kind: "talker", "code-predictor")."""
-    try:
-        d = json.loads(text)
-    except (json.JSONDecodeError, TypeError) as exc:
-        raise RkspeechError(f"{what} contract is not valid JSON: {exc}") from None
-    if not isinstance(d, dict) or d.get("format") != fmt:
-        raise RkspeechError(f"not an rkspeech {what} contract (format "
-                            f"{d.get('format') if isinstance(d, dict) else None!r}, expected {fmt!r})")
-    return d
-
-
 def make_segments(named_shapes: Iterable[tuple[str, tuple[int, ...]]]) -> tuple[CacheSegment, ...]:
     """Lay out segments back to back; zero-sized ones are dropped."""
     out, offset = [], 0
@@ -85,8 +67,11 @@ def make_segments(named_shapes: Iterable[tuple[str, tuple[int, ...]]]) -> tuple[
 
 
 @dataclass(frozen=True)
-class StepContract:
-    """Shapes, cache layout and signal constants of one compiled step graph."""
+class VocoderContract(Contract):
+    """Shapes, cache layout and signal constants of one compiled vocoder step graph."""
+
+    FORMAT = CONTRACT_FORMAT
+    KIND = "step"
 
     codes_length: int  # B: tokens per step
     num_quantizers: int
@@ -106,6 +91,10 @@ class StepContract:
     @property
     def cache_numel(self) -> int:
         return self.segments[-1].end if self.segments else 0
+
+    @property
+    def state_numel(self) -> int:
+        return self.cache_numel
 
     @property
     def kv_slots(self) -> int:
@@ -134,12 +123,12 @@ class StepContract:
     def output_shapes(self) -> dict[str, list[int]]:
         return {"audio_values": [1, 1, self.samples_per_step], "cache_out": [self.cache_numel]}
 
-    def with_codes_length(self, codes_length: int) -> "StepContract":
+    def with_codes_length(self, codes_length: int) -> "VocoderContract":
         if codes_length < 1:
             raise RkspeechError(f"codes length must be >= 1, got {codes_length}")
-        return StepContract(**{**self.__dict__, "codes_length": int(codes_length)})
+        return VocoderContract(**{**self.__dict__, "codes_length": int(codes_length)})
 
-    def compatible_cache(self, other: "StepContract") -> bool:
+    def compatible_cache(self, other: "VocoderContract") -> bool:
         """True when a cache written by ``other`` can be fed to this graph (first -> main)."""
         return self.segments == other.segments and self._signal() == other._signal()
 
@@ -170,11 +159,8 @@ class StepContract:
             d["extra"] = self.extra
         return d
 
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), separators=(",", ":"))
-
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "StepContract":
+    def from_dict(cls, d: dict[str, Any]) -> "VocoderContract":
         if not isinstance(d, dict) or d.get("format") != CONTRACT_FORMAT:
             raise RkspeechError(
                 f"not an rkspeech step contract (format {d.get('format') if isinstance(d, dict) else None!r}, "
@@ -236,11 +222,3 @@ class StepContract:
                 f"{contract.cache_numel}"
             )
         return contract
-
-    @classmethod
-    def from_json(cls, text: str) -> "StepContract":
-        try:
-            d = json.loads(text)
-        except (json.JSONDecodeError, TypeError) as exc:
-            raise RkspeechError(f"step contract is not valid JSON: {exc}") from None
-        return cls.from_dict(d)

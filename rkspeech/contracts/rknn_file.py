@@ -1,5 +1,5 @@
 """Read an ``.rknn`` file with the standard library only: header, metadata JSON, custom string,
-step contract and (best effort) the per-node CPU/NPU targets.
+contract (any kind) and (best effort) the per-node CPU/NPU targets.
 
 Container layout (format 6, verified on 88 files; see shared field notes)::
 
@@ -91,7 +91,7 @@ class RknnContainer:
     outputs: list[TensorInfo] = field(default_factory=list)
     custom_string: str | None = None
     custom_json: Any = None  # the custom string parsed as JSON, when it is JSON
-    contract: Any = None  # a StepContract when the custom string is one
+    contract: Any = None  # the Contract (vocoder, talker, code predictor) the custom string holds
     contract_error: str | None = None
     nodes: list[NodeInfo] | None = None
     node_error: str | None = None
@@ -347,20 +347,21 @@ def _read_blob(c: RknnContainer, buf, model_len: int) -> None:
 
 
 def _read_custom(c: RknnContainer) -> None:
-    from rkspeech.stepgraph.contract import CONTRACT_FORMAT, StepContract
+    from rkspeech.contracts.read import KINDS
 
     try:
         value = json.loads(c.custom_string)
     except (ValueError, RecursionError):
         return
     c.custom_json = value
-    if isinstance(value, dict) and value.get("format") == CONTRACT_FORMAT:
+    kind = KINDS.get(value.get("format")) if isinstance(value, dict) else None
+    if kind is not None:
         try:
-            c.contract = StepContract.from_dict(value)
+            c.contract = kind.from_dict(value)
         except RkspeechError as exc:
             c.contract_error = str(exc)
         except Exception as exc:  # noqa: BLE001 - a hostile contract must not crash the reader
-            c.contract_error = f"step contract is malformed: {type(exc).__name__}"
+            c.contract_error = f"{kind.KIND} contract is malformed: {type(exc).__name__}"
 
 
 def read_container(path: str | os.PathLike, expect_target: str | None = None) -> RknnContainer:
