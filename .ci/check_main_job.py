@@ -18,7 +18,7 @@ def main(out: Path, speech_frames: int = 25) -> list[str]:
     import soundfile as sf
 
     from rkspeech.plan.plan import load_plan
-    from rkspeech.verify.thresholds import SIM_MIN_SNR_DB
+    from rkspeech.core.thresholds import SIM_MIN_SNR_DB
 
     failed: list[str] = []
     builds = sorted(out.glob("build-*/build-report.json"))

@@ -39,14 +39,7 @@ LAYERS = (
 )
 
 # "importer module path -> imported package": reason. May only shrink.
-UPWARD_ALLOWED = {
-    "rkspeech/stepgraph/step.py -> verify":
-        "FP32_MIN_SNR_DB lives in verify.thresholds; pass marks move below stepgraph (issue 25)",
-    "rkspeech/stepgraph/step_npu.py -> verify":
-        "PHASE_SNAKE_FP32_MIN_SNR_DB lives in verify.thresholds; moves below stepgraph (issue 25)",
-    "rkspeech/export/talker_onnx.py -> runtime":
-        "export checks the ONNX through open_runner; the check moves to the build sequence (issue 25 item 3)",
-}
+UPWARD_ALLOWED: dict[str, str] = {}
 
 
 def _module_parts(path: Path) -> list[str]:

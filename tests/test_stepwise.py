@@ -19,7 +19,7 @@ from rkspeech.verify.stepwise import (
     require,
     stepwise_check,
 )
-from rkspeech.verify.thresholds import PHASE_SNAKE_FP32_MIN_SNR_DB
+from rkspeech.core.thresholds import PHASE_SNAKE_FP32_MIN_SNR_DB
 
 
 class ZeroKvHistory:

@@ -6,7 +6,7 @@ import argparse
 
 from rkspeech.core.targets import DEFAULT_TARGET, TARGETS
 from rkspeech.contracts.formulations import CHOICES, DEFAULT_FORMULATION
-from rkspeech.verify.thresholds import SIM_MIN_SNR_DB
+from rkspeech.core.thresholds import SIM_MIN_SNR_DB
 
 HELP = "Qwen3-TTS 12 Hz vocoder step graph -> .rknn"
 

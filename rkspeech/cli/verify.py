@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 from rkspeech.core.targets import DEFAULT_TARGET, TARGETS
-from rkspeech.verify.thresholds import SIM_MIN_SNR_DB
+from rkspeech.core.thresholds import SIM_MIN_SNR_DB
 
 
 def register(subparsers) -> None:

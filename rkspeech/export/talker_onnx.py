@@ -3,16 +3,13 @@
 As ``export.code_predictor_onnx``: ``vocoder_onnx.export_traced`` (static shapes, ``OPSET``, the
 TorchScript exporter, output shapes declared), the contract in the metadata under
 ``rkspeech.contract`` with format ``rkspeech-talker/1`` (``rkspeech convert`` copies it into the
-.rknn custom string).  ``check_onnx_against_torch`` runs a graph with onnxruntime and the torch
-step on the same random inputs.
+.rknn custom string).
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-
-import numpy as np
 
 from rkspeech.export.vocoder_onnx import export_traced
 from rkspeech.stepgraph.talker_step import TalkerStep
@@ -39,19 +36,3 @@ def export_talker_pair(model, out_dir: str | os.PathLike, *, capacity: int, pref
         step = TalkerStep(model, capacity=capacity, B=B, kv_layout=kv_layout, cache_io=cache_io)
         paths[role] = export_talker_onnx(step, out_dir / f"talker_{role}_B{B}_cap{capacity}.onnx")
     return paths
-
-
-def check_onnx_against_torch(step: TalkerStep, path, *, start: int | None = None) -> dict:
-    """Max abs difference of ``hidden`` and ``kv_new`` between onnxruntime and torch on
-    ``step.dummy_inputs(start)``."""
-    import torch
-
-    from rkspeech.runtime.runners import open_runner
-
-    contract = step.contract()
-    inputs = step.dummy_inputs(start)
-    with torch.no_grad():
-        want = [t.numpy() for t in step.eval()(*inputs)]
-    with open_runner("ort", path, threads=1) as r:
-        got = r.infer({n: t.numpy() for n, t in zip(contract.input_names, inputs)})
-    return {name: float(np.abs(got[name] - w).max()) for name, w in zip(contract.output_names, want)}

@@ -29,6 +29,23 @@ from rkspeech.runtime.tts_stages import open_talker
 VERIFY_TEXT = "Hello there, this is a check of the talker step graph."
 
 
+
+def onnx_vs_torch(step, path, *, start: int | None = None) -> dict:
+    """Max abs difference of ``hidden`` and ``kv_new`` between the exported graph on onnxruntime
+    and the torch ``step`` on ``step.dummy_inputs(start)``."""
+    import numpy as np
+    import torch
+
+    from rkspeech.runtime.runners import open_runner
+
+    contract = step.contract()
+    inputs = step.dummy_inputs(start)
+    with torch.no_grad():
+        want = [t.numpy() for t in step.eval()(*inputs)]
+    with open_runner("ort", path, threads=1) as r:
+        got = r.infer({n: t.numpy() for n, t in zip(contract.input_names, inputs)})
+    return {name: float(np.abs(got[name] - w).max()) for name, w in zip(contract.output_names, want)}
+
 def build_talker(stages, files, out: Path, *, target: str, capacity: int, prefill_B: int, skip_rknn: bool,
                  skip_verify: bool, timeout: float | None, verify_frames: int = 24,
                  kv_layout: str = "heads", cache_io: str = "flat", model=None) -> dict:
@@ -49,7 +66,7 @@ def build_talker(stages, files, out: Path, *, target: str, capacity: int, prefil
     export_args = {"capacity": capacity, "B": prefill_B, "kv_layout": kv_layout, "cache_io": cache_io}
 
     def do_export():
-        from rkspeech.export.talker_onnx import check_onnx_against_torch, export_talker_pair
+        from rkspeech.export.talker_onnx import export_talker_pair
         from rkspeech.export.vocoder_onnx import graph_summary
         from rkspeech.stepgraph.talker_step import TalkerStep
 
@@ -60,7 +77,7 @@ def build_talker(stages, files, out: Path, *, target: str, capacity: int, prefil
         for role, path in paths.items():
             step = TalkerStep(stack, capacity=capacity, B=prefill_B if role == "prefill" else 1,
                               kv_layout=kv_layout, cache_io=cache_io)
-            diff = check_onnx_against_torch(step, path)
+            diff = onnx_vs_torch(step, path)
             if max(diff.values()) > 1e-3:
                 raise RkspeechError(f"talker {role} graph: onnxruntime differs from torch by {diff}")
             s = graph_summary(path)

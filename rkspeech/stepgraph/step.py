@@ -42,7 +42,7 @@ from rkspeech.models.qwen3_tts.vocoder import (
 )
 from rkspeech.contracts.vocoder import CacheSegment, VocoderContract, make_segments
 from rkspeech.contracts.formulations import REFERENCE
-from rkspeech.verify.thresholds import FP32_MIN_SNR_DB
+from rkspeech.core.thresholds import FP32_MIN_SNR_DB
 
 MASK_VALUE = -100.0
 

@@ -51,7 +51,7 @@ from rkspeech.models.qwen3_tts.vocoder import (
 )
 from rkspeech.stepgraph import npu_ops
 from rkspeech.stepgraph.phase_snake import PHASE_DEGREE, PhaseSnake
-from rkspeech.verify.thresholds import PHASE_SNAKE_FP32_MIN_SNR_DB
+from rkspeech.core.thresholds import PHASE_SNAKE_FP32_MIN_SNR_DB
 from rkspeech.contracts.vocoder import CacheSegment, VocoderContract, make_segments
 from rkspeech.contracts.formulations import (
     DEFAULT_FORMULATION,
