@@ -192,7 +192,10 @@ def main() -> int:
             ckpt = write_checkpoint(tmp / "ckpt", "reduced", seed=args.seed)
             for formulation, baseline_name in FORMULATIONS.items():
                 paths = {}
-                for side, code, where, name in (("baseline", BASELINE_EXPORT, base, baseline_name),
+                # commits before the pipelines/ layout export with their own API
+                old_api = (base / "rkspeech" / "vocoder_export.py").is_file()
+                for side, code, where, name in (("baseline", BASELINE_EXPORT if old_api else CURRENT_EXPORT, base,
+                                                 baseline_name if old_api else formulation),
                                                 ("current", CURRENT_EXPORT, ROOT, formulation)):
                     paths[side] = tmp / f"{side}_{formulation}.onnx"
                     imported = export(code, where, ckpt, args.B, paths[side], name)

@@ -33,7 +33,7 @@ def test_build_converts_and_verifies_on_simulator(built):
         assert c["placement"]["npu_ops"] > 0
         assert "regtask_overflow_lines" in c["build"]
         assert summary["inspect"][role]["target"] == "rk3588"
-    assert summary["inspect"]["first"]["B"] == 4
+    assert summary["inspect"]["first"]["contract"]["B"] == 4
     report = json.loads((out / "build-report.json").read_text())
     assert report["plan"].endswith("plan.json")
 

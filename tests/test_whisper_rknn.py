@@ -83,6 +83,29 @@ def test_build_parity_and_simulator_numbers(build):
     assert "simulator vs torch" in build["stdout"]
 
 
+def test_build_is_linted_and_resumes(build):
+    """The build runs the shared sequence (lint, convert, inspect) as resumable stages: run again
+    in the same folder, every stage is skipped and the report keeps its figures."""
+    report = build["report"]
+    assert report["lint"]["errors"] == 0
+    assert report["inspect"]["contract"]["rkspeech"] == "whisper-encoder/1"  # the custom string survived
+    ran = report["stages"]["build"]
+    assert set(ran) == {"whisper_export", "whisper_onnxruntime", "whisper_lint", "whisper_convert_encoder",
+                        "whisper_inspect", "whisper_simulate"}
+    assert not any(t.get("skipped") for t in ran.values())
+    home = build["out"].parent
+    proc = subprocess.run(
+        [sys.executable, "-m", "rkspeech", "build", "whisper-encoder", "--model", os.path.relpath(TINY_EN, home),
+         "--target", "rk3588", "--out", "out", "--threads", "2"],
+        capture_output=True, text=True, timeout=900, cwd=home,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    again = json.loads((build["out"] / "build-report.json").read_text())
+    assert set(again["stages"]["build"]) == set(ran)
+    assert all(t.get("skipped") for t in again["stages"]["build"].values()), again["stages"]["build"]
+    assert again["simulator"] == report["simulator"] and again["conversion"] == report["conversion"]
+
+
 def test_build_refuses_20s_window(tmp_path):
     from rkspeech.cli import main
 

@@ -4,7 +4,7 @@
 history is rank 5, which the toolkit does not take as an input).  For the Whisper base encoder
 that broke the first piece's simulator build: the Reshape of the conv stem's [1, 1500, 512]
 output to [768000] made the converter ask for a 768000 x 768000 float32 matrix (2.15 TiB;
-measured 2026-12-01, rk3588).  So here a crossing tensor of rank <= 3 leaves and enters its
+measured on rk3588).  So here a crossing tensor of rank <= 3 leaves and enters its
 pieces in its own shape (the whole graph's inputs and outputs are rank-3 tensors the simulator
 takes); rank 4 stays flat (the toolkit reads a 4-D input as NCHW / NHWC, a layout question the
 flat form avoids), and so does rank 5.

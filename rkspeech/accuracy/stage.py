@@ -7,7 +7,7 @@ docs/accuracy-map.md.  The map's own whole-graph simulator check is left out her
 (``whole_graph=False``): the build's verify stage and ``rkspeech verify`` already run the whole
 graph on the simulator, and that extra build is the expensive one (published B=16: 146 s and
 8.55 GB of the map's 8 min 46 s; B=64's does not fit in 24 GB).  On the published B=16 step the
-12 pieces chained gave the whole graph's figure bit for bit (47.53 dB, measured 2026-12-01), so
+12 pieces chained gave the whole graph's figure bit for bit (47.53 dB, measured; docs/accuracy-map.md), so
 the chained pieces stand for it.
 
 Every mistake is a one-line RkspeechError before any build starts: a piece count below 1, a

@@ -1,5 +1,5 @@
 """Exact ONNX-to-ONNX rewrites of a pre-LayerNorm transformer (the Whisper encoder) aimed at the
-fp16 simulator figure (issue 15, part 3; measured in docs/accuracy-map.md, part 3).
+fp16 simulator figure (measured in docs/accuracy-map.md, part 3).
 
 Each function takes a ``ModelProto`` and typed options and returns a new ``ModelProto`` that
 computes the same function in fp32 (:func:`exactness_db`: transformed vs original on onnxruntime,
@@ -8,8 +8,8 @@ computes the same function in fp32 (:func:`exactness_db`: transformed vs origina
 residual ``Add`` nodes reaches its *writers* (the MatMul + bias of the attention out projection
 and of fc2, the positional embedding, the stem).
 
-Measured on Whisper tiny.en (rk3588 fp16, rknn-toolkit2 2.5.0, one espeak-ng speech window,
-2026-12-01): none raises the simulator figure (56.96 dB vs torch fp32 before).  Scaling the
+Measured on Whisper tiny.en (rk3588 fp16, rknn-toolkit2 2.5.0, one espeak-ng speech window):
+none raises the simulator figure (56.96 dB vs torch fp32 before).  Scaling the
 stream by a power of two stores the same relative roundings (fp16 has the same relative step
 from 6.1e-5 to 65504, and the map puts the whole encoder inside that range): x 8 gives 56.96 dB
 again, x 1/8 and x 1/64 56.82 / 57.07 dB (subnormals at the small end); x 0.3 adds roundings and
@@ -19,7 +19,7 @@ claim on another graph, not a default of any build.  The massive channel (blocks
 354, -643 in 25 zero-padded frames, mean -7.3) is not a constant offset, so no offset-subtraction
 rewrite is given.
 
-Measured on Whisper base (2026-12-01, same setup, three espeak-ng sentences): 50.68 dB before on
+Measured on Whisper base (same setup, three espeak-ng sentences): 50.68 dB before on
 the map's sentence; no rewrite raises it beyond the -1.4 to +0.7 dB the output swings by with any
 change of rounding (:func:`fold_attention_scale` into the query: +0.69, +0.25, -1.36 dB on the three;
 stream x 1/64: +0.39, -0.55, +0.26); folding the attention scale into query and key, as the

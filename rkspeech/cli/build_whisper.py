@@ -24,6 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="cut the encoder at block boundaries into N graphs, each converted and simulated "
                              "in turn (large: 4 pieces of ~4.2 GB to convert; docs/whisper-sizes.md)")
     parser.add_argument("--threads", type=int, default=0, help="CPU threads for torch/ctranslate2/onnxruntime")
+    parser.add_argument("--force", action="store_true", help="re-run every stage, even those whose inputs are unchanged")
     parser.add_argument("--json", action="store_true", help="print the report JSON on stdout")
 
 
@@ -47,6 +48,11 @@ def format_table(report: dict) -> str:
     lines.append(f"{'check':<22} {'cosine':>10} {'min frame':>10} {'SNR dB':>8}")
     for name, r in rows:
         lines.append(f"{name:<22} {r['cosine']:>10.7f} {r['cosine_min_frame']:>10.7f} {r['snr_db']:>8.1f}")
+    lint = report.get("lint") or {}
+    lint = {"": lint} if "errors" in lint else lint
+    if lint:
+        lines.append("lint             " + ", ".join(f"{r + ': ' if r else ''}{v['errors']} errors, {v['warnings']} "
+                                                     "warnings" for r, v in lint.items()))
     conv = report.get("conversion")
     if conv:
         pl = conv.get("placement", {})
@@ -72,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         report = build_whisper_encoder(WhisperEncoderBuildOptions(
             model=args.model, out=args.out, target=args.target, frames=args.frames,
             verify_audio=args.verify_audio, skip_convert=args.skip_convert, skip_sim=args.skip_sim,
-            timeout=args.timeout, threads=args.threads, parts=args.parts))
+            timeout=args.timeout, threads=args.threads, parts=args.parts, force=args.force))
     if args.json:
         print(json.dumps(report, indent=2, default=str))
     else:

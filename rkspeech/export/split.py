@@ -15,7 +15,7 @@ external data file per initializer) are read without their weights (shape infere
 weightless graph; onnx refuses to serialise a > 2 GB proto), and each piece reads only its own
 initializers' data when it is written, so the host holds one piece's weights at a time.  A piece
 still over ``INLINE_LIMIT`` bytes is written with its weights in one ``partK.onnx.data`` beside it.
-Measured (2026-12-01, docs/whisper-sizes.md): the large-v3 encoder's 2.55 GB graph cut into four
+Measured (docs/whisper-sizes.md): the large-v3 encoder's 2.55 GB graph cut into four
 pieces of 629-659 MB in 35 s (the build process, which also exported the graph and ran it on
 onnxruntime, peaked at 8.4 GB).
 """

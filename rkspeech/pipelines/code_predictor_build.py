@@ -1,4 +1,4 @@
-"""Checkpoint -> verified .rknn of the Qwen3-TTS code predictor (issue #13).
+"""Checkpoint -> verified .rknn of the Qwen3-TTS code predictor.
 
 ``form`` (``pipelines.code_predictor_forms``): ``step`` (default; the stack as a one-position
 step graph, 16 calls a frame, the host choosing each code: greedy or sampled) or ``frame`` (the
@@ -34,6 +34,7 @@ import numpy as np
 from rkspeech.core.errors import RkspeechError
 from rkspeech.core.targets import TARGETS
 from rkspeech.pipelines.code_predictor_forms import DEFAULT_FORM, get_form
+from rkspeech.pipelines.sequence import Graph, run_sequence
 
 SUBDIR = "code_predictor"
 EMBED = "onehot"  # the frame form's in-graph feedback (the reference logits come from it too)
@@ -185,41 +186,11 @@ def build_code_predictor(stages, files, out: Path, *, target: str, verify_frames
         calib = stages.run("code_predictor_calibrate", {"frames": calibration_frames, "form": form},
                            ckpt + [onnx_path], lambda: [dataset], do_calib)
 
-    def do_lint():
-        from rkspeech.lint.checker import lint_model
-
-        lr = lint_model(onnx_path, target)
-        if lr.errors:
-            raise RkspeechError(f"lint: {onnx_path} has {len(lr.errors)} error(s): "
-                                + "; ".join(f.message for f in lr.errors[:3]))
-        d = lr.to_dict()
-        return {"errors": d["errors"], "warnings": d["warnings"]}
-
-    lint = stages.run("code_predictor_lint", {"target": target}, [onnx_path], lambda: [], do_lint)
-
-    def do_convert():
-        from rkspeech.convert.conversion import convert
-
-        contract = shape.read_contract(onnx_path)
-        return convert(onnx_path, rknn_path, target=target, dtype=dtype, timeout=timeout,
-                       custom_string=contract.to_json(), dataset=str(dataset) if i16 else None,
-                       hybrid=hybrid).to_report()
-
-    conv = stages.run("code_predictor_convert", {"target": target, "timeout": timeout, "dtype": dtype,
-                                                 **({"hybrid": hybrid_key} if i16 else {})},
-                      [onnx_path] + ([dataset] if i16 else []), lambda: [rknn_path], do_convert)
-
-    def do_inspect():
-        from rkspeech.contracts.rknn_file import read_container
-
-        info = read_container(rknn_path, expect_target=target)
-        contract = shape.read_contract(rknn_path)
-        if contract != shape.read_contract(onnx_path):
-            raise RkspeechError(f"{rknn_path}: its contract differs from the ONNX's")
-        return {"bytes": info.file_size, "format": info.format, "target": info.target,
-                "toolkit_version": info.toolkit_version, "contract": contract.to_json()}
-
-    inspect = stages.run("code_predictor_inspect", {"target": target}, [rknn_path], lambda: [], do_inspect)
+    graph = Graph(shape.role, onnx_path, rknn_path, shape.read_contract(onnx_path).to_json(), dtype=dtype,
+                  dataset=dataset if i16 else None, hybrid=hybrid if i16 else None)
+    seq = run_sequence(stages, [graph], target=target, timeout=timeout, prefix="code_predictor_")
+    lint = {k: seq["lint"][shape.role][k] for k in ("errors", "warnings")}
+    conv, inspect = seq["convert"][shape.role], seq["inspect"][shape.role]
 
     sim = None
     if not skip_verify:
@@ -246,7 +217,7 @@ def build_code_predictor(stages, files, out: Path, *, target: str, verify_frames
         **({"embed": EMBED} if form == "frame" else {}),
         **({"calibration": calib, "hybrid": (conv.get("extra") or {}).get("hybrid", hybrid_key)} if i16 else {}),
         "artifacts": {"onnx": str(onnx_path), "rknn": str(rknn_path)},
-        "contract": inspect["contract"],
+        "contract": graph.custom_string,
         "placement": {"npu_ops": placement.get("npu_ops"), "cpu_ops": placement.get("cpu_ops"),
                       "cpu_op_types": placement.get("cpu_op_types"),
                       "estimate": placement.get("estimate")},

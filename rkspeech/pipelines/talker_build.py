@@ -21,13 +21,15 @@ from pathlib import Path
 
 import numpy as np
 
+from rkspeech.contracts.read import read_contract
+from rkspeech.contracts.talker import TalkerContract
 from rkspeech.core.errors import RkspeechError
 from rkspeech.core.targets import DEFAULT_TARGET
+from rkspeech.pipelines.sequence import Graph, run_sequence
 from rkspeech.runtime.tts_stages import TALKER_ROLES as ROLES
 from rkspeech.runtime.tts_stages import open_talker
 
 VERIFY_TEXT = "Hello there, this is a check of the talker step graph."
-
 
 
 def onnx_vs_torch(step, path, *, start: int | None = None) -> dict:
@@ -87,35 +89,11 @@ def build_talker(stages, files, out: Path, *, target: str, capacity: int, prefil
 
     export_rep = stages.run("talker_export", export_args, ckpt, lambda: list(onnx_paths.values()), do_export)
 
-    def do_lint():
-        from rkspeech.lint.checker import lint_model
-
-        rep = {}
-        for role, path in onnx_paths.items():
-            lr = lint_model(path, target)
-            if lr.errors:
-                raise RkspeechError(f"lint: {path} has {len(lr.errors)} error(s): "
-                                    + "; ".join(f.message for f in lr.errors[:3]))
-            rep[role] = {"errors": len(lr.errors), "warnings": len(lr.warnings)}
-        return rep
-
-    lint_rep = stages.run("talker_lint", {"target": target}, list(onnx_paths.values()), lambda: [], do_lint)
-
     rknn_paths = {role: rknn_dir / f"{p.stem}_{target}.rknn" for role, p in onnx_paths.items()}
-    convert_reps: dict[str, dict] = {}
-    if not skip_rknn:
-        for role, onnx_path in onnx_paths.items():
-            def do_convert(role=role, onnx_path=onnx_path):
-                from rkspeech.convert.conversion import convert
-                from rkspeech.contracts.read import read_contract
-                from rkspeech.contracts.talker import TalkerContract
-
-                rknn_dir.mkdir(parents=True, exist_ok=True)
-                return convert(onnx_path, rknn_paths[role], target=target, dtype="fp16", timeout=timeout,
-                               custom_string=read_contract(onnx_path, TalkerContract).to_json()).to_report()
-
-            convert_reps[role] = stages.run(f"talker_convert_{role}", {"target": target, "timeout": timeout},
-                                            [onnx_path], lambda role=role: [rknn_paths[role]], do_convert)
+    graphs = [Graph(role, path, rknn_paths[role], read_contract(path, TalkerContract).to_json())
+              for role, path in onnx_paths.items()]
+    seq = run_sequence(stages, graphs, target=target, timeout=timeout, prefix="talker_", convert=not skip_rknn)
+    lint_rep, convert_reps = seq["lint"], seq["convert"]
 
     artifacts = {role: {"onnx": str(onnx_paths[role]), "rknn": None if skip_rknn else str(rknn_paths[role])}
                  for role in ROLES}
@@ -137,7 +115,7 @@ def build_talker(stages, files, out: Path, *, target: str, capacity: int, prefil
 def _report(artifacts, export_rep, lint_rep, convert_reps, verify_rep, capacity, prefill_B) -> dict:
     graphs = {}
     for role in ROLES:
-        g = {"onnx": export_rep[role], "lint": lint_rep[role]}
+        g = {"onnx": export_rep[role], "lint": {k: lint_rep[role][k] for k in ("errors", "warnings")}}
         c = convert_reps.get(role)
         if c:
             p = c["placement"]

@@ -24,6 +24,7 @@ from rkspeech.contracts.vocoder import VocoderContract
 from rkspeech.core.atomic import check_writable, folder_lock, write_json
 from rkspeech.core.errors import RkspeechError
 from rkspeech.core.targets import DEFAULT_TARGET, TARGETS
+from rkspeech.pipelines.sequence import Graph, run_sequence
 from rkspeech.pipelines.stages import StageRunner
 from rkspeech.contracts.formulations import DEFAULT_FORMULATION, REFERENCE, canonical, file_tag
 
@@ -110,48 +111,11 @@ def _build(o: VocoderBuildOptions, files, out: Path) -> dict:
                                lambda: list(roles.values()), do_export)
     host_roles, host_report = _export_host(stages, files, onnx_dir, B, first_B, formulation, roles)
 
-    def do_lint():
-        from rkspeech.lint.checker import lint_model
-
-        rep = {}
-        for role, path in roles.items():
-            lr = lint_model(path, o.target)
-            rep[role] = lr.to_dict()
-            if lr.errors:
-                raise RkspeechError(f"lint: {path} has {len(lr.errors)} error(s): "
-                                    + "; ".join(f.message for f in lr.errors[:3]))
-        return rep
-
-    lint_report = stages.run("lint", {"target": o.target}, list(roles.values()), lambda: [], do_lint)
-
     rknn_paths = {role: rknn_dir / f"{p.stem}_{o.target}.rknn" for role, p in roles.items()}
-    convert_reports = {}
-    for role, onnx_path in roles.items():
-        def do_convert(role=role, onnx_path=onnx_path):
-            from rkspeech.convert.conversion import convert
-
-            rknn_dir.mkdir(parents=True, exist_ok=True)
-            contract = read_contract(onnx_path, VocoderContract)
-            return convert(onnx_path, rknn_paths[role], target=o.target, dtype="fp16", timeout=o.timeout,
-                           custom_string=contract.to_json()).to_report()
-
-        convert_reports[role] = stages.run(f"convert_{role}", {"target": o.target, "timeout": o.timeout},
-                                           [onnx_path], lambda role=role: [rknn_paths[role]], do_convert)
-
-    def do_inspect():
-        from rkspeech.contracts.rknn_file import read_container
-
-        rep = {}
-        for role, path in rknn_paths.items():
-            info = read_container(path, expect_target=o.target)
-            if not isinstance(info.contract, VocoderContract):
-                raise RkspeechError(f"{path}: the contract did not survive conversion")
-            rep[role] = {"bytes": info.file_size, "format": info.format, "target": info.target,
-                         "toolkit_version": info.toolkit_version, "B": info.contract.codes_length,
-                         "cache_numel": info.contract.cache_numel, "node_counts": info.node_counts()}
-        return rep
-
-    inspect_report = stages.run("inspect", {"target": o.target}, list(rknn_paths.values()), lambda: [], do_inspect)
+    graphs = [Graph(role, path, rknn_paths[role], read_contract(path, VocoderContract).to_json())
+              for role, path in roles.items()]
+    seq = run_sequence(stages, graphs, target=o.target, timeout=o.timeout)
+    lint_report, convert_reports, inspect_report = seq["lint"], seq["convert"], seq["inspect"]
 
     verify_report = None
     if not o.skip_verify:

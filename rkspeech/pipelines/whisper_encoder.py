@@ -1,6 +1,7 @@
 """Whisper encoder weights -> parity -> ONNX -> .rknn -> simulator check (``rkspeech build whisper-encoder``).
 
-Steps (each reported in ``build-report.json`` in the output folder):
+Steps (each reported in ``build-report.json`` in the output folder; each a resumable stage, with
+lint, conversion and the .rknn check the build sequence every model shares, ``pipelines.sequence``):
 
 1. load the encoder (CTranslate2 folder, openai .pt or transformers folder);
 2. parity against CTranslate2's own encoder on the same mel window (CTranslate2 folders only;
@@ -67,6 +68,7 @@ class WhisperEncoderBuildOptions:
     timeout: float | None = None  # conversion timeout, seconds
     threads: int = 0  # CPU threads for torch/ctranslate2/onnxruntime (0: library default)
     parts: int = 1  # > 1: cut the encoder at block boundaries into this many consecutive graphs
+    force: bool = False  # re-run every stage, even those whose inputs are unchanged
 
 
 def synthetic_audio(seconds: float = 12.0, sample_rate: int = SAMPLE_RATE, seed: int = 0):
@@ -104,31 +106,77 @@ def ct2_encode(model_dir: Path, mel, threads: int = 0):
     return np.array(out)
 
 
-def build_whisper_encoder(options: WhisperEncoderBuildOptions) -> dict:
-    """Run every step; returns the report that is also written to ``BUILD_REPORT`` in ``out``."""
-    import torch
+def _model_inputs(model) -> list[Path]:
+    """The files a build reads from ``model`` (a folder's files, or the one file): the export
+    stage re-runs when any of them changes."""
+    p = Path(model)
+    if p.is_dir():
+        return sorted(f for f in p.iterdir() if f.is_file())
+    return [p] if p.is_file() else []
 
-    from rkspeech.core import progress
-    from rkspeech.export.whisper_onnx import export_encoder
-    from rkspeech.models.whisper.weights import load_whisper_encoder
-    from rkspeech.verify.compare import compare_tensors as compare
+
+def build_whisper_encoder(options: WhisperEncoderBuildOptions) -> dict:
+    """Run (or resume) every step; returns the report that is also written to ``BUILD_REPORT``.
+
+    Resumable like the other builds (``pipelines.stages``): export (with the reference output on
+    the check window, kept in ``check/``), the onnxruntime check, then the shared sequence (lint,
+    convert, inspect: ``pipelines.sequence``) and the simulator, each re-run only when its inputs
+    changed."""
+    from rkspeech.pipelines.stages import StageRunner
 
     args = options
     if args.target not in TARGETS:
         raise RkspeechError(f"unknown target {args.target!r}; choose one of {', '.join(TARGETS)}")
     if args.parts < 1:
         raise RkspeechError(f"--parts must be >= 1, got {args.parts}")
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    if not Path(args.model).exists():
+        raise RkspeechError(f"{args.model}: no such Whisper model (a CTranslate2 folder, an openai .pt or a "
+                            "transformers folder)")
+    if args.verify_audio is not None and not Path(args.verify_audio).is_file():
+        raise RkspeechError(f"{args.verify_audio}: no such audio file")
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    report: dict = {"model": str(args.model), "target": args.target, "stages": {}}
+    stages = StageRunner(out_dir, args.force)
+    onnx_path = out_dir / "encoder.onnx"
+    check = {"mel": out_dir / "check" / "mel.npy", "reference": out_dir / "check" / "reference.npy"}
 
+    export_key = {"frames": args.frames, "verify_audio": str(args.verify_audio) if args.verify_audio else None}
+    inputs = _model_inputs(args.model) + ([Path(args.verify_audio)] if args.verify_audio else [])
+    report = dict(stages.run("whisper_export", export_key, inputs, lambda: [onnx_path, *check.values()],
+                             lambda: _export(args, onnx_path, check)))
+    report.update({"model": str(args.model), "target": args.target})
+    report["onnxruntime"] = stages.run("whisper_onnxruntime", {}, [onnx_path, *check.values()], lambda: [],
+                                       lambda: _ort_check(onnx_path, *_load_check(check), args.threads))
+    if args.parts > 1:
+        report = _build_pieces(args, stages, onnx_path, out_dir, check, report)
+    else:
+        report = _build_whole(args, stages, onnx_path, out_dir, check, report)
+    report["stages"] = {**report.get("stages", {}), "build": stages.timings}
+    _write_report(out_dir, report)
+    return report
+
+
+def _export(args, onnx_path: Path, check: dict[str, Path]) -> dict:
+    """Load the weights, make the check window and the torch reference on it, the CTranslate2
+    parity check, and the fixed-window ONNX."""
+    import numpy as np
+    import torch
+
+    from rkspeech.core import progress
+    from rkspeech.core.atomic import atomic_path
+    from rkspeech.export.whisper_onnx import export_encoder
+    from rkspeech.models.whisper.weights import load_whisper_encoder
+    from rkspeech.verify.compare import compare_tensors as compare
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    report: dict = {"stages": {}}
     with progress.stage("load Whisper encoder weights"):
         loaded = load_whisper_encoder(args.model)
     encoder = loaded.model
     report["source"] = {"format": loaded.source, "stored_dtype": loaded.stored_dtype, "notes": loaded.notes}
     report["dims"] = loaded.dims.to_dict()
+    report["custom_string"] = _custom_string(loaded)
     # The geometry check runs before any expensive work.
     encoder.check_window(args.frames if args.frames else loaded.dims.n_frames)
 
@@ -143,48 +191,121 @@ def build_whisper_encoder(options: WhisperEncoderBuildOptions) -> dict:
         start = time.perf_counter()
         ref = encoder(torch.from_numpy(mel)).numpy()
         report["stages"]["torch_encoder_s"] = round(time.perf_counter() - start, 3)
-
-    custom = _custom_string(loaded)
     if loaded.source == "ctranslate2":
         with progress.stage("parity with CTranslate2's encoder (float32)"):
             start = time.perf_counter()
             ct2_out = ct2_encode(Path(loaded.path), mel, args.threads)
             report["stages"]["ct2_encoder_s"] = round(time.perf_counter() - start, 3)
         report["parity_ctranslate2"] = compare(ct2_out, ref)
-
-    onnx_path = out_dir / "encoder.onnx"
     with progress.stage("export fixed-window ONNX"):
-        exported = export_encoder(encoder, onnx_path, n_frames=args.frames)
-    report["onnx"] = exported.to_report()
-    if args.parts > 1:
-        # the torch weights are not needed past here: free them before onnxruntime loads its own
-        # copy (large: 2.5 GB each)
-        encoder = loaded = None
+        report["onnx"] = export_encoder(encoder, onnx_path, n_frames=args.frames).to_report()
+    for name, value in (("mel", mel), ("reference", ref)):
+        check[name].parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(check[name], suffix=".npy") as tmp:
+            np.save(tmp, value)
+    return report
+
+
+def _load_check(check: dict[str, Path]):
+    import numpy as np
+
+    return np.load(check["mel"]), np.load(check["reference"])
+
+
+def _build_whole(args, stages, onnx_path: Path, out_dir: Path, check: dict[str, Path], report: dict) -> dict:
+    """Steps 4-5 for one graph: the shared sequence, then the simulator on the check window."""
+    from rkspeech.pipelines.sequence import Graph, run_sequence
+    from rkspeech.verify.compare import compare_tensors as compare
+
+    rknn_path = out_dir / "encoder.rknn"
+    graph = Graph("encoder", onnx_path, rknn_path, report["custom_string"])
+    seq = run_sequence(stages, [graph], target=args.target, timeout=args.timeout, prefix="whisper_",
+                       convert=not args.skip_convert)
+    report["lint"] = seq["lint"]["encoder"]
+    if args.skip_convert:
+        return report
+    report["conversion"], report["inspect"] = seq["convert"]["encoder"], seq["inspect"]["encoder"]
+    if not args.skip_sim:
+        def work():
+            mel, ref = _load_check(check)
+            sim_out, sim_cost = _simulate(onnx_path, mel, args.target)
+            return {**compare(ref, sim_out), **sim_cost}
+
+        report["simulator"] = stages.run("whisper_simulate", {"target": args.target},
+                                         [onnx_path, rknn_path, *check.values()], lambda: [], work)
+    return report
+
+
+def _build_pieces(args, stages, onnx_path: Path, out_dir: Path, check: dict[str, Path], report: dict) -> dict:
+    """Steps 4-5 for ``parts > 1``: split, the shared sequence per piece, the pieces chained on
+    the simulator."""
+    from rkspeech.pipelines.sequence import Graph, run_sequence
+    from rkspeech.verify.compare import compare_tensors as compare
+
+    def do_split():
         import gc
 
-        gc.collect()
-    report["onnxruntime"] = _ort_check(onnx_path, mel, ref, args.threads)
-    if args.parts > 1:
-        return _build_pieces(args, onnx_path, out_dir, mel, ref, report, custom)
+        from rkspeech.core import progress
+        from rkspeech.export.split import split_onnx
+        from rkspeech.runtime.whisper_pieces import write_manifest
 
-    if not args.skip_convert:
-        from rkspeech.convert.conversion import convert
+        with progress.stage(f"cut the graph into {args.parts} pieces at block boundaries"):
+            cuts = block_cuts(onnx_path, args.parts)
+            paths = []
+            for k, p in enumerate(split_onnx(onnx_path, args.parts, out_dir / "pieces", cuts=cuts)):
+                paths.append(p.rename(out_dir / f"encoder.part{k}.onnx"))
+                data = p.with_name(p.name + ".data")
+                if data.is_file():  # the piece names its data file by this name: keep it beside it
+                    data.rename(out_dir / data.name)
+            (out_dir / "pieces").rmdir()
+            gc.collect()
+        # the handle transcription takes (rkspeech transcribe --encoder OUT/encoder-pieces.json)
+        manifest = write_manifest(out_dir, paths, input_name=report["onnx"]["input"]["name"],
+                                  output_name=report["onnx"]["output"]["name"],
+                                  custom_string=report["custom_string"], target=args.target)
+        return {"parts": len(paths), "cuts": cuts, "pieces": [str(p) for p in paths], "manifest": str(manifest)}
 
-        rknn_path = out_dir / "encoder.rknn"
-        with progress.stage(f"convert to RKNN ({args.target}, fp16, child process)"):
-            result = convert(str(onnx_path), str(rknn_path), target=args.target, dtype="fp16",
-                             timeout=args.timeout, custom_string=custom)
-        conv = result.to_report()
-        report["conversion"] = conv
-        if not rknn_path.is_file():
-            _write_report(out_dir, report)
-            raise RkspeechError(f"conversion did not produce {rknn_path}; see {out_dir / BUILD_REPORT}")
-        if not args.skip_sim:
-            with progress.stage("run on the rknn-toolkit2 simulator"):
-                sim_out, sim_cost = _simulate(onnx_path, mel, args.target)
-            report["simulator"] = {**compare(ref, sim_out), **sim_cost}
+    def split_outputs() -> list[Path]:
+        found = sorted(out_dir.glob("encoder.part*.onnx*"))
+        return found + [out_dir / "encoder-pieces.json"]
 
-    _write_report(out_dir, report)
+    report["split"] = stages.run("whisper_split", {"parts": args.parts, "target": args.target}, [onnx_path],
+                                 split_outputs, do_split)
+    paths = [Path(p) for p in report["split"]["pieces"]]
+    graphs = [Graph(f"part{k}", p, p.with_suffix(".rknn"), report["custom_string"] if k == 0 else None)
+              for k, p in enumerate(paths)]
+    seq = run_sequence(stages, graphs, target=args.target, timeout=args.timeout, prefix="whisper_",
+                       convert=not args.skip_convert)
+    report["lint"] = seq["lint"]
+    if args.skip_convert:
+        return report
+    report["conversion_pieces"] = [seq["convert"][g.role] for g in graphs]
+    report["inspect"] = seq["inspect"]
+    if not args.skip_sim:
+        def work():
+            from rkspeech.core import progress
+            from rkspeech.runtime.runners.sim_process import SimulatorProcess
+
+            mel, ref = _load_check(check)
+            env = {report["onnx"]["input"]["name"]: mel}
+            sims = []
+            for k, path in enumerate(paths):
+                with progress.stage(f"simulator, piece {k + 1}/{len(paths)}: build and run"):
+                    t0 = time.perf_counter()
+                    with SimulatorProcess(path, target=args.target, dtype="fp16") as sim:
+                        t1 = time.perf_counter()
+                        env.update(sim.infer({n: env[n] for n in sim.input_specs()}))
+                        t2 = time.perf_counter()
+                        peak = sim.peak_rss_mb
+                sims.append({"build_s": round(t1 - t0, 3), "seconds": round(t2 - t1, 3),
+                             "peak_rss_mb": round(peak, 1)})
+            out = env[report["onnx"]["output"]["name"]]
+            return {**compare(ref, out), "pieces": sims, "build_s": round(sum(s["build_s"] for s in sims), 3),
+                    "seconds": round(sum(s["seconds"] for s in sims), 3),
+                    "peak_rss_mb": max(s["peak_rss_mb"] for s in sims)}
+
+        report["simulator"] = stages.run("whisper_simulate", {"target": args.target},
+                                         [*paths, *(g.rknn for g in graphs), *check.values()], lambda: [], work)
     return report
 
 
@@ -209,72 +330,6 @@ def block_cuts(onnx_path, parts: int) -> list[int]:
     if not 2 <= parts <= layers:
         raise RkspeechError(f"cannot cut an encoder of {layers} blocks into {parts} pieces at block boundaries")
     return [first[round(k * layers / parts)] for k in range(1, parts)]
-
-
-def _build_pieces(args, onnx_path: Path, out_dir: Path, mel, ref, report: dict, custom: str) -> dict:
-    """Steps 4-5 for ``parts > 1``: split, convert each piece, chain the pieces on the simulator."""
-    import gc
-
-    from rkspeech.core import progress
-    from rkspeech.export.split import split_onnx
-    from rkspeech.verify.compare import compare_tensors as compare
-
-    start = time.perf_counter()
-    with progress.stage(f"cut the graph into {args.parts} pieces at block boundaries"):
-        cuts = block_cuts(onnx_path, args.parts)
-        paths = []
-        for k, p in enumerate(split_onnx(onnx_path, args.parts, out_dir / "pieces", cuts=cuts)):
-            paths.append(p.rename(out_dir / f"encoder.part{k}.onnx"))
-            data = p.with_name(p.name + ".data")
-            if data.is_file():  # the piece names its data file by this name: keep it beside it
-                data.rename(out_dir / data.name)
-        (out_dir / "pieces").rmdir()
-        gc.collect()
-    report["split"] = {"parts": len(paths), "cuts": cuts, "seconds": round(time.perf_counter() - start, 2),
-                       "pieces": [str(p) for p in paths]}
-    from rkspeech.runtime.whisper_pieces import write_manifest
-
-    # the handle transcription takes (rkspeech transcribe --encoder OUT/encoder-pieces.json)
-    report["split"]["manifest"] = str(write_manifest(
-        out_dir, paths, input_name=report["onnx"]["input"]["name"], output_name=report["onnx"]["output"]["name"],
-        custom_string=custom, target=args.target))
-    if args.skip_convert:
-        _write_report(out_dir, report)
-        return report
-    from rkspeech.convert.conversion import convert
-
-    pieces = []
-    for k, path in enumerate(paths):
-        rknn_path = path.with_suffix(".rknn")
-        with progress.stage(f"convert piece {k + 1}/{len(paths)} to RKNN ({args.target}, fp16, child process)"):
-            result = convert(str(path), str(rknn_path), target=args.target, dtype="fp16",
-                             timeout=args.timeout, custom_string=custom if k == 0 else None)
-        pieces.append(result.to_report())
-        report["conversion_pieces"] = pieces
-        if not rknn_path.is_file():
-            _write_report(out_dir, report)
-            raise RkspeechError(f"conversion of piece {k} did not produce {rknn_path}; see {out_dir / BUILD_REPORT}")
-    if not args.skip_sim:
-        from rkspeech.runtime.runners.sim_process import SimulatorProcess
-
-        env = {report["onnx"]["input"]["name"]: mel}
-        sims = []
-        for k, path in enumerate(paths):
-            with progress.stage(f"simulator, piece {k + 1}/{len(paths)}: build and run"):
-                t0 = time.perf_counter()
-                with SimulatorProcess(path, target=args.target, dtype="fp16") as sim:
-                    t1 = time.perf_counter()
-                    env.update(sim.infer({n: env[n] for n in sim.input_specs()}))
-                    t2 = time.perf_counter()
-                    peak = sim.peak_rss_mb
-            sims.append({"build_s": round(t1 - t0, 3), "seconds": round(t2 - t1, 3), "peak_rss_mb": round(peak, 1)})
-        out = env[report["onnx"]["output"]["name"]]
-        report["simulator"] = {**compare(ref, out), "pieces": sims,
-                               "build_s": round(sum(s["build_s"] for s in sims), 3),
-                               "seconds": round(sum(s["seconds"] for s in sims), 3),
-                               "peak_rss_mb": max(s["peak_rss_mb"] for s in sims)}
-    _write_report(out_dir, report)
-    return report
 
 
 def _write_report(out_dir: Path, report: dict) -> None:

@@ -16,7 +16,7 @@ The vocoder's step graphs come in up to three sections, role (``main``, ``first`
 
 ``backends`` says which section each backend runs (``{"ort": "host_onnx", "sim": "onnx",
 "rknnlite": "artifacts"}`` from ``build``); :meth:`Plan.graphs` is the one place that answers.
-A plan without these fields (written before 2026-12-01) runs as it did: ``ort`` and ``sim`` the
+A plan without these fields (written by earlier versions) runs as it did: ``ort`` and ``sim`` the
 ``onnx`` section, ``rknnlite`` the ``artifacts``.
 
 Validation turns every inconsistency into one clear error: a missing file, a value of the wrong

@@ -1,4 +1,4 @@
-"""The Qwen3-TTS code predictor as one fixed-shape graph per frame (issue #13, part 1).
+"""The Qwen3-TTS code predictor as one fixed-shape graph per frame.
 
 Per frame ``TTSModel._loop`` resets the code predictor's cache, feeds positions 0-1 (the
 talker's last hidden state and codebook 0's embedding, one 2-token pass), and then 14 single

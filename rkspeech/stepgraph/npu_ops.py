@@ -334,7 +334,7 @@ class OneHotCodebook(nn.Module):
     tables, ``[D, Q*K]``) sums the selected rows over Q.  Exact in fp16: codes and k are integers
     below 2048.  No Gather or Cast: with a float32 ``audio_codes`` input (the contract's
     ``codes_dtype``) a codebook-only graph at the published size (Q=16, K=2048, D=512, B=16) is
-    29 NPU / 0 CPU ops on rk3588 (measured 2026-11-29); a ``[Q, L, 1]`` view of an int64 input
+    29 NPU / 0 CPU ops on rk3588 (measured); a ``[Q, L, 1]`` view of an int64 input
     leaves a Reshape and a Cast on the CPU.
 
     When L is not a multiple of ``IO_WIDTH_ALIGN`` (the B=4 first step), the compiler's own
@@ -344,7 +344,7 @@ class OneHotCodebook(nn.Module):
     conv (``Q`` outputs, weight 1 at ``[q, 0, q]``) moves the rows to channels: ``x * 1`` plus
     zeros, so the codes and everything after are bit-identical in fp32.  Folding the selection
     into that conv instead (``[Q*K, 1, Q, 1]``, one conv) costs the one-channel input's padding:
-    +7 MB of weights and 5.7x the conv's cycles (reduced B=4, 2026-12-01).  At multiples of 8 the
+    +7 MB of weights and 5.7x the conv's cycles (reduced B=4, measured).  At multiples of 8 the
     graph is unchanged.
     """
 

@@ -22,7 +22,7 @@ casts (the NPU stores fp16 anyway).  The fp32 graph is still approximate: ``a x 
 magnitude 1536 (steps of 2^-13), 72 dB stepwise against the full decode (the reflection form:
 113 dB), ``thresholds.PHASE_SNAKE_FP32_MIN_SNR_DB``.
 
-Per Snake in the published B=16 step (rk3588 fp16 layer table, 2026-12-01; "A": one read or
+Per Snake in the published B=16 step (rk3588 fp16 layer table, docs/npu-formulation.md; "A": one read or
 write of the Snake's activation):
 
 ==============================  ======  ===================  ==============================
@@ -39,7 +39,7 @@ the Add gave 0 (a fused ConvAdd too).  A conv reading ``x`` and ``n`` together k
 inside the accumulator.  A grouped 1x1 conv ``x -> [x, n]`` followed by a grouped 2-in conv
 instead of the Concat saved 3 activation passes per Snake on the reduced step (traffic 0.47x
 instead of 0.50x) but rounds ``x`` in the fp32 graph too (64 dB stepwise), and at the published
-size its conversion passed 20 GB during the build (2026-12-01): not used.
+size its conversion passed 20 GB during the build: not used.
 """
 
 from __future__ import annotations

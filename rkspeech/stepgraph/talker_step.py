@@ -1,4 +1,4 @@
-"""The Qwen3-TTS talker's decoder stack as one fixed-shape step graph (issue #13, part 2).
+"""The Qwen3-TTS talker's decoder stack as one fixed-shape step graph.
 
 One graph per chunk length ``B`` serves every step of an utterance: ``B = 32`` (say) for the
 prompt's prefill in chunks, ``B = 1`` for the one-position-per-frame decode.  The KV cache is a

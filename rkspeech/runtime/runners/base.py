@@ -28,7 +28,7 @@ Spec = tuple[tuple, np.dtype]
 def rknn_data_formats(inputs: list[np.ndarray]) -> list[str] | None:
     """``data_format`` for rknn-toolkit(-lite)2's ``inference``: None when no input is 4-D,
     else one entry per input, never None (the toolkit calls ``.lower()`` on each entry: a None
-    beside a 4-D input failed on the talker step graphs, 2026-12-01); it applies only to 4-D
+    beside a 4-D input failed on the talker step graphs); it applies only to 4-D
     inputs, so the others get ``"nhwc"``, which it ignores."""
     if not any(a.ndim == 4 for a in inputs):
         return None
