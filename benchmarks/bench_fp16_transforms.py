@@ -101,7 +101,7 @@ def main(argv=None) -> int:
     from rkspeech.export.whisper_onnx import export_encoder
     from rkspeech.models.whisper.weights import load_whisper_encoder
     from rkspeech.pipelines.whisper_encoder import check_window_mel
-    from rkspeech.runtime.whisper import load_audio, open_encoder
+    from rkspeech.runtime.whisper.encoder import load_audio, open_encoder
     from rkspeech.verify.compare import compare_tensors
 
     torch.set_num_threads(2)

@@ -162,7 +162,7 @@ def _espeak(text: str, path: Path) -> Path:
 
 
 def _windows(pipeline, paths) -> list[np.ndarray]:
-    from rkspeech.runtime.whisper import load_audio
+    from rkspeech.runtime.whisper.encoder import load_audio
 
     out = []
     for p in paths:

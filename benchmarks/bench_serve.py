@@ -253,9 +253,9 @@ def main() -> int:
     if shutil.which("espeak-ng") is None:
         sys.exit("espeak-ng is not installed")
 
-    from rkspeech.runtime.whisper import load_audio
-    from rkspeech.runtime.whisper_model import WhisperModel
-    from rkspeech.runtime.whisper_transcript import transcribe_audio
+    from rkspeech.runtime.whisper.encoder import load_audio
+    from rkspeech.runtime.whisper.model import WhisperModel
+    from rkspeech.runtime.whisper.transcript import transcribe_audio
     from rkspeech.serve.audio import float_to_pcm16
     from rkspeech.serve.engines import EnginePool
     from rkspeech.serve.options import ServeOptions

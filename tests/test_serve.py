@@ -112,7 +112,7 @@ def cli(speech, encoder_onnx, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def model(encoder_onnx):
-    from rkspeech.runtime.whisper_model import WhisperModel
+    from rkspeech.runtime.whisper.model import WhisperModel
 
     m = WhisperModel(TINY_EN, encoder=encoder_onnx, backend="ort", threads=1)
     yield m

@@ -1,4 +1,4 @@
-"""faster-whisper's whole transcribe with the encoder offloaded (``rkspeech.runtime.whisper_model``).
+"""faster-whisper's whole transcribe with the encoder offloaded (``rkspeech.runtime.whisper.model``).
 
 The reference is stock ``faster_whisper.WhisperModel`` (CTranslate2 encoder and decoder) with the
 same options; the claim is identity of text, segment boundaries and word timings, with the
@@ -57,7 +57,7 @@ def speech(tmp_path_factory):
 def models(encoder_onnx):
     import faster_whisper
 
-    from rkspeech.runtime.whisper_model import WhisperModel
+    from rkspeech.runtime.whisper.model import WhisperModel
 
     ours = WhisperModel(TINY_EN, encoder=encoder_onnx, backend="ort", threads=1, compute_type="float32")
     stock = faster_whisper.WhisperModel(str(TINY_EN), device="cpu", compute_type="float32", cpu_threads=1)
@@ -67,8 +67,8 @@ def models(encoder_onnx):
 
 @pytest.mark.parametrize("vad", [False, True], ids=["no-vad", "vad"])
 def test_offloaded_transcribe_identical_to_stock(models, speech, vad):
-    from rkspeech.runtime.whisper import load_audio
-    from rkspeech.runtime.whisper_transcript import (
+    from rkspeech.runtime.whisper.encoder import load_audio
+    from rkspeech.runtime.whisper.transcript import (
         compare_transcriptions,
         transcribe_audio,
     )
@@ -93,8 +93,8 @@ def test_offloaded_transcribe_identical_to_stock(models, speech, vad):
 def test_prompt_and_hotwords_keep_their_meaning(models, speech):
     """Options that change the decoder's prompt pass through unchanged (one window, beam 5; one
     temperature and 60 new tokens at most: with the fallback temperatures this took 32 s here)."""
-    from rkspeech.runtime.whisper import load_audio
-    from rkspeech.runtime.whisper_transcript import (
+    from rkspeech.runtime.whisper.encoder import load_audio
+    from rkspeech.runtime.whisper.transcript import (
         compare_transcriptions,
         transcribe_audio,
     )
@@ -111,8 +111,8 @@ def test_prompt_and_hotwords_keep_their_meaning(models, speech):
 def test_batched_pipeline_identical_to_stock_batched(models, speech):
     from faster_whisper import BatchedInferencePipeline
 
-    from rkspeech.runtime.whisper import load_audio
-    from rkspeech.runtime.whisper_transcript import (
+    from rkspeech.runtime.whisper.encoder import load_audio
+    from rkspeech.runtime.whisper.transcript import (
         compare_transcriptions,
         transcribe_audio,
     )
@@ -130,8 +130,8 @@ def test_compare_catches_a_broken_encoder(models, speech, monkeypatch):
     window-geometry mistake looks like to the decoder).  Greedy, one temperature: with beam 5 and
     the fallback temperatures the broken run took 100 s here (2 cores, load 2), decoding
     hallucinations; max_new_tokens bounds them."""
-    from rkspeech.runtime.whisper import load_audio
-    from rkspeech.runtime.whisper_transcript import (
+    from rkspeech.runtime.whisper.encoder import load_audio
+    from rkspeech.runtime.whisper.transcript import (
         compare_transcriptions,
         describe_difference,
         transcribe_audio,
@@ -301,9 +301,9 @@ def test_simulator_encoder_text_identical_word_shifts_counted(encoder_onnx, spee
     text identical to stock; word timings may move by a 20 ms frame (fp16 cross-attention)."""
     from rkfixtures import have_rknn
 
-    from rkspeech.runtime.whisper import load_audio
-    from rkspeech.runtime.whisper_model import WhisperModel
-    from rkspeech.runtime.whisper_transcript import (
+    from rkspeech.runtime.whisper.encoder import load_audio
+    from rkspeech.runtime.whisper.model import WhisperModel
+    from rkspeech.runtime.whisper.transcript import (
         compare_transcriptions,
         transcribe_audio,
     )
@@ -326,7 +326,7 @@ def test_simulator_encoder_text_identical_word_shifts_counted(encoder_onnx, spee
 
 def test_unknown_language_lists_the_valid_codes():
     from rkspeech.core.errors import RkspeechError
-    from rkspeech.runtime.whisper_model import check_language
+    from rkspeech.runtime.whisper.model import check_language
 
     assert check_language("auto") is None and check_language("de") == "de"
     with pytest.raises(RkspeechError, match=r"unknown language .xx. for Whisper; valid: auto, af, am, ar, .*, en, .*, zh"):

@@ -67,9 +67,9 @@ def test_build_writes_the_manifest(build):
 
 def test_pieces_transcripts_identical_to_whole_graph_and_stock(build, speech, stock):
     from rkspeech.runtime.runners.segmented import PiecesRunner
-    from rkspeech.runtime.whisper import load_audio
-    from rkspeech.runtime.whisper_model import WhisperModel
-    from rkspeech.runtime.whisper_transcript import (
+    from rkspeech.runtime.whisper.encoder import load_audio
+    from rkspeech.runtime.whisper.model import WhisperModel
+    from rkspeech.runtime.whisper.transcript import (
         compare_transcriptions,
         transcribe_audio,
     )
@@ -133,7 +133,7 @@ def test_bad_manifest_is_one_line_before_decoding(case, build, speech, tmp_path,
 def test_missing_rknn_pieces_refused_for_rknnlite(build):
     """The skip_convert build wrote no .rknn: the board backend is refused in one line (it
     would otherwise need the board to fail)."""
-    from rkspeech.runtime.whisper_model import WhisperModel
+    from rkspeech.runtime.whisper.model import WhisperModel
 
     with pytest.raises(RkspeechError, match=r"2 of 2 .rknn pieces missing: piece 0 \(encoder.part0.rknn\), 1 "):
         WhisperModel(TINY_EN, encoder=build["manifest"], backend="rknnlite")
@@ -156,10 +156,10 @@ def test_identity_check_catches_blocks_out_of_order(build, speech, stock, tmp_pa
     Greedy, one temperature, 60 new tokens at most (a wrong encoder makes the decoder ramble)."""
     from rkspeech.export.split import FLAT_SUFFIX, split_onnx
     from rkspeech.pipelines.whisper_encoder import block_cuts
-    from rkspeech.runtime.whisper import load_audio
-    from rkspeech.runtime.whisper_model import WhisperModel
-    from rkspeech.runtime.whisper_pieces import write_manifest
-    from rkspeech.runtime.whisper_transcript import (
+    from rkspeech.runtime.whisper.encoder import load_audio
+    from rkspeech.runtime.whisper.model import WhisperModel
+    from rkspeech.runtime.whisper.pieces import write_manifest
+    from rkspeech.runtime.whisper.transcript import (
         compare_transcriptions,
         describe_difference,
         transcribe_audio,
@@ -194,9 +194,9 @@ def test_simulator_through_pieces_text_identical(build, speech, stock):
     from rkfixtures import have_rknn
 
     from rkspeech.runtime.runners.segmented import SegmentedSimulator
-    from rkspeech.runtime.whisper import load_audio
-    from rkspeech.runtime.whisper_model import WhisperModel
-    from rkspeech.runtime.whisper_transcript import (
+    from rkspeech.runtime.whisper.encoder import load_audio
+    from rkspeech.runtime.whisper.model import WhisperModel
+    from rkspeech.runtime.whisper.transcript import (
         compare_transcriptions,
         transcribe_audio,
     )
@@ -225,7 +225,7 @@ def test_converted_pieces_checked_for_rknnlite(build, speech, tmp_path, capsys):
 
     from rkspeech.cli import main
     from rkspeech.convert.conversion import convert
-    from rkspeech.runtime.whisper_model import check_encoder_file
+    from rkspeech.runtime.whisper.model import check_encoder_file
 
     if not have_rknn():
         pytest.skip("rknn-toolkit2 is not installed")

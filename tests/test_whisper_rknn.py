@@ -44,7 +44,7 @@ def build(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def sim_encoder(build):
-    from rkspeech.runtime.whisper import open_encoder
+    from rkspeech.runtime.whisper.encoder import open_encoder
 
     # given the .rknn, the sim backend builds from the encoder.onnx `build` wrote beside it
     with open_encoder("sim", build["out"] / "encoder.rknn", target="rk3588") as enc:
@@ -92,7 +92,7 @@ def test_build_refuses_20s_window(tmp_path):
 
 
 def test_simulator_transcripts_identical_to_all_cpu(pipeline, sim_encoder, tmp_path):
-    from rkspeech.runtime.whisper import load_audio
+    from rkspeech.runtime.whisper.encoder import load_audio
     from test_whisper_transcribe import SENTENCES, espeak
 
     files = [espeak(s, tmp_path / f"s{i}.wav") for i, s in enumerate(SENTENCES)]

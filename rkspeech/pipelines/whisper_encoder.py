@@ -17,7 +17,7 @@ fp32 graph): after step 3 the graph is cut at encoder-block boundaries into ``pa
 graphs (``encoder.partK.onnx``, :func:`rkspeech.export.split.split_onnx`; only the residual
 stream crosses a cut, flattened to 1-D), each converted in its own converter child to
 ``encoder.partK.rknn`` (``encoder-pieces.json`` lists them in order, with the contract string:
-the ``--encoder`` that ``rkspeech transcribe`` takes, :mod:`rkspeech.runtime.whisper_pieces`),
+the ``--encoder`` that ``rkspeech transcribe`` takes, :mod:`rkspeech.runtime.whisper.pieces`),
 and the simulator runs the pieces one after another, each in its own
 child, the residual stream handed from one to the next; the chained output is compared with the
 torch encoder.  Measured figures: docs/whisper-sizes.md.
@@ -134,7 +134,7 @@ def build_whisper_encoder(options: WhisperEncoderBuildOptions) -> dict:
 
     audio = None
     if args.verify_audio:
-        from rkspeech.runtime.whisper import load_audio
+        from rkspeech.runtime.whisper.encoder import load_audio
 
         audio = load_audio(args.verify_audio)
     mel = check_window_mel(loaded.dims.n_mels, audio)
@@ -232,7 +232,7 @@ def _build_pieces(args, onnx_path: Path, out_dir: Path, mel, ref, report: dict, 
         gc.collect()
     report["split"] = {"parts": len(paths), "cuts": cuts, "seconds": round(time.perf_counter() - start, 2),
                        "pieces": [str(p) for p in paths]}
-    from rkspeech.runtime.whisper_pieces import write_manifest
+    from rkspeech.runtime.whisper.pieces import write_manifest
 
     # the handle transcription takes (rkspeech transcribe --encoder OUT/encoder-pieces.json)
     report["split"]["manifest"] = str(write_manifest(
@@ -291,7 +291,7 @@ def _custom_string(loaded) -> str:
 def _ort_check(onnx_path: Path, mel, ref, threads: int) -> dict:
     import time
 
-    from rkspeech.runtime.whisper import open_encoder
+    from rkspeech.runtime.whisper.encoder import open_encoder
     from rkspeech.verify.compare import compare_tensors as compare
 
     with open_encoder("ort", onnx_path, threads=threads or None) as enc:
@@ -308,7 +308,7 @@ def _simulate(onnx_path: Path, mel, target: str):
     intermediate tensor, so this, not the conversion, is what grows fastest with model size)."""
     import time
 
-    from rkspeech.runtime.whisper import open_encoder
+    from rkspeech.runtime.whisper.encoder import open_encoder
 
     start = time.perf_counter()
     with open_encoder("sim", onnx_path, target=target) as enc:

@@ -1,9 +1,10 @@
-"""The offloaded Whisper encoder (:func:`open_encoder`: any runner behind the decoder's interface)
+"""The offloaded Whisper encoder: :func:`open_encoder` (any runner behind the decoder's interface)
 and audio decoding (:func:`load_audio`).
 
 ``rkspeech transcribe`` and library users go through
-:class:`rkspeech.runtime.whisper_model.WhisperModel` (faster-whisper's whole transcribe with the
-encoder offloaded).  ``Whisper.generate`` takes an already-encoded ``[1, 1500, d]`` StorageView
+:class:`rkspeech.runtime.whisper.model.WhisperModel` (faster-whisper's whole transcribe with the
+encoder offloaded); the build's checks (``pipelines.whisper_encoder``) run one graph through
+:func:`open_encoder`.  ``Whisper.generate`` takes an already-encoded ``[1, 1500, d]`` StorageView
 in place of mel features, so the stock decoder runs unchanged behind the offloaded encoder.
 """
 
