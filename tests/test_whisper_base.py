@@ -94,14 +94,15 @@ def test_tiny_geometry_encoder_refused_for_base(base):
 
 @pytest.mark.parametrize("lang", ["en", "de"])
 def test_language_detection_and_transcript_identical_to_stock(models, speech, lang):
-    from rkspeech.runtime.whisper.encoder import load_audio
+    from rkspeech.models.whisper.window import SAMPLE_RATE
+    from rkspeech.runtime.audio import decode_audio
     from rkspeech.runtime.whisper.transcript import (
         compare_transcriptions,
         transcribe_audio,
     )
 
     ours, stock = models
-    audio = load_audio(speech[lang])
+    audio = decode_audio(speech[lang], sample_rate=SAMPLE_RATE)
     options = {"language": "auto", "beam_size": 5, "word_timestamps": True}
     got = transcribe_audio(ours, audio, **options)
     ref = transcribe_audio(stock, audio, **{**options, "language": None})
@@ -122,14 +123,15 @@ def test_translate_yields_english_identical_to_stock_with_sampled_fallback(model
     (``transcribe_audio(seed=...)``, the CLI's ``--seed``) the draws, and so the text, are
     identical.  (Unseeded, two runs gave two different translations here.)  Two temperatures
     instead of faster-whisper's six keep the test short."""
-    from rkspeech.runtime.whisper.encoder import load_audio
+    from rkspeech.models.whisper.window import SAMPLE_RATE
+    from rkspeech.runtime.audio import decode_audio
     from rkspeech.runtime.whisper.transcript import (
         compare_transcriptions,
         transcribe_audio,
     )
 
     ours, stock = models
-    audio = load_audio(speech["de"])
+    audio = decode_audio(speech["de"], sample_rate=SAMPLE_RATE)
     options = {"task": "translate", "beam_size": 1, "temperature": [0.0, 1.0]}
     got = transcribe_audio(ours, audio, seed=0, language="auto", **options)
     ref = transcribe_audio(stock, audio, seed=0, language=None, **options)

@@ -92,13 +92,14 @@ def test_build_refuses_20s_window(tmp_path):
 
 
 def test_simulator_transcripts_identical_to_all_cpu(pipeline, sim_encoder, tmp_path):
-    from rkspeech.runtime.whisper.encoder import load_audio
+    from rkspeech.models.whisper.window import SAMPLE_RATE
+    from rkspeech.runtime.audio import decode_audio
     from test_whisper_transcribe import SENTENCES, espeak
 
     files = [espeak(s, tmp_path / f"s{i}.wav") for i, s in enumerate(SENTENCES)]
     files.append(espeak(" ".join(SENTENCES + SENTENCES[:3]), tmp_path / "long.wav", speed=140))
     for path in files:
-        audio = load_audio(path)
+        audio = decode_audio(path, sample_rate=SAMPLE_RATE)
         ref = pipeline.reference(audio)
         sim = pipeline.transcribe(audio, sim_encoder)
         assert ref.text.strip()

@@ -86,8 +86,7 @@ def run(args: argparse.Namespace) -> int:
 
     from rkspeech.core import progress
     from rkspeech.models.whisper.window import SAMPLE_RATE
-    from rkspeech.runtime.whisper.subtitles import write_outputs
-    from rkspeech.runtime.whisper.encoder import load_audio
+    from rkspeech.runtime.audio import decode_audio
     from rkspeech.runtime.whisper.model import (
         WhisperModel,
         check_encoder_file,
@@ -96,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
         is_multilingual,
         model_geometry,
     )
+    from rkspeech.runtime.whisper.subtitles import write_outputs
     from rkspeech.runtime.whisper.transcript import (
         compare_transcriptions,
         transcribe_audio,
@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     backend = args.backend
     if args.encoder:
         backend, _ = check_encoder_file(args.encoder, model_dir=args.model, backend=backend, target=args.target)
-    audios = [load_audio(path) for path in args.audio]
+    audios = [decode_audio(path, sample_rate=SAMPLE_RATE, allow_empty=True) for path in args.audio]  # empty: ""
 
     start = time.perf_counter()
     with progress.stage(f"load Whisper (CTranslate2 decoder{', encoder on ' + backend if backend else ''})"):

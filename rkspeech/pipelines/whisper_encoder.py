@@ -134,9 +134,9 @@ def build_whisper_encoder(options: WhisperEncoderBuildOptions) -> dict:
 
     audio = None
     if args.verify_audio:
-        from rkspeech.runtime.whisper.encoder import load_audio
+        from rkspeech.runtime.audio import decode_audio
 
-        audio = load_audio(args.verify_audio)
+        audio = decode_audio(args.verify_audio, sample_rate=SAMPLE_RATE, what="--verify-audio")
     mel = check_window_mel(loaded.dims.n_mels, audio)
     report["check_input"] = str(args.verify_audio or "synthetic speech-like signal (12 s, padded to 30 s)")
     with torch.no_grad():
