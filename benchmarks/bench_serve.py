@@ -287,7 +287,8 @@ def main() -> int:
         text = f"Client number {NUMBERS[i % len(NUMBERS)]}. {SENTENCES[i % len(SENTENCES)]}"
         clip = espeak_16k(text, tmp / f"client{i}.wav")
         clips.append(clip)
-        expected.append(transcribe_audio(models[0], decode_audio(clip, sample_rate=SAMPLE_RATE), **request.options()).text.strip())
+        audio = decode_audio(clip, sample_rate=SAMPLE_RATE)
+        expected.append(transcribe_audio(models[0], audio, **request.options()).text.strip())
     speech_texts = [f"Speech client {NUMBERS[i % len(NUMBERS)]} says {SENTENCES[i % len(SENTENCES)]}"
                     for i in range(args.speech_clients)]
     speech_expected = [b"".join(float_to_pcm16(c) for c in ToneEngine(0).stream(t)) for t in speech_texts]

@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     backend = args.backend
     if args.encoder:
         backend, _ = check_encoder_file(args.encoder, model_dir=args.model, backend=backend, target=args.target)
-    audios = [decode_audio(path, sample_rate=SAMPLE_RATE, allow_empty=True) for path in args.audio]  # empty: ""
+    audios = [decode_audio(path, sample_rate=SAMPLE_RATE, allow_empty=True) for path in args.audio]  # no samples: ""
 
     start = time.perf_counter()
     with progress.stage(f"load Whisper (CTranslate2 decoder{', encoder on ' + backend if backend else ''})"):

@@ -150,8 +150,8 @@ class Speaker:
         """Yield PCM chunks (float32, [-1, 1]) as the vocoder steps complete.
 
         ``ref_audio`` (float32 mono at :attr:`sample_rate`, e.g. from ``runtime.audio.decode_audio``)
-        clones a voice on Base models; with
-        ``ref_text`` and ``ref_codes`` (its transcript and its ``[T, 16]`` codes) in context.
+        clones a voice on Base models; with ``ref_text`` and ``ref_codes`` (its transcript and its
+        ``[T, 16]`` codes) in context.
         ``codes_out``: a list that receives each frame's 16 codes as it is generated;
         ``timing``: filled in as the stream goes (time to first audio, per-stage seconds).
         Bad text, speaker, language or mode is refused before any audio is produced."""
