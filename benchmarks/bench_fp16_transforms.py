@@ -101,7 +101,9 @@ def main(argv=None) -> int:
     from rkspeech.export.whisper_onnx import export_encoder
     from rkspeech.models.whisper.weights import load_whisper_encoder
     from rkspeech.pipelines.whisper_encoder import check_window_mel
-    from rkspeech.runtime.whisper import load_audio, open_encoder
+    from rkspeech.models.whisper.window import SAMPLE_RATE
+    from rkspeech.runtime.audio import decode_audio
+    from rkspeech.runtime.whisper.encoder import open_encoder
     from rkspeech.verify.compare import compare_tensors
 
     torch.set_num_threads(2)
@@ -115,7 +117,7 @@ def main(argv=None) -> int:
     subprocess.run(["espeak-ng", "-v", "en-us", "-s", "150", "-w", str(wav), args.text], check=True,
                    capture_output=True, timeout=60)
     loaded = load_whisper_encoder(args.model)
-    mel = check_window_mel(loaded.dims.n_mels, load_audio(str(wav)))
+    mel = check_window_mel(loaded.dims.n_mels, decode_audio(str(wav), sample_rate=SAMPLE_RATE))
     with torch.no_grad():
         ref = loaded.model(torch.from_numpy(mel)).numpy()
     onnx_path = work / "encoder.onnx"

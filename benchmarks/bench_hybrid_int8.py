@@ -162,11 +162,12 @@ def _espeak(text: str, path: Path) -> Path:
 
 
 def _windows(pipeline, paths) -> list[np.ndarray]:
-    from rkspeech.runtime.whisper import load_audio
+    from rkspeech.models.whisper.window import SAMPLE_RATE
+    from rkspeech.runtime.audio import decode_audio
 
     out = []
     for p in paths:
-        for _, _, mel in pipeline.windows(pipeline.features(load_audio(p))):
+        for _, _, mel in pipeline.windows(pipeline.features(decode_audio(p, sample_rate=SAMPLE_RATE))):
             out.append(mel)
     return out
 

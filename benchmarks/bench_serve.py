@@ -253,9 +253,10 @@ def main() -> int:
     if shutil.which("espeak-ng") is None:
         sys.exit("espeak-ng is not installed")
 
-    from rkspeech.runtime.whisper import load_audio
-    from rkspeech.runtime.whisper_model import WhisperModel
-    from rkspeech.runtime.whisper_transcript import transcribe_audio
+    from rkspeech.models.whisper.window import SAMPLE_RATE
+    from rkspeech.runtime.audio import decode_audio
+    from rkspeech.runtime.whisper.model import WhisperModel
+    from rkspeech.runtime.whisper.transcript import transcribe_audio
     from rkspeech.serve.audio import float_to_pcm16
     from rkspeech.serve.engines import EnginePool
     from rkspeech.serve.options import ServeOptions
@@ -286,7 +287,8 @@ def main() -> int:
         text = f"Client number {NUMBERS[i % len(NUMBERS)]}. {SENTENCES[i % len(SENTENCES)]}"
         clip = espeak_16k(text, tmp / f"client{i}.wav")
         clips.append(clip)
-        expected.append(transcribe_audio(models[0], load_audio(clip), **request.options()).text.strip())
+        audio = decode_audio(clip, sample_rate=SAMPLE_RATE)
+        expected.append(transcribe_audio(models[0], audio, **request.options()).text.strip())
     speech_texts = [f"Speech client {NUMBERS[i % len(NUMBERS)]} says {SENTENCES[i % len(SENTENCES)]}"
                     for i in range(args.speech_clients)]
     speech_expected = [b"".join(float_to_pcm16(c) for c in ToneEngine(0).stream(t)) for t in speech_texts]

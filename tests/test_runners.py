@@ -200,7 +200,7 @@ def _whisper_like(path, frames_out: int = 1500, n_mels: int = 4, d: int = 8):
 
 
 def test_whisper_encoder_refuses_wrong_geometry_before_opening(tmp_path):
-    from rkspeech.runtime.whisper import open_encoder
+    from rkspeech.runtime.whisper.encoder import open_encoder
 
     p = _whisper_like(tmp_path / "enc20.onnx", frames_out=1000)
     for backend in ("ort", "sim"):
@@ -216,7 +216,7 @@ def test_whisper_encoder_on_the_simulator_child(tmp_path):
     import signal
 
     from rkspeech.runtime.runners.sim_process import SimulatorProcess
-    from rkspeech.runtime.whisper import open_encoder
+    from rkspeech.runtime.whisper.encoder import open_encoder
 
     p = _whisper_like(tmp_path / "encoder.onnx")
     mel = np.random.RandomState(5).randn(1, 4, 3000).astype(np.float32)

@@ -112,7 +112,7 @@ def cli(speech, encoder_onnx, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def model(encoder_onnx):
-    from rkspeech.runtime.whisper_model import WhisperModel
+    from rkspeech.runtime.whisper.model import WhisperModel
 
     m = WhisperModel(TINY_EN, encoder=encoder_onnx, backend="ort", threads=1)
     yield m
@@ -213,7 +213,7 @@ def test_bad_requests_get_one_line_errors(server, speech, tmp_path):
     client = _client(server)
     with pytest.raises(openai.BadRequestError) as bad:  # not audio
         client.audio.transcriptions.create(model="whisper-1", file=("x.mp3", np.random.default_rng(0).bytes(5000)))
-    assert "cannot decode the uploaded file as audio" in bad.value.message and "\n" not in bad.value.message
+    assert "the uploaded file: cannot decode it as audio" in bad.value.message and "\n" not in bad.value.message
     with pytest.raises(openai.BadRequestError, match="empty"):
         client.audio.transcriptions.create(model="whisper-1", file=("x.wav", b""))
     with pytest.raises(openai.BadRequestError, match="unknown language 'de' for an English-only model"), \
@@ -408,10 +408,15 @@ def test_upload_decoding_matches_faster_whisper_and_is_bounded(speech):
 
     from faster_whisper.audio import decode_audio
 
-    from rkspeech.serve.audio import TooLong, decode_upload
+    from rkspeech.models.whisper.window import SAMPLE_RATE
+    from rkspeech.runtime.audio import AudioTooLong
+    from rkspeech.runtime.audio import decode_audio as ours
+    from rkspeech.serve.audio import TooLong, bad_audio
 
     data = Path(speech["b22"]).read_bytes()
-    ours = decode_upload(data, max_audio_s=60)
-    assert np.array_equal(ours, decode_audio(io.BytesIO(data)))  # the samples rkspeech transcribe reads
-    with pytest.raises(TooLong):
-        decode_upload(data, max_audio_s=1.0)
+    decoded = ours(data, sample_rate=SAMPLE_RATE, max_seconds=60)
+    assert np.array_equal(decoded, decode_audio(io.BytesIO(data)))  # the samples rkspeech transcribe reads
+    with pytest.raises(AudioTooLong) as too_long:
+        ours(data, sample_rate=SAMPLE_RATE, max_seconds=1.0, what="the uploaded file")
+    assert str(too_long.value) == "the uploaded file is longer than the limit of 1 s"
+    assert isinstance(bad_audio(too_long.value), TooLong)  # HTTP 413

@@ -51,7 +51,7 @@ def server(tts_custom_ckpt, plan):
     from rkspeech.serve.options import ServeOptions
     from rkspeech.serve.server import ServerThread
 
-    from rkspeech.runtime.whisper_model import WhisperModel
+    from rkspeech.runtime.whisper.model import WhisperModel
 
     # what `speak --max-frames FRAMES` runs: FRAMES frames take FRAMES + 1 talker steps
     speaker = Speaker(tts_custom_ckpt, plan, threads=1, options=GenerationOptions.greedy(max_new_tokens=FRAMES + 1))

@@ -63,7 +63,7 @@ def encoder_onnx(base, tmp_path_factory):
 def models(base, encoder_onnx):
     import faster_whisper
 
-    from rkspeech.runtime.whisper_model import WhisperModel
+    from rkspeech.runtime.whisper.model import WhisperModel
 
     ours = WhisperModel(base, encoder=encoder_onnx, backend="ort", threads=1, compute_type="float32")
     stock = faster_whisper.WhisperModel(str(base), device="cpu", compute_type="float32", cpu_threads=1)
@@ -73,7 +73,7 @@ def models(base, encoder_onnx):
 
 def test_assembled_base_is_multilingual_whisper_base(base):
     from rkspeech.models.whisper.ct2_file import Ct2ModelFile
-    from rkspeech.runtime.whisper_model import is_multilingual, model_geometry
+    from rkspeech.runtime.whisper.model import is_multilingual, model_geometry
 
     assert whisper_weights.sha256(base / "model.bin") == (base / "model.bin.sha256").read_text().strip()
     index = Ct2ModelFile(base / "model.bin")
@@ -86,7 +86,7 @@ def test_assembled_base_is_multilingual_whisper_base(base):
 
 def test_tiny_geometry_encoder_refused_for_base(base):
     """A tiny encoder (d_model 384) in front of base's decoder is caught before decoding."""
-    from rkspeech.runtime.whisper_model import check_encoder_geometry, model_geometry
+    from rkspeech.runtime.whisper.model import check_encoder_geometry, model_geometry
 
     with pytest.raises(RkspeechError, match="d_model 384, this model needs 512"):
         check_encoder_geometry("tiny.onnx", [1, 80, 3000], [1, 1500, 384], **model_geometry(base))
@@ -94,14 +94,15 @@ def test_tiny_geometry_encoder_refused_for_base(base):
 
 @pytest.mark.parametrize("lang", ["en", "de"])
 def test_language_detection_and_transcript_identical_to_stock(models, speech, lang):
-    from rkspeech.runtime.whisper import load_audio
-    from rkspeech.runtime.whisper_transcript import (
+    from rkspeech.models.whisper.window import SAMPLE_RATE
+    from rkspeech.runtime.audio import decode_audio
+    from rkspeech.runtime.whisper.transcript import (
         compare_transcriptions,
         transcribe_audio,
     )
 
     ours, stock = models
-    audio = load_audio(speech[lang])
+    audio = decode_audio(speech[lang], sample_rate=SAMPLE_RATE)
     options = {"language": "auto", "beam_size": 5, "word_timestamps": True}
     got = transcribe_audio(ours, audio, **options)
     ref = transcribe_audio(stock, audio, **{**options, "language": None})
@@ -122,14 +123,15 @@ def test_translate_yields_english_identical_to_stock_with_sampled_fallback(model
     (``transcribe_audio(seed=...)``, the CLI's ``--seed``) the draws, and so the text, are
     identical.  (Unseeded, two runs gave two different translations here.)  Two temperatures
     instead of faster-whisper's six keep the test short."""
-    from rkspeech.runtime.whisper import load_audio
-    from rkspeech.runtime.whisper_transcript import (
+    from rkspeech.models.whisper.window import SAMPLE_RATE
+    from rkspeech.runtime.audio import decode_audio
+    from rkspeech.runtime.whisper.transcript import (
         compare_transcriptions,
         transcribe_audio,
     )
 
     ours, stock = models
-    audio = load_audio(speech["de"])
+    audio = decode_audio(speech["de"], sample_rate=SAMPLE_RATE)
     options = {"task": "translate", "beam_size": 1, "temperature": [0.0, 1.0]}
     got = transcribe_audio(ours, audio, seed=0, language="auto", **options)
     ref = transcribe_audio(stock, audio, seed=0, language=None, **options)
@@ -149,7 +151,7 @@ def test_compare_of_a_word_moved_one_step_is_plain_json():
 
     import numpy as np
 
-    from rkspeech.runtime.whisper_transcript import (
+    from rkspeech.runtime.whisper.transcript import (
         Transcription,
         compare_transcriptions,
     )

@@ -1,4 +1,4 @@
-"""faster-whisper's whole transcribe with the encoder offloaded (``rkspeech.runtime.whisper_model``).
+"""faster-whisper's whole transcribe with the encoder offloaded (``rkspeech.runtime.whisper.model``).
 
 The reference is stock ``faster_whisper.WhisperModel`` (CTranslate2 encoder and decoder) with the
 same options; the claim is identity of text, segment boundaries and word timings, with the
@@ -57,7 +57,7 @@ def speech(tmp_path_factory):
 def models(encoder_onnx):
     import faster_whisper
 
-    from rkspeech.runtime.whisper_model import WhisperModel
+    from rkspeech.runtime.whisper.model import WhisperModel
 
     ours = WhisperModel(TINY_EN, encoder=encoder_onnx, backend="ort", threads=1, compute_type="float32")
     stock = faster_whisper.WhisperModel(str(TINY_EN), device="cpu", compute_type="float32", cpu_threads=1)
@@ -67,15 +67,16 @@ def models(encoder_onnx):
 
 @pytest.mark.parametrize("vad", [False, True], ids=["no-vad", "vad"])
 def test_offloaded_transcribe_identical_to_stock(models, speech, vad):
-    from rkspeech.runtime.whisper import load_audio
-    from rkspeech.runtime.whisper_transcript import (
+    from rkspeech.models.whisper.window import SAMPLE_RATE
+    from rkspeech.runtime.audio import decode_audio
+    from rkspeech.runtime.whisper.transcript import (
         compare_transcriptions,
         transcribe_audio,
     )
 
     ours, stock = models
     for name, path in speech.items():
-        audio = load_audio(path)
+        audio = decode_audio(path, sample_rate=SAMPLE_RATE)
         ref = transcribe_audio(stock, audio, vad_filter=vad, **OPTIONS)
         got = transcribe_audio(ours, audio, vad_filter=vad, **OPTIONS)
         cmp = compare_transcriptions(ref, got)
@@ -93,14 +94,15 @@ def test_offloaded_transcribe_identical_to_stock(models, speech, vad):
 def test_prompt_and_hotwords_keep_their_meaning(models, speech):
     """Options that change the decoder's prompt pass through unchanged (one window, beam 5; one
     temperature and 60 new tokens at most: with the fallback temperatures this took 32 s here)."""
-    from rkspeech.runtime.whisper import load_audio
-    from rkspeech.runtime.whisper_transcript import (
+    from rkspeech.models.whisper.window import SAMPLE_RATE
+    from rkspeech.runtime.audio import decode_audio
+    from rkspeech.runtime.whisper.transcript import (
         compare_transcriptions,
         transcribe_audio,
     )
 
     ours, stock = models
-    audio = load_audio(speech["stereo44k"])
+    audio = decode_audio(speech["stereo44k"], sample_rate=SAMPLE_RATE)
     options = {**OPTIONS, "initial_prompt": "Meeting notes.", "hotwords": "station",
                "condition_on_previous_text": False, "temperature": 0.0, "max_new_tokens": 60}
     ref = transcribe_audio(stock, audio, **options)
@@ -111,14 +113,15 @@ def test_prompt_and_hotwords_keep_their_meaning(models, speech):
 def test_batched_pipeline_identical_to_stock_batched(models, speech):
     from faster_whisper import BatchedInferencePipeline
 
-    from rkspeech.runtime.whisper import load_audio
-    from rkspeech.runtime.whisper_transcript import (
+    from rkspeech.models.whisper.window import SAMPLE_RATE
+    from rkspeech.runtime.audio import decode_audio
+    from rkspeech.runtime.whisper.transcript import (
         compare_transcriptions,
         transcribe_audio,
     )
 
     ours, stock = models
-    audio = load_audio(speech["long"])
+    audio = decode_audio(speech["long"], sample_rate=SAMPLE_RATE)
     ref = transcribe_audio(BatchedInferencePipeline(model=stock), audio, batch_size=4, **OPTIONS)
     got = transcribe_audio(BatchedInferencePipeline(model=ours), audio, batch_size=4, **OPTIONS)
     assert compare_transcriptions(ref, got)["identical"]
@@ -130,15 +133,16 @@ def test_compare_catches_a_broken_encoder(models, speech, monkeypatch):
     window-geometry mistake looks like to the decoder).  Greedy, one temperature: with beam 5 and
     the fallback temperatures the broken run took 100 s here (2 cores, load 2), decoding
     hallucinations; max_new_tokens bounds them."""
-    from rkspeech.runtime.whisper import load_audio
-    from rkspeech.runtime.whisper_transcript import (
+    from rkspeech.models.whisper.window import SAMPLE_RATE
+    from rkspeech.runtime.audio import decode_audio
+    from rkspeech.runtime.whisper.transcript import (
         compare_transcriptions,
         describe_difference,
         transcribe_audio,
     )
 
     ours, stock = models
-    audio = load_audio(speech["fast_f"])
+    audio = decode_audio(speech["fast_f"], sample_rate=SAMPLE_RATE)
     options = {"beam_size": 1, "temperature": 0.0, "word_timestamps": True, "language": "en", "max_new_tokens": 60}
     ref = transcribe_audio(stock, audio, **options)
     assert compare_transcriptions(ref, transcribe_audio(ours, audio, **options))["identical"]
@@ -219,7 +223,7 @@ def _bad_case(case, tmp_path, wav, encoder_onnx):
         (tmp_path / "junk.wav").write_bytes(b"RIFF" + bytes(range(200)))
         return [str(tmp_path / "junk.wav")], "cannot decode"
     if case == "missing-audio":
-        return [str(tmp_path / "nope.wav")], "does not exist"
+        return [str(tmp_path / "nope.wav")], "nope.wav: no such file"
     if case == "not-a-model":
         (tmp_path / "m").mkdir()
         (tmp_path / "m" / "README").write_text("hi")
@@ -301,9 +305,10 @@ def test_simulator_encoder_text_identical_word_shifts_counted(encoder_onnx, spee
     text identical to stock; word timings may move by a 20 ms frame (fp16 cross-attention)."""
     from rkfixtures import have_rknn
 
-    from rkspeech.runtime.whisper import load_audio
-    from rkspeech.runtime.whisper_model import WhisperModel
-    from rkspeech.runtime.whisper_transcript import (
+    from rkspeech.models.whisper.window import SAMPLE_RATE
+    from rkspeech.runtime.audio import decode_audio
+    from rkspeech.runtime.whisper.model import WhisperModel
+    from rkspeech.runtime.whisper.transcript import (
         compare_transcriptions,
         transcribe_audio,
     )
@@ -315,7 +320,7 @@ def test_simulator_encoder_text_identical_word_shifts_counted(encoder_onnx, spee
     with WhisperModel(TINY_EN, encoder=encoder_onnx, backend="sim", target="rk3588", threads=1,
                       compute_type="float32") as sim:
         for name in ("fast_f", "stereo44k"):
-            audio = load_audio(speech[name])
+            audio = decode_audio(speech[name], sample_rate=SAMPLE_RATE)
             ref = transcribe_audio(stock, audio, **OPTIONS)
             cmp = compare_transcriptions(ref, transcribe_audio(sim, audio, **OPTIONS))
             assert cmp["text_diff"] is None and cmp["words"]["ours"] == cmp["words"]["ref"], (name, cmp)
@@ -326,7 +331,7 @@ def test_simulator_encoder_text_identical_word_shifts_counted(encoder_onnx, spee
 
 def test_unknown_language_lists_the_valid_codes():
     from rkspeech.core.errors import RkspeechError
-    from rkspeech.runtime.whisper_model import check_language
+    from rkspeech.runtime.whisper.model import check_language
 
     assert check_language("auto") is None and check_language("de") == "de"
     with pytest.raises(RkspeechError, match=r"unknown language .xx. for Whisper; valid: auto, af, am, ar, .*, en, .*, zh"):

@@ -67,9 +67,10 @@ def test_build_writes_the_manifest(build):
 
 def test_pieces_transcripts_identical_to_whole_graph_and_stock(build, speech, stock):
     from rkspeech.runtime.runners.segmented import PiecesRunner
-    from rkspeech.runtime.whisper import load_audio
-    from rkspeech.runtime.whisper_model import WhisperModel
-    from rkspeech.runtime.whisper_transcript import (
+    from rkspeech.models.whisper.window import SAMPLE_RATE
+    from rkspeech.runtime.audio import decode_audio
+    from rkspeech.runtime.whisper.model import WhisperModel
+    from rkspeech.runtime.whisper.transcript import (
         compare_transcriptions,
         transcribe_audio,
     )
@@ -79,7 +80,7 @@ def test_pieces_transcripts_identical_to_whole_graph_and_stock(build, speech, st
         assert pieces.backend == "ort" and isinstance(pieces.runner, PiecesRunner)
         assert len(pieces.runner.runners) == 2  # one onnxruntime session per piece
         for name, path in speech.items():
-            audio = load_audio(path)
+            audio = decode_audio(path, sample_rate=SAMPLE_RATE)
             ref = transcribe_audio(stock, audio, **OPTIONS)
             got = transcribe_audio(pieces, audio, **OPTIONS)
             for other in (ref, transcribe_audio(whole, audio, **OPTIONS)):
@@ -133,7 +134,7 @@ def test_bad_manifest_is_one_line_before_decoding(case, build, speech, tmp_path,
 def test_missing_rknn_pieces_refused_for_rknnlite(build):
     """The skip_convert build wrote no .rknn: the board backend is refused in one line (it
     would otherwise need the board to fail)."""
-    from rkspeech.runtime.whisper_model import WhisperModel
+    from rkspeech.runtime.whisper.model import WhisperModel
 
     with pytest.raises(RkspeechError, match=r"2 of 2 .rknn pieces missing: piece 0 \(encoder.part0.rknn\), 1 "):
         WhisperModel(TINY_EN, encoder=build["manifest"], backend="rknnlite")
@@ -156,10 +157,11 @@ def test_identity_check_catches_blocks_out_of_order(build, speech, stock, tmp_pa
     Greedy, one temperature, 60 new tokens at most (a wrong encoder makes the decoder ramble)."""
     from rkspeech.export.split import FLAT_SUFFIX, split_onnx
     from rkspeech.pipelines.whisper_encoder import block_cuts
-    from rkspeech.runtime.whisper import load_audio
-    from rkspeech.runtime.whisper_model import WhisperModel
-    from rkspeech.runtime.whisper_pieces import write_manifest
-    from rkspeech.runtime.whisper_transcript import (
+    from rkspeech.models.whisper.window import SAMPLE_RATE
+    from rkspeech.runtime.audio import decode_audio
+    from rkspeech.runtime.whisper.model import WhisperModel
+    from rkspeech.runtime.whisper.pieces import write_manifest
+    from rkspeech.runtime.whisper.transcript import (
         compare_transcriptions,
         describe_difference,
         transcribe_audio,
@@ -171,7 +173,7 @@ def test_identity_check_catches_blocks_out_of_order(build, speech, stock, tmp_pa
     _renamed(p2, tmp_path / "second.onnx", {b: a, c: b})  # block 2, now reading block 0's output
     _renamed(p1, tmp_path / "third.onnx", {a: b, b: c})  # block 1, now feeding block 3
     contract = json.loads(build["manifest"].read_text())["custom_string"]
-    audio = load_audio(speech["fast"])
+    audio = decode_audio(speech["fast"], sample_rate=SAMPLE_RATE)
     options = {"beam_size": 1, "temperature": 0.0, "word_timestamps": True, "language": "en", "max_new_tokens": 60}
     ref = transcribe_audio(stock, audio, **options)
     for order, identical in (([p0, p1, p2, p3], True),
@@ -194,16 +196,17 @@ def test_simulator_through_pieces_text_identical(build, speech, stock):
     from rkfixtures import have_rknn
 
     from rkspeech.runtime.runners.segmented import SegmentedSimulator
-    from rkspeech.runtime.whisper import load_audio
-    from rkspeech.runtime.whisper_model import WhisperModel
-    from rkspeech.runtime.whisper_transcript import (
+    from rkspeech.models.whisper.window import SAMPLE_RATE
+    from rkspeech.runtime.audio import decode_audio
+    from rkspeech.runtime.whisper.model import WhisperModel
+    from rkspeech.runtime.whisper.transcript import (
         compare_transcriptions,
         transcribe_audio,
     )
 
     if not have_rknn():
         pytest.skip("rknn-toolkit2 is not installed")
-    audio = load_audio(speech["fast"])
+    audio = decode_audio(speech["fast"], sample_rate=SAMPLE_RATE)
     ref = transcribe_audio(stock, audio, **OPTIONS)
     with WhisperModel(TINY_EN, encoder=build["manifest"], backend="sim", threads=1, compute_type="float32") as sim:
         assert isinstance(sim.runner, SegmentedSimulator)
@@ -225,7 +228,7 @@ def test_converted_pieces_checked_for_rknnlite(build, speech, tmp_path, capsys):
 
     from rkspeech.cli import main
     from rkspeech.convert.conversion import convert
-    from rkspeech.runtime.whisper_model import check_encoder_file
+    from rkspeech.runtime.whisper.model import check_encoder_file
 
     if not have_rknn():
         pytest.skip("rknn-toolkit2 is not installed")

@@ -44,7 +44,7 @@ def build(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def sim_encoder(build):
-    from rkspeech.runtime.whisper import open_encoder
+    from rkspeech.runtime.whisper.encoder import open_encoder
 
     # given the .rknn, the sim backend builds from the encoder.onnx `build` wrote beside it
     with open_encoder("sim", build["out"] / "encoder.rknn", target="rk3588") as enc:
@@ -115,13 +115,14 @@ def test_build_refuses_20s_window(tmp_path):
 
 
 def test_simulator_transcripts_identical_to_all_cpu(pipeline, sim_encoder, tmp_path):
-    from rkspeech.runtime.whisper import load_audio
+    from rkspeech.models.whisper.window import SAMPLE_RATE
+    from rkspeech.runtime.audio import decode_audio
     from test_whisper_transcribe import SENTENCES, espeak
 
     files = [espeak(s, tmp_path / f"s{i}.wav") for i, s in enumerate(SENTENCES)]
     files.append(espeak(" ".join(SENTENCES + SENTENCES[:3]), tmp_path / "long.wav", speed=140))
     for path in files:
-        audio = load_audio(path)
+        audio = decode_audio(path, sample_rate=SAMPLE_RATE)
         ref = pipeline.reference(audio)
         sim = pipeline.transcribe(audio, sim_encoder)
         assert ref.text.strip()

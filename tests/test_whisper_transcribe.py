@@ -119,7 +119,7 @@ def test_20s_window_is_refused_before_export(tmp_path):
 
 def test_onnxruntime_matches_ctranslate2_encoder(encoder_onnx, pipeline):
     from rkspeech.pipelines.whisper_encoder import check_window_mel
-    from rkspeech.runtime.whisper import open_encoder
+    from rkspeech.runtime.whisper.encoder import open_encoder
     from rkspeech.verify.compare import cosine_per_row
 
     mel = check_window_mel(80)
@@ -134,12 +134,14 @@ def test_onnxruntime_matches_ctranslate2_encoder(encoder_onnx, pipeline):
 
 
 def test_onnx_transcripts_identical_to_all_cpu(pipeline, encoder_onnx, speech):
-    from rkspeech.runtime.whisper import load_audio, open_encoder
+    from rkspeech.models.whisper.window import SAMPLE_RATE
+    from rkspeech.runtime.audio import decode_audio
+    from rkspeech.runtime.whisper.encoder import open_encoder
 
     texts = {}
     with open_encoder("ort", encoder_onnx, threads=2) as enc:
         for name, path in speech.items():
-            audio = load_audio(path)
+            audio = decode_audio(path, sample_rate=SAMPLE_RATE)
             ref = pipeline.reference(audio)
             ours_npu = pipeline.transcribe(audio, enc)  # our window loop, ONNX encoder
             assert ref.text.strip(), f"{name}: empty reference transcript"
@@ -158,10 +160,12 @@ def test_compare_detects_a_wrong_encoder(pipeline, encoder_onnx, speech):
     """The identity check must fail when the encoder is wrong: here its output past 10 s is zeros
     (what a window-geometry mistake looks like to the decoder).  A 0.5 s time shift of the
     encoder output, by contrast, decoded to the same text here: the decoder is robust to it."""
-    from rkspeech.runtime.whisper import load_audio, open_encoder
-    from rkspeech.runtime.whisper_transcript import diff_text
+    from rkspeech.models.whisper.window import SAMPLE_RATE
+    from rkspeech.runtime.audio import decode_audio
+    from rkspeech.runtime.whisper.encoder import open_encoder
+    from rkspeech.runtime.whisper.transcript import diff_text
 
-    audio = load_audio(speech["all"])
+    audio = decode_audio(speech["all"], sample_rate=SAMPLE_RATE)
     ref = pipeline.reference(audio)
     with open_encoder("ort", encoder_onnx, threads=2) as enc:
         def broken_encoder(mel):

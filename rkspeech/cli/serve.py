@@ -119,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
     transcribers, speakers = [], []
     try:
         if args.whisper_model:
-            from rkspeech.runtime.whisper_model import (
+            from rkspeech.runtime.whisper.model import (
                 check_language,
                 check_model_dir,
                 is_multilingual,

@@ -85,7 +85,8 @@ def run(args: argparse.Namespace) -> int:
     from rkspeech.core.errors import RkspeechError
     from rkspeech.core.reporting import print_table
     from rkspeech.core.targets import board_target
-    from rkspeech.runtime.speak import Speaker, SpeechTiming, load_ref_audio
+    from rkspeech.runtime.audio import decode_audio
+    from rkspeech.runtime.speak import MIN_REF_AUDIO_S, Speaker, SpeechTiming
     from rkspeech.runtime.wav import WavWriter, to_int16
 
     if not args.text.strip():
@@ -118,7 +119,8 @@ def run(args: argparse.Namespace) -> int:
                                                   host_stages=args.host_stages))
         options = _options(args, speaker)
         rate = speaker.sample_rate
-        ref = load_ref_audio(args.ref_audio, rate) if args.ref_audio else None
+        ref = (decode_audio(args.ref_audio, sample_rate=rate, what="reference audio", min_seconds=MIN_REF_AUDIO_S)
+               if args.ref_audio else None)
         timing, codes = SpeechTiming(), []
         chunks = speaker.stream(args.text, speaker=args.speaker, language=args.language, instruct=args.instruct,
                                 ref_audio=ref, options=options, codes_out=codes,

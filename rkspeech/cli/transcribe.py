@@ -4,7 +4,7 @@ faster-whisper with the encoder offloaded (a split encoder, large: the build's m
 faster-whisper's whole transcribe (beam search, temperature fallback, timestamps, word
 timestamps, VAD, language detection, translate, the batched pipeline) with each 30 s window's
 encoder on onnxruntime, the rknn-toolkit2 simulator or rknn-toolkit-lite2 on the board
-(:class:`rkspeech.runtime.whisper_model.WhisperModel`).  All files are decoded and the encoder
+(:class:`rkspeech.runtime.whisper.model.WhisperModel`).  All files are decoded and the encoder
 checked against the model before anything is transcribed; the model is loaded once; outputs
 (txt, srt, vtt, json) are written atomically per file.  ``--compare`` runs stock faster-whisper
 with the same options and reports identical or the difference in text, segment boundaries and
@@ -17,7 +17,7 @@ import argparse
 
 from rkspeech.core.targets import CORE_MASKS, DEFAULT_TARGET
 from rkspeech.runtime.runners import BACKENDS
-from rkspeech.runtime.subtitles import FORMATS
+from rkspeech.runtime.whisper.subtitles import FORMATS
 
 
 def register(subparsers) -> None:
@@ -86,9 +86,8 @@ def run(args: argparse.Namespace) -> int:
 
     from rkspeech.core import progress
     from rkspeech.models.whisper.window import SAMPLE_RATE
-    from rkspeech.runtime.subtitles import write_outputs
-    from rkspeech.runtime.whisper import load_audio
-    from rkspeech.runtime.whisper_model import (
+    from rkspeech.runtime.audio import decode_audio
+    from rkspeech.runtime.whisper.model import (
         WhisperModel,
         check_encoder_file,
         check_language,
@@ -96,7 +95,8 @@ def run(args: argparse.Namespace) -> int:
         is_multilingual,
         model_geometry,
     )
-    from rkspeech.runtime.whisper_transcript import (
+    from rkspeech.runtime.whisper.subtitles import write_outputs
+    from rkspeech.runtime.whisper.transcript import (
         compare_transcriptions,
         transcribe_audio,
     )
@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     backend = args.backend
     if args.encoder:
         backend, _ = check_encoder_file(args.encoder, model_dir=args.model, backend=backend, target=args.target)
-    audios = [load_audio(path) for path in args.audio]
+    audios = [decode_audio(path, sample_rate=SAMPLE_RATE, allow_empty=True) for path in args.audio]  # no samples: ""
 
     start = time.perf_counter()
     with progress.stage(f"load Whisper (CTranslate2 decoder{', encoder on ' + backend if backend else ''})"):
@@ -170,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print_file(entry: dict, result, backend, *, multiple: bool, file) -> None:
-    from rkspeech.runtime.whisper_transcript import describe_difference
+    from rkspeech.runtime.whisper.transcript import describe_difference
 
     if multiple:
         print(f"==> {entry['audio']} <==")

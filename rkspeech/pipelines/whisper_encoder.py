@@ -18,7 +18,7 @@ fp32 graph): after step 3 the graph is cut at encoder-block boundaries into ``pa
 graphs (``encoder.partK.onnx``, :func:`rkspeech.export.split.split_onnx`; only the residual
 stream crosses a cut, flattened to 1-D), each converted in its own converter child to
 ``encoder.partK.rknn`` (``encoder-pieces.json`` lists them in order, with the contract string:
-the ``--encoder`` that ``rkspeech transcribe`` takes, :mod:`rkspeech.runtime.whisper_pieces`),
+the ``--encoder`` that ``rkspeech transcribe`` takes, :mod:`rkspeech.runtime.whisper.pieces`),
 and the simulator runs the pieces one after another, each in its own
 child, the residual stream handed from one to the next; the chained output is compared with the
 torch encoder.  Measured figures: docs/whisper-sizes.md.
@@ -133,7 +133,7 @@ def build_whisper_encoder(options: WhisperEncoderBuildOptions) -> dict:
         raise RkspeechError(f"{args.model}: no such Whisper model (a CTranslate2 folder, an openai .pt or a "
                             "transformers folder)")
     if args.verify_audio is not None and not Path(args.verify_audio).is_file():
-        raise RkspeechError(f"{args.verify_audio}: no such audio file")
+        raise RkspeechError(f"--verify-audio {args.verify_audio}: no such file")
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     stages = StageRunner(out_dir, args.force)
@@ -182,9 +182,9 @@ def _export(args, onnx_path: Path, check: dict[str, Path]) -> dict:
 
     audio = None
     if args.verify_audio:
-        from rkspeech.runtime.whisper import load_audio
+        from rkspeech.runtime.audio import decode_audio
 
-        audio = load_audio(args.verify_audio)
+        audio = decode_audio(args.verify_audio, sample_rate=SAMPLE_RATE, what="--verify-audio")
     mel = check_window_mel(loaded.dims.n_mels, audio)
     report["check_input"] = str(args.verify_audio or "synthetic speech-like signal (12 s, padded to 30 s)")
     with torch.no_grad():
@@ -247,7 +247,7 @@ def _build_pieces(args, stages, onnx_path: Path, out_dir: Path, check: dict[str,
 
         from rkspeech.core import progress
         from rkspeech.export.split import split_onnx
-        from rkspeech.runtime.whisper_pieces import write_manifest
+        from rkspeech.runtime.whisper.pieces import write_manifest
 
         with progress.stage(f"cut the graph into {args.parts} pieces at block boundaries"):
             cuts = block_cuts(onnx_path, args.parts)
@@ -346,7 +346,7 @@ def _custom_string(loaded) -> str:
 def _ort_check(onnx_path: Path, mel, ref, threads: int) -> dict:
     import time
 
-    from rkspeech.runtime.whisper import open_encoder
+    from rkspeech.runtime.whisper.encoder import open_encoder
     from rkspeech.verify.compare import compare_tensors as compare
 
     with open_encoder("ort", onnx_path, threads=threads or None) as enc:
@@ -363,7 +363,7 @@ def _simulate(onnx_path: Path, mel, target: str):
     intermediate tensor, so this, not the conversion, is what grows fastest with model size)."""
     import time
 
-    from rkspeech.runtime.whisper import open_encoder
+    from rkspeech.runtime.whisper.encoder import open_encoder
 
     start = time.perf_counter()
     with open_encoder("sim", onnx_path, target=target) as enc:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Iterator
 
 import numpy as np
@@ -59,6 +58,9 @@ class SpeechTiming:
 #: Sampling seed when the caller gives none (``rkspeech speak --seed``, the server): the same text
 #: and voice give the same audio from the CLI and from a server.
 DEFAULT_SEED = 0
+#: The shortest reference recording ``rkspeech speak --ref-audio`` accepts (``runtime.audio.decode_audio``'s
+#: ``min_seconds``).
+MIN_REF_AUDIO_S = 0.5
 
 
 class Speaker:
@@ -147,8 +149,9 @@ class Speaker:
                codes_out: list | None = None, timing: SpeechTiming | None = None) -> Iterator[np.ndarray]:
         """Yield PCM chunks (float32, [-1, 1]) as the vocoder steps complete.
 
-        ``ref_audio`` (float32 mono at :attr:`sample_rate`) clones a voice on Base models; with
-        ``ref_text`` and ``ref_codes`` (its transcript and its ``[T, 16]`` codes) in context.
+        ``ref_audio`` (float32 mono at :attr:`sample_rate`, e.g. from ``runtime.audio.decode_audio``)
+        clones a voice on Base models; with ``ref_text`` and ``ref_codes`` (its transcript and its
+        ``[T, 16]`` codes) in context.
         ``codes_out``: a list that receives each frame's 16 codes as it is generated;
         ``timing``: filled in as the stream goes (time to first audio, per-stage seconds).
         Bad text, speaker, language or mode is refused before any audio is produced."""
@@ -222,24 +225,3 @@ def _load_model(model_dir):
     from rkspeech.models.qwen3_tts.generate import TTSModel
 
     return TTSModel.load(model_dir)
-
-
-def load_ref_audio(path, sample_rate: int) -> np.ndarray:
-    """A reference recording for voice cloning as float32 mono at ``sample_rate`` (any format
-    PyAV reads, through faster-whisper's decoder); one-line errors for a missing or unreadable
-    file."""
-    p = Path(path)
-    if p.is_dir():
-        raise RkspeechError(f"reference audio {p} is a directory; pass an audio file")
-    if not p.is_file():
-        raise RkspeechError(f"reference audio {p}: no such file")
-    try:
-        from faster_whisper.audio import decode_audio
-
-        audio = decode_audio(str(p), sampling_rate=sample_rate)
-    except Exception as exc:  # noqa: BLE001 - PyAV raises many types for bad files
-        raise RkspeechError(f"reference audio {p} could not be decoded ({type(exc).__name__}: "
-                            f"{str(exc).splitlines()[0] if str(exc) else 'no detail'})") from None
-    if audio.size < sample_rate // 2:
-        raise RkspeechError(f"reference audio {p} is {audio.size / sample_rate:.2f} s long; give at least 0.5 s")
-    return np.asarray(audio, dtype=np.float32)

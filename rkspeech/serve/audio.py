@@ -1,10 +1,11 @@
 """Audio in and out of the server, in memory only.
 
-:func:`decode_upload` is faster-whisper's ``decode_audio`` (PyAV -> s16 mono 16 kHz -> float32 /
-32768, the same resampler and frame handling, so the samples -- and the transcript -- equal what
-``rkspeech transcribe`` reads from the same file) over the uploaded bytes, with a bound on the
-decoded length checked while decoding: a 25 MB upload of a low-bit-rate codec could otherwise
-decode to hours of audio.  No name or path from a request is ever opened.
+Uploads are decoded by :func:`rkspeech.runtime.audio.decode_audio` (the decoder of ``rkspeech
+transcribe``, so the samples -- and the transcript -- equal what the CLI reads from the same
+file) with the server's bound on the decoded length, checked while decoding: a 25 MB upload of
+a low-bit-rate codec could otherwise decode to hours of audio.  :func:`bad_audio` turns its
+refusal into :class:`BadAudio` (400) or :class:`TooLong` (413).  No name or path from a request
+is ever opened.
 
 :func:`pcm16_to_float` reads Wyoming's 16-bit mono PCM the same way (/ 32768); :func:`float_to_pcm16`
 and :func:`wav_header` are the speech output (16-bit PCM; a streamed WAV has unknown length, so
@@ -13,12 +14,11 @@ its RIFF and data sizes are 0xFFFFFFFF, as OpenAI's streamed WAV responses do).
 
 from __future__ import annotations
 
-import io
 import struct
 
 import numpy as np
 
-from rkspeech.models.whisper.window import SAMPLE_RATE
+from rkspeech.runtime.audio import AudioError, AudioTooLong
 from rkspeech.serve.engines import ServeError
 
 
@@ -32,45 +32,9 @@ class TooLong(ServeError):
     code = "too-long"
 
 
-def decode_upload(data: bytes, *, max_audio_s: float, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
-    """Uploaded file bytes -> mono float32 at ``sample_rate``; :class:`BadAudio` when they are not
-    audio or decode to nothing, :class:`TooLong` past ``max_audio_s``."""
-    import gc
-
-    import av
-    from faster_whisper.audio import (
-        _group_frames,
-        _ignore_invalid_frames,
-        _resample_frames,
-    )
-
-    if not data:
-        raise BadAudio("the uploaded file is empty")
-    limit_bytes = int(max_audio_s * sample_rate) * 2
-    raw = io.BytesIO()
-    resampler = av.audio.resampler.AudioResampler(format="s16", layout="mono", rate=sample_rate)
-    try:
-        with av.open(io.BytesIO(data), mode="r", metadata_errors="ignore") as container:
-            if not container.streams.audio:
-                raise BadAudio("the uploaded file has no audio stream")
-            frames = _resample_frames(_group_frames(_ignore_invalid_frames(container.decode(audio=0)), 500000),
-                                      resampler)
-            for frame in frames:
-                raw.write(frame.to_ndarray())
-                if raw.tell() > limit_bytes:
-                    raise TooLong(f"the audio is longer than the server's limit of {max_audio_s:g} s")
-    except (BadAudio, TooLong):
-        raise
-    except Exception as exc:  # noqa: BLE001 - PyAV raises its own error types
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise BadAudio(f"cannot decode the uploaded file as audio: {first}") from None
-    finally:
-        del resampler
-        gc.collect()  # as faster-whisper does: PyAV resampler objects are freed late otherwise
-    audio = np.frombuffer(raw.getbuffer(), dtype=np.int16).astype(np.float32) / 32768.0
-    if audio.size == 0:
-        raise BadAudio("the uploaded file decodes to no audio samples (not audio, or corrupt)")
-    return audio
+def bad_audio(exc: AudioError) -> ServeError:
+    """The server's answer to a refused upload: 413 past the length limit, else 400."""
+    return (TooLong if isinstance(exc, AudioTooLong) else BadAudio)(str(exc))
 
 
 def pcm16_to_float(pcm: bytes) -> np.ndarray:

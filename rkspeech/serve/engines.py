@@ -2,7 +2,7 @@
 graceful shutdown.
 
 An *engine* is one model instance that serves one request at a time: a transcription engine is a
-:class:`rkspeech.runtime.whisper_model.WhisperModel` (on a host: its own onnxruntime session; on
+:class:`rkspeech.runtime.whisper.model.WhisperModel` (on a host: its own onnxruntime session; on
 a board: its own rknn-lite context pinned to one NPU core, see :func:`open_transcribers`), a
 speech engine anything that satisfies :class:`SpeechEngine`.  Each engine has its own worker
 thread (a one-thread executor), so blocking model calls never run on the event loop and a
@@ -353,7 +353,7 @@ class EnginePool:
 def open_transcribers(model_dir, *, engines: int = 1, encoder=None, backend: str | None = None,
                       target: str | None = None, core_masks: Sequence[str] | None = None,
                       threads: int = 1, compute_type: str = "float32") -> list:
-    """``engines`` :class:`~rkspeech.runtime.whisper_model.WhisperModel` instances, each with its
+    """``engines`` :class:`~rkspeech.runtime.whisper.model.WhisperModel` instances, each with its
     own encoder runner (onnxruntime session, simulator, or an rknn-lite context).
 
     With ``backend="rknnlite"`` engine i is pinned to NPU core ``core_masks[i % len]`` (default:
@@ -361,7 +361,7 @@ def open_transcribers(model_dir, *, engines: int = 1, encoder=None, backend: str
     rknn-toolkit-lite2 API, not run on a board here.  ``threads`` is per engine (CTranslate2
     decoder and onnxruntime).
     """
-    from rkspeech.runtime.whisper_model import WhisperModel
+    from rkspeech.runtime.whisper.model import WhisperModel
 
     if engines < 1:
         raise RkspeechError(f"--engines must be >= 1, got {engines}")

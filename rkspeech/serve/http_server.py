@@ -63,8 +63,10 @@ def build_app(pool: EnginePool, options: ServeOptions, metrics=None):
     )
     from starlette.routing import Route
 
+    from rkspeech.models.whisper.window import SAMPLE_RATE
+    from rkspeech.runtime.audio import AudioError, decode_audio
     from rkspeech.serve import transcription
-    from rkspeech.serve.audio import decode_upload, float_to_pcm16, wav_header
+    from rkspeech.serve.audio import bad_audio, float_to_pcm16, wav_header
     from rkspeech.serve.speech import SPEECH_FORMATS, SpeakRequest
 
     def count(endpoint: str, status) -> None:
@@ -157,7 +159,11 @@ def build_app(pool: EnginePool, options: ServeOptions, metrics=None):
             prompt=form.get("prompt") or None, word_timestamps="word" in grains,
             beam_size=options.beam_size, vad=options.vad)
         start = time.perf_counter()
-        audio = await asyncio.to_thread(decode_upload, data, max_audio_s=options.max_audio_s)
+        try:
+            audio = await asyncio.to_thread(decode_audio, data, sample_rate=SAMPLE_RATE, what="the uploaded file",
+                                            max_seconds=options.max_audio_s)
+        except AudioError as exc:
+            raise bad_audio(exc) from None
         if metrics is not None:
             metrics.stage_seconds.labels("decode_audio").observe(time.perf_counter() - start)
         result = await pool.run(TRANSCRIBE, transcription.run, audio, req, deadline=deadline)

@@ -4,8 +4,8 @@ response bodies.
 :meth:`TranscribeRequest.options` builds the same keyword options as ``rkspeech.cli.transcribe``
 (``beam_size``, ``language``, ``task``, ``word_timestamps``, ``vad_filter``, ``initial_prompt``)
 with the same defaults (beam 5, language detected, no VAD, no word times, sampler seed 0), and the call is
-:func:`rkspeech.runtime.whisper_transcript.transcribe_audio`; SRT and VTT bodies are
-:func:`rkspeech.runtime.subtitles.render`, the writer of the CLI's files.  tests/test_serve.py
+:func:`rkspeech.runtime.whisper.transcript.transcribe_audio`; SRT and VTT bodies are
+:func:`rkspeech.runtime.whisper.subtitles.render`, the writer of the CLI's files.  tests/test_serve.py
 checks a server response against the CLI's output on the same file.
 """
 
@@ -43,7 +43,7 @@ class TranscribeRequest:
 def check_language(model, language: str | None) -> str | None:
     """``language`` (None / "" / "auto" = detect) when ``model`` knows it, else :class:`BadRequest`."""
     from rkspeech.core.errors import RkspeechError
-    from rkspeech.runtime.whisper_model import check_language as check
+    from rkspeech.runtime.whisper.model import check_language as check
 
     try:
         return check(language, multilingual=model_languages(model) != ["en"])
@@ -66,7 +66,7 @@ def run(model, audio, request: TranscribeRequest):
     (``--seed``, default 0): the temperature fallback samples, so without the same seed a window
     that falls back could decode differently from the CLI.  The seed is process-wide: with
     several engines transcribing at once, fallback windows are not reproducible run to run."""
-    from rkspeech.runtime.whisper_transcript import transcribe_audio
+    from rkspeech.runtime.whisper.transcript import transcribe_audio
 
     return transcribe_audio(model, audio, seed=request.seed, **request.options())
 
@@ -75,7 +75,7 @@ def render(result, response_format: str, *, words: bool = False) -> tuple[str | 
     """(body, media type) in OpenAI's shapes: ``json`` {"text"}, ``text`` the text and a newline,
     ``srt`` / ``vtt`` the CLI's subtitle files, ``verbose_json`` task, language, duration, text,
     segments (and words with ``words``)."""
-    from rkspeech.runtime.subtitles import render as render_file
+    from rkspeech.runtime.whisper.subtitles import render as render_file
 
     text = result.text.strip()
     if response_format == "json":

@@ -236,9 +236,10 @@ class WyomingHandler:
         audio_bytes, too_long, language = b"".join(self._audio), self._too_long, self._language
         self._converter, self._audio, self._audio_bytes, self._language = None, [], 0, None  # per request
         if too_long:
+            from rkspeech.runtime.audio import too_long_message
             from rkspeech.serve.audio import TooLong
 
-            raise TooLong(f"the audio is longer than the server's limit of {self.options.max_audio_s:g} s")
+            raise TooLong(too_long_message("the audio", self.options.max_audio_s))
         start = time.perf_counter()
         model = self.pool.first_model(TRANSCRIBE)
         request = transcription.TranscribeRequest(

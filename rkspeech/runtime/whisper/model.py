@@ -11,7 +11,7 @@ fallback, ``condition_on_previous_text``, prompts, hotwords, segment and word ti
 language detection, ``task="translate"`` and the batched pipeline keep their meaning.
 
 An encoder built as consecutive graphs (``rkspeech build whisper-encoder --parts N``, large) is
-passed as the build's ``encoder-pieces.json`` (:mod:`rkspeech.runtime.whisper_pieces`): the
+passed as the build's ``encoder-pieces.json`` (:mod:`rkspeech.runtime.whisper.pieces`): the
 pieces run in turn inside ``encode``, checked as one graph (first piece's input, last piece's
 output, every piece reading what the one before wrote).
 
@@ -134,7 +134,7 @@ def check_encoder_file(encoder: str | Path, *, model_dir: str | Path, backend: s
     (file kind, chip of an .rknn, n_mels, window, d_model); reads files only, opens no runtime.
     For a pieces manifest (``encoder-pieces.json``, default backend ``ort``) the second item is
     the tuple of piece files, in order."""
-    from rkspeech.runtime.whisper_pieces import is_manifest
+    from rkspeech.runtime.whisper.pieces import is_manifest
 
     encoder = Path(encoder)
     geometry = model_geometry(model_dir)
@@ -180,7 +180,7 @@ def _check_pieces(manifest: Path, backend: str, target: str | None, geometry: di
     from rkspeech.runtime.runners import check_runner_file
     from rkspeech.runtime.runners.base import onnx_io_specs
     from rkspeech.runtime.runners.segmented import chain_specs
-    from rkspeech.runtime.whisper_pieces import read_manifest
+    from rkspeech.runtime.whisper.pieces import read_manifest
 
     pieces = read_manifest(manifest)
     paths = pieces.files(backend)
@@ -292,7 +292,7 @@ def _build_class():
             if encoder is not None:  # checked and opened before the decoder is loaded
                 backend, run_path = check_encoder_file(encoder, model_dir=path, backend=backend, target=target)
                 if isinstance(run_path, tuple):  # consecutive pieces (encoder-pieces.json)
-                    from rkspeech.runtime.whisper_pieces import open_pieces as opener
+                    from rkspeech.runtime.whisper.pieces import open_pieces as opener
                 else:
                     from rkspeech.runtime.runners import open_runner as opener
 

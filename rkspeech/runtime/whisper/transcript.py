@@ -2,7 +2,7 @@
 
 :func:`transcribe_audio` runs any faster-whisper model (ours, stock, or a
 ``BatchedInferencePipeline`` over either) to the end of its segment generator and records
-``total_s``; with :class:`rkspeech.runtime.whisper_model.WhisperModel` also ``encoder_s`` (inside
+``total_s``; with :class:`rkspeech.runtime.whisper.model.WhisperModel` also ``encoder_s`` (inside
 ``encode``), ``decoder_s`` (inside CTranslate2's generate / align / detect_language) and
 ``host_s`` (the rest: features, VAD, faster-whisper's loop).
 

@@ -1,9 +1,9 @@
-"""The offloaded Whisper encoder (:func:`open_encoder`: any runner behind the decoder's interface)
-and audio decoding (:func:`load_audio`).
+"""The offloaded Whisper encoder: :func:`open_encoder`, any runner behind the decoder's interface.
 
 ``rkspeech transcribe`` and library users go through
-:class:`rkspeech.runtime.whisper_model.WhisperModel` (faster-whisper's whole transcribe with the
-encoder offloaded).  ``Whisper.generate`` takes an already-encoded ``[1, 1500, d]`` StorageView
+:class:`rkspeech.runtime.whisper.model.WhisperModel` (faster-whisper's whole transcribe with the
+encoder offloaded); the build's checks (``pipelines.whisper_encoder``) run one graph through
+:func:`open_encoder`.  ``Whisper.generate`` takes an already-encoded ``[1, 1500, d]`` StorageView
 in place of mel features, so the stock decoder runs unchanged behind the offloaded encoder.
 """
 
@@ -14,37 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from rkspeech.core.errors import RkspeechError
-from rkspeech.models.whisper.window import ENCODER_FRAMES, SAMPLE_RATE
-
-def load_audio(path: str | Path, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
-    """Decode any audio file to mono float32 at ``sample_rate`` with faster-whisper's decoder (PyAV).
-
-    An empty container (a wav with no samples) gives an empty array; a file whose data decodes
-    to nothing (random bytes named .mp3: PyAV probes them as an mp3 stream and faster-whisper
-    drops every undecodable packet, returning 0 samples) is an error."""
-    path = Path(path)
-    if not path.is_file():
-        raise RkspeechError(f"audio file {path} does not exist")
-    from faster_whisper.audio import decode_audio
-
-    try:
-        audio = decode_audio(str(path), sampling_rate=sample_rate)
-    except Exception as exc:  # noqa: BLE001 - PyAV raises its own error types
-        raise RkspeechError(f"cannot decode {path} as audio: {str(exc).splitlines()[0] if str(exc) else exc!r}") from None
-    if audio.size == 0 and _packet_bytes(path) > 0:
-        raise RkspeechError(f"cannot decode {path} as audio: its packets decode to no samples (not audio, or corrupt)")
-    return audio
-
-
-def _packet_bytes(path: Path) -> int:
-    """Bytes of audio packets PyAV finds in ``path`` (0 for an empty container)."""
-    import av
-
-    with av.open(str(path)) as container:
-        if not container.streams.audio:
-            return 0
-        return sum(p.size or 0 for p in container.demux(container.streams.audio[0]))
-
+from rkspeech.models.whisper.window import ENCODER_FRAMES
 
 # --------------------------------------------------------------------------------------------
 # The offloaded encoder: any runner (rkspeech.runtime.runners) behind the decoder's interface

