@@ -221,3 +221,42 @@ def test_placements_module_is_standard_library_only():
             "assert set(CPU_VARIANTS) == set(PLACEMENTS[1:]); "
             "bad = [m for m in ('numpy', 'onnx', 'onnxruntime', 'torch') if m in sys.modules]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[1])
+
+
+def test_talker_stop_frame_and_first_divergence_are_reported(tts, graphs, reference):
+    """A talker that emits ``codec_eos`` from frame 3 on: its stop frame, the first diverging frame
+    and ``same_stop`` say so."""
+    from rkspeech.accuracy.quantized_stage import talker_agreement
+    from rkspeech.runtime.tts.talker_backend import open_graph_talker
+
+    head = tts.net.talker.codec_head.weight.detach().numpy()
+    eos = tts.cfg.talker.codec_eos_token_id
+
+    class StopsAtFrame3:
+        name = "stops at frame 3"
+
+        def __init__(self, inner):
+            self.inner, self.calls = inner, 0
+
+        def start(self, capacity):
+            self.calls = 0
+            self.inner.start(capacity)
+
+        def forward(self, embeds):
+            hidden = self.inner.forward(embeds)
+            self.calls += 1
+            return (50 * head[eos]).astype(np.float32) if self.calls > 3 else hidden
+
+        def close(self):
+            self.inner.close()
+
+    talker = StopsAtFrame3(open_graph_talker(graphs["decode"], graphs["prefill"], threads=2))
+    try:
+        a = talker_agreement(tts, reference, talker)
+    finally:
+        talker.close()
+    for t in a["texts"]:
+        assert t["stop_frame_quantized"] == 3 and t["stop_frame_reference"] != 3 and not t["same_stop"], t
+        assert t["first_diverging_frame"] == 3, t
+    assert not a["same_stop"] and a["first_diverging_frame"] == 3
+    assert a["agreement"] == round(3 * len(reference) / a["decisions"], 4)
