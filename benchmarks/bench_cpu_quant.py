@@ -1,7 +1,7 @@
 """CPU variants of the talker and code-predictor step graphs side by side (issue 26, deliver 1).
 
     .venv/bin/python benchmarks/bench_cpu_quant.py [--frames 16] [--repeats 30] [--threads 2]
-        [--published-talker-decode] [--out bench_cpu_quant.json]
+        [--published | --published-only] [--out bench_cpu_quant.json]
 
 On the reduced synthetic custom-voice root (seed 0) it exports the talker prefill / decode pair
 (capacity 128, B=16), the code predictor's step graph and its frame graph, writes each graph's
@@ -14,9 +14,9 @@ fp32 graph over ``--frames`` teacher-forced frames of three texts
 (``accuracy.quantized_stage``), with ratios to fp32.  Then text -> codes end to end with both
 stages quantized (free running, greedy) against the fp32 graphs' codes.
 
-``--published-talker-decode``: also the talker decode step alone at the published 0.6B size
-(28 layers, hidden 1024; random weights: a ``DecoderStack`` of the published talker config,
-initialised as the synthetic checkpoint writer does; capacity 256): size and step time per
+``--published``: also the talker decode step (28 layers, capacity 256) and the code predictor
+step (5 layers, capacity 16) at the published 0.6B size (random weights: a ``DecoderStack`` of the
+published config, initialised as the synthetic checkpoint writer does): size and step time per
 variant (no agreement: that needs the whole published model, ~9 GB in torch).
 
 This is an x86 host, not the board's Cortex-A76 cores: times are this host's.
@@ -87,27 +87,39 @@ def variants_of(src: Path, out: Path, skip=()) -> dict[str, tuple[Path, dict]]:
     return res
 
 
-def published_talker_decode(work: Path, threads: int, repeats: int) -> list[dict]:
+def published_steps(work: Path, threads: int, repeats: int) -> list[dict]:
+    """The published talker decode step (capacity 256) and code predictor step (capacity 16), each
+    a ``DecoderStack`` of the published config initialised as the synthetic checkpoint writer does
+    (fan-in scaled, norms near 1), exported as the build exports them (heads layout, flat cache)."""
     import dataclasses
 
     from rkspeech.export.talker_onnx import export_talker_onnx
     from rkspeech.models.qwen3_tts.synthetic_tts import PUBLISHED, _init
     from rkspeech.models.qwen3_tts.talker import DecoderStack
     from rkspeech.models.qwen3_tts.tts_config import DecoderStackConfig
+    from rkspeech.stepgraph.code_predictor_codebook import MODEL_NAME
     from rkspeech.stepgraph.talker_step import TalkerStep
 
-    t0 = time.perf_counter()
     names = {f.name for f in dataclasses.fields(DecoderStackConfig)}
-    stack = DecoderStack(DecoderStackConfig(**{k: v for k, v in PUBLISHED["talker"].items() if k in names})).eval()
-    _init(stack, 0)  # the synthetic checkpoint writer's initialisation (fan-in scaled, norms near 1)
-    src = export_talker_onnx(TalkerStep(stack, capacity=256, B=1), work / "pub_talker_decode_B1_cap256.onnx")
-    del stack
-    print(f"# published talker decode exported in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
-    vs = variants_of(src, work, SKIP_PUBLISHED)
-    src.unlink()
-    ms = step_times_ms({label: path for label, (path, _) in vs.items()}, threads, repeats)
-    return [{"stage": "talker decode (published)", "variant": label, "bytes": rec["bytes_after"], "ms": ms[label],
-             "record": rec} for label, (_, rec) in vs.items()]
+    rows = []
+    for stage, section, kw in (("talker decode (published)", "talker", {"capacity": 256}),
+                               ("code predictor step (published)", "code_predictor",
+                                {"capacity": PUBLISHED["code_predictor"]["num_code_groups"], "name": MODEL_NAME})):
+        t0 = time.perf_counter()
+        cfg = DecoderStackConfig(**{k: v for k, v in PUBLISHED[section].items() if k in names})
+        stack = DecoderStack(cfg).eval()
+        _init(stack, 0)
+        src = export_talker_onnx(TalkerStep(stack, B=1, **kw), work / f"pub_{section}_step.onnx")
+        del stack
+        print(f"# {stage} exported in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+        vs = variants_of(src, work, SKIP_PUBLISHED)
+        src.unlink()
+        ms = step_times_ms({label: path for label, (path, _) in vs.items()}, threads, repeats)
+        rows += [{"stage": stage, "variant": label, "bytes": rec["bytes_after"], "ms": ms[label], "record": rec}
+                 for label, (_, rec) in vs.items()]
+        for path, _ in vs.values():
+            path.unlink()
+    return rows
 
 
 def reduced(work: Path, args, rows: list[dict]) -> dict:
@@ -200,8 +212,9 @@ def main() -> int:
     ap.add_argument("--frames", type=int, default=16)
     ap.add_argument("--repeats", type=int, default=30)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--published-talker-decode", action="store_true")
-    ap.add_argument("--published-only", action="store_true", help="only the published talker decode step")
+    ap.add_argument("--published", action="store_true",
+                    help="also the published talker decode and code predictor steps (size and time)")
+    ap.add_argument("--published-only", action="store_true", help="only the published steps")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
 
@@ -216,11 +229,11 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench_cpu_quant.") as tmp:
         work = Path(tmp)
         if args.published_only:
-            rows += published_talker_decode(work, args.threads, args.repeats)
+            rows += published_steps(work, args.threads, args.repeats)
         else:
             e2e = reduced(work, args, rows)
-            if args.published_talker_decode:
-                rows += published_talker_decode(work, args.threads, args.repeats)
+            if args.published:
+                rows += published_steps(work, args.threads, args.repeats)
 
     load1 = os.getloadavg()
     print(f"# bench_cpu_quant {started:%Y-%m-%d %H:%M} UTC; onnxruntime {onnxruntime.__version__} CPU, "

@@ -10,10 +10,11 @@ frame or step: any ONNX that carries the ``rkspeech.contract`` metadata) and wri
   ``com.microsoft`` ``MatMulNBits`` node; ``block_size`` (a power of two >= 16), ``symmetric``
   and ``accuracy_level`` are recorded.  Defaults, measured (``benchmarks/bench_cpu_quant.py``,
   docs/cpu-stages.md, 2026-12-01): block 32 (reduced talker logit SNR 26.9 dB vs 25.6 dB at
-  block 128; code predictor step 17.1 vs 16.1 dB; published talker decode 320 MB vs 268 MB and
-  ~10 % slower than block 128), asymmetric (26.9 vs 26.0 dB symmetric), ``accuracy_level`` 4
-  (the activations quantized to int8 per block inside the kernel: published talker decode 1.97x
-  faster than ``accuracy_level`` 0 in the same run, and the same reduced logit SNR to 0.1 dB).
+  block 128; code predictor step 17.1 vs 16.1 dB; at the published size 320 MB vs 268 MB and
+  the talker decode step ~8 % slower than at block 128), asymmetric (26.9 vs 26.0 dB symmetric),
+  ``accuracy_level`` 4 (the activations quantized to int8 per block inside the kernel: the
+  published talker decode step 1.8x and the code predictor step 2.9x faster than with
+  ``accuracy_level`` 0, which computes in fp32; the same reduced logit SNR to 0.1 dB).
 * ``int8``: ``onnxruntime.quantization.quantize_dynamic`` on MatMul only (``MatMulConstBOnly``):
   int8 weights, activations quantized to uint8 per call (``DynamicQuantizeLinear`` +
   ``MatMulInteger``).  Why dynamic and not weight-only int8: onnxruntime 1.19.2 has no
@@ -21,8 +22,8 @@ frame or step: any ONNX that carries the ``rkspeech.contract`` metadata) and wri
   is supported for MatMulNBits op", measured 2026-12-01), and its other int8 route
   (``quantize_static``, QDQ) quantizes the activations too and needs a calibration set.
   Per channel is the default: reduced talker logit SNR 46.1 dB vs 44.2 dB per tensor (code
-  predictor step 36.7 vs 34.9 dB) for 4 % more bytes; the published talker decode is 0.50x the
-  fp32 step time (int4 0.46x) in the same run.
+  predictor step 36.7 vs 34.9 dB) for 4 % more bytes.  Published step time vs fp32 in the same
+  run: talker decode int8 0.50x, int4 0.44x; code predictor step int8 0.37x, int4 0.36x.
 
 Every variant keeps the source's metadata (the ``rkspeech.contract`` key is copied back when a
 quantizer drops or changes it) and its graph inputs and outputs (names and shapes, checked on
