@@ -6,8 +6,9 @@
   through ``open_runner('ort')`` and through the unchanged runtime backends (``GraphTalker``,
   ``CodebookCodePredictor``, ``GraphCodePredictor``): text -> codes end to end;
 * teacher-forced greedy agreement and logit SNR against the fp32 graphs above loose floors
-  (measured 2026-12-01 on this root, 8 frames x 3 texts: talker int8 96 % / 45 dB, int4 93 % /
-  26 dB; code predictor step int8 96 % / 36 dB, int4 73 % / 17 dB; random weights, flat logits);
+  (``FLOORS``; docs/cpu-stages.md measured on this root, 16 frames x 3 texts: talker int8 96 % /
+  46 dB, int4 92 % / 27 dB; code predictor step int8 98 % / 37 dB, int4 75 % / 17 dB; random
+  weights, flat logits), and an early stop token reported as such;
 * one-line refusals: not an ONNX, no contract, unknown variant / placement, bad block size.
 """
 
