@@ -171,12 +171,9 @@ def _restore_metadata(model, meta: dict[str, str]) -> list[str]:
     return fixed
 
 
-def _op_counts(path) -> dict[str, int]:
+def _op_counts(model) -> dict[str, int]:
     import collections
 
-    import onnx
-
-    model = onnx.load(str(path), load_external_data=False)
     return dict(collections.Counter(n.op_type for n in model.graph.node))
 
 
@@ -185,7 +182,8 @@ def quantize_step_graph(src: str | os.PathLike, dst: str | os.PathLike, options:
     ``variant``, ``quantizer``, ``bits``, ``block_size``, ``symmetric`` (and the variant's other
     options), ``onnxruntime`` (version), ``bytes_before`` / ``bytes_after`` / ``size_ratio``,
     ``quantized_ops`` (op type -> count in ``dst``), ``fp32_matmuls`` (MatMul nodes left, the
-    activation x activation products of attention among them), ``metadata_restored``,
+    activation x activation products of attention among them; None for the fp32 copy, which is
+    not parsed), ``metadata_restored``,
     ``seconds``.  ``src`` must carry the ``rkspeech.contract`` metadata; ``dst`` gets it, and
     the same input and output names and shapes (checked)."""
     import onnxruntime
@@ -204,6 +202,7 @@ def quantize_step_graph(src: str | os.PathLike, dst: str | os.PathLike, options:
     io_before = read_graph_io(src)
     t0 = time.perf_counter()
     restored: list[str] = []
+    ops: dict[str, int] | None = None  # the fp32 copy is not loaded
     with atomic_path(dst, suffix=".onnx") as tmp:
         if options.variant == "fp32":
             shutil.copyfile(src, tmp)
@@ -217,7 +216,9 @@ def quantize_step_graph(src: str | os.PathLike, dst: str | os.PathLike, options:
                     raise RkspeechError(f"{src}: onnxruntime's {options.variant} quantizer failed: "
                                         f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
                 restored = _restore_metadata(model, meta)
+                ops = _op_counts(model)
                 onnx.save(model, str(tmp))
+                del model
         got_meta = read_metadata(tmp) or {}
         if got_meta.get(CONTRACT_KEY) != meta[CONTRACT_KEY]:
             raise RkspeechError(f"{dst}: the {options.variant} variant lost its {CONTRACT_KEY} metadata")
@@ -225,11 +226,10 @@ def quantize_step_graph(src: str | os.PathLike, dst: str | os.PathLike, options:
         if io_after != io_before:
             raise RkspeechError(f"{dst}: the {options.variant} variant changed the graph's inputs/outputs "
                                 f"({io_before} -> {io_after})")
-        ops = _op_counts(tmp)
     before, after = src.stat().st_size, dst.stat().st_size
-    quantized = {op: ops.get(op, 0) for op in QUANTIZED_OPS.get(options.variant, ())}
+    quantized = {op: ops.get(op, 0) for op in QUANTIZED_OPS.get(options.variant, ())} if ops else {}
     return {"variant": options.variant, "quantizer": QUANTIZERS[options.variant], **options.record(),
             "onnxruntime": onnxruntime.__version__, "source": str(src), "bytes_before": before,
             "bytes_after": after, "size_ratio": round(after / before, 4), "quantized_ops": quantized,
-            "fp32_matmuls": ops.get("MatMul", 0), "metadata_restored": restored,
+            "fp32_matmuls": None if ops is None else ops.get("MatMul", 0), "metadata_restored": restored,
             "seconds": round(time.perf_counter() - t0, 3)}
