@@ -1,0 +1,254 @@
+"""How far a quantized talker or code predictor is from its fp32 graph, frame by frame.
+
+One greedy generation per text runs with the reference backends (the fp32 graphs on onnxruntime,
+or torch) and records what each stage was fed and what it returned
+(:func:`record_greedy_reference`).  The quantized stage is then fed **the reference's inputs**
+(teacher forced), so frame k of both sees the same prompt, the same earlier codes and the same
+hidden states, and a difference at frame k is that frame's own:
+
+* talker (:func:`talker_agreement`): the recorded ``forward`` inputs replayed through the
+  quantized backend; ``codec_head`` on both hidden states gives the logits; the top-1 is taken as
+  the generation loop takes it (tail tokens suppressed, ``codec_eos`` banned for the first
+  frames, the repetition penalty over the reference's history).  ``stop_frame``: the first frame
+  whose top-1 is ``codec_eos`` (None: not within the recorded frames).
+* code predictor (:func:`code_predictor_agreement`): each recorded frame's (hidden, codebook 0
+  embedding) through the quantized backend.  A backend that takes ``choose`` (the step form) is
+  fed the reference's code for each codebook (teacher forced inside the frame too); a greedy-only
+  frame graph feeds its own argmax back, so after its first differing codebook a frame's later
+  codebooks see other inputs: their logits are left out of the SNR (as
+  ``pipelines.code_predictor_build.compare_frames`` does).
+
+Figures: ``agreement`` (fraction of equal top-1 decisions), ``first_diverging_frame`` per text,
+``logit_snr_db`` (reference logits' energy over the difference's, all frames pooled),
+``margin`` (the reference's top-1 minus top-2 logit: its distribution says how close the
+decisions were; on random synthetic weights the logits are flat, so agreement there mostly
+counts near-ties).
+
+The backends are passed in (``models.qwen3_tts.backends`` interfaces), opened by the caller
+through the runtime; nothing here opens a runner.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rkspeech.core.errors import RkspeechError
+
+DEFAULT_TEXTS = ("Hello there, this is a check of the quantized stages.",
+                 "The quick brown fox jumps over the lazy dog.",
+                 "One, two, three: counting frames is easy.")
+
+
+@dataclass
+class ReferenceRun:
+    """One greedy generation's record: ``talker_calls`` [(embeds [t, Ht], hidden [Ht])], ``frames``
+    ``int64 [F, G]``, and per frame the code predictor's ``cp_inputs`` [(hidden [Ht], first
+    [Ht])] and ``cp_logits`` ``[G-1, V]`` float32."""
+
+    text: str
+    talker_calls: list = field(default_factory=list)
+    frames: np.ndarray | None = None
+    cp_inputs: list = field(default_factory=list)
+    cp_logits: list = field(default_factory=list)
+
+
+class _RecordingTalker:
+    def __init__(self, inner, run: ReferenceRun):
+        self.inner, self.run, self.name = inner, run, f"recording {inner.name}"
+
+    def start(self, capacity: int) -> None:
+        self.inner.start(capacity)
+
+    def forward(self, embeds):
+        out = self.inner.forward(embeds)
+        self.run.talker_calls.append((np.array(embeds, dtype=np.float32), np.array(out, dtype=np.float32)))
+        return out
+
+    def close(self) -> None:  # the caller owns the inner backend
+        pass
+
+
+class _RecordingCodePredictor:
+    def __init__(self, inner, run: ReferenceRun):
+        self.inner, self.run = inner, run
+        self.name = f"recording {inner.name}"
+        self.greedy_only = getattr(inner, "greedy_only", False)
+
+    def frame(self, hidden, first_embed, choose):
+        rows: list[np.ndarray] = []
+        if self.greedy_only:
+            logits = np.asarray(self.inner.infer(hidden, first_embed)["logits"], dtype=np.float32)
+            codes = [int(c) for c in logits.argmax(-1)]
+            rows = list(logits)
+        else:
+            def spy(j, lg):
+                rows.append(np.array(lg.numpy() if hasattr(lg, "numpy") else lg, dtype=np.float32))
+                return choose(j, lg)
+
+            codes = self.inner.frame(hidden, first_embed, spy)
+        self.run.cp_inputs.append((np.array(hidden, np.float32).reshape(-1), np.array(first_embed, np.float32).reshape(-1)))
+        self.run.cp_logits.append(np.stack(rows))
+        return codes
+
+    def close(self) -> None:
+        pass
+
+
+def _request(tts) -> dict:
+    kind = tts.cfg.tts_model_type
+    kw: dict = {"language": "english"}
+    if kind == "custom_voice":
+        kw["speaker"] = tts.speakers[0]
+    elif kind == "voice_design":
+        kw["instruct"] = "A calm voice."
+    else:
+        raise RkspeechError(f"the quantized-stage check runs custom-voice or voice-design models, not {kind!r}")
+    return kw
+
+
+def record_greedy_reference(tts, *, talker, code_predictor, texts=DEFAULT_TEXTS, frames: int = 16,
+                            request: dict | None = None) -> list[ReferenceRun]:
+    """Greedy generation of up to ``frames`` frames per text with ``talker`` and
+    ``code_predictor`` (backends; not closed here) recorded; ``tts``'s backends are restored."""
+    from rkspeech.models.qwen3_tts.generate import GenerationOptions
+
+    if frames < 1:
+        raise RkspeechError(f"frames must be >= 1, got {frames}")
+    kw = dict(request) if request is not None else _request(tts)
+    saved = (tts.talker_backend, tts.code_predictor_backend)
+    runs = []
+    try:
+        for text in texts:
+            run = ReferenceRun(text)
+            tts.use_backends(talker=_RecordingTalker(talker, run),
+                             code_predictor=_RecordingCodePredictor(code_predictor, run))
+            run.frames = tts.generate_codes(text, options=GenerationOptions.greedy(max_new_tokens=frames + 1), **kw)
+            runs.append(run)
+    finally:
+        tts.talker_backend, tts.code_predictor_backend = saved
+    return runs
+
+
+def _snr_db(sig: float, err: float) -> float | None:
+    if err == 0:
+        return None  # identical: no finite SNR (JSON has no infinity)
+    return round(10 * math.log10(sig / err), 2) if sig > 0 else None
+
+
+def margin_summary(margins) -> dict:
+    """Distribution of the reference's top-1 minus top-2 logit."""
+    m = np.asarray([x for x in margins if math.isfinite(x)], dtype=np.float64)
+    if not m.size:
+        return {"n": 0}
+    q = np.percentile(m, [0, 10, 50, 90])
+    return {"n": int(m.size), "min": round(float(q[0]), 4), "p10": round(float(q[1]), 4),
+            "median": round(float(q[2]), 4), "p90": round(float(q[3]), 4),
+            "below_0.1": round(float(np.mean(m < 0.1)), 4)}
+
+
+def _top2_margin(x: np.ndarray) -> float:
+    part = np.partition(x[np.isfinite(x)], -2)[-2:]
+    return float(part[1] - part[0])
+
+
+def talker_agreement(tts, runs: list[ReferenceRun], talker) -> dict:
+    """The quantized ``talker`` (a TalkerBackend; not closed here) against the recorded runs."""
+    import torch
+
+    from rkspeech.models.qwen3_tts.generate import MIN_NEW_TOKENS, SUPPRESSED_TAIL
+    from rkspeech.models.qwen3_tts.sampling import GenerationOptions, penalize
+
+    t = tts.cfg.talker
+    head = tts.net.talker.codec_head
+    penalty = GenerationOptions.greedy().repetition_penalty  # greedy keeps qwen-tts' talker penalty
+    suppress = [i for i in range(t.vocab_size - SUPPRESSED_TAIL, t.vocab_size) if i != t.codec_eos_token_id]
+    eos = t.codec_eos_token_id
+    agree = total = 0
+    sig = err = 0.0
+    margins: list[float] = []
+    per_text = []
+    for run in runs:
+        talker.start(sum(e.shape[0] for e, _ in run.talker_calls))
+        ref_h = np.stack([h for _, h in run.talker_calls])
+        got_h = np.stack([np.asarray(talker.forward(e), np.float32) for e, _ in run.talker_calls])
+        with torch.no_grad():
+            ref_l = head(torch.from_numpy(ref_h)).float()
+            got_l = head(torch.from_numpy(got_h)).float()
+        history = [int(c) for c in run.frames[:, 0]]
+        ref_top, got_top = [], []
+        for k in range(ref_l.shape[0]):
+            picks = []
+            for logits in (ref_l[k], got_l[k]):
+                x = penalize(logits.clone(), history[:k], penalty)
+                if k < MIN_NEW_TOKENS:
+                    x[eos] = float("-inf")
+                x[suppress] = float("-inf")
+                picks.append(x)
+            ref_top.append(int(picks[0].argmax()))
+            got_top.append(int(picks[1].argmax()))
+            margins.append(_top2_margin(picks[0].numpy()))
+        ref_top, got_top = np.array(ref_top), np.array(got_top)
+        same = ref_top == got_top
+        agree, total = agree + int(same.sum()), total + same.size
+        sig += float((ref_l.double() ** 2).sum())
+        err += float(((got_l.double() - ref_l.double()) ** 2).sum())
+        stop = [int(np.argmax(v == eos)) if (v == eos).any() else None for v in (ref_top, got_top)]
+        per_text.append({"text": run.text, "frames": int(same.size),
+                         "first_diverging_frame": None if same.all() else int(np.argmin(same)),
+                         "stop_frame_reference": stop[0], "stop_frame_quantized": stop[1],
+                         "same_stop": stop[0] == stop[1],
+                         "logit_snr_db": _snr_db(float((ref_l.double() ** 2).sum()),
+                                                 float(((got_l.double() - ref_l.double()) ** 2).sum()))})
+    return {"stage": "talker", "decisions": total, "agreement": round(agree / total, 4) if total else None,
+            "logit_snr_db": _snr_db(sig, err), "same_stop": all(p["same_stop"] for p in per_text),
+            "first_diverging_frame": min((p["first_diverging_frame"] for p in per_text
+                                          if p["first_diverging_frame"] is not None), default=None),
+            "margin": margin_summary(margins), "texts": per_text}
+
+
+def code_predictor_agreement(runs: list[ReferenceRun], code_predictor) -> dict:
+    """The quantized ``code_predictor`` (a CodePredictorBackend; not closed here) against the
+    recorded runs: per codebook decision, teacher forced (see the module docstring)."""
+    teacher_forced = not getattr(code_predictor, "greedy_only", False)
+    agree = total = 0
+    sig = err = 0.0
+    margins: list[float] = []
+    identical_frames = frames = 0
+    per_text = []
+    for run in runs:
+        first_div = None
+        for f, ((hidden, first), ref) in enumerate(zip(run.cp_inputs, run.cp_logits)):
+            codes = [int(c) for c in run.frames[f, 1:]]
+            if teacher_forced:
+                rows: list[np.ndarray] = []
+
+                def teacher(j, lg, rows=rows, codes=codes):
+                    rows.append(np.array(lg.numpy() if hasattr(lg, "numpy") else lg, dtype=np.float32))
+                    return codes[j - 1]
+
+                code_predictor.frame(hidden, first, teacher)
+                got = np.stack(rows)
+            else:
+                got = np.asarray(code_predictor.infer(hidden, first)["logits"], dtype=np.float32)
+            ref = np.asarray(ref, np.float64)
+            got = got.astype(np.float64).reshape(ref.shape)
+            same = got.argmax(-1) == np.asarray(codes)
+            agree, total = agree + int(same.sum()), total + same.size
+            frames += 1
+            identical_frames += bool(same.all())
+            if first_div is None and not same.all():
+                first_div = f
+            k = same.size if teacher_forced or same.all() else int(np.argmin(same)) + 1
+            sig += float((ref[:k] ** 2).sum())
+            err += float(((got[:k] - ref[:k]) ** 2).sum())
+            margins += [_top2_margin(r) for r in ref]
+        per_text.append({"text": run.text, "frames": len(run.cp_inputs), "first_diverging_frame": first_div})
+    return {"stage": "code_predictor", "teacher_forced": teacher_forced, "frames": frames, "decisions": total,
+            "agreement": round(agree / total, 4) if total else None, "frames_identical": identical_frames,
+            "logit_snr_db": _snr_db(sig, err),
+            "first_diverging_frame": min((p["first_diverging_frame"] for p in per_text
+                                          if p["first_diverging_frame"] is not None), default=None),
+            "margin": margin_summary(margins), "texts": per_text}

@@ -1,0 +1,235 @@
+"""CPU variants of a step graph: the exported fp32 ONNX with its MatMul weights in fp32, int8 or 4 bits.
+
+:func:`quantize_step_graph` takes an exported step graph (talker prefill / decode, code predictor
+frame or step: any ONNX that carries the ``rkspeech.contract`` metadata) and writes the variant
+:class:`CpuQuantOptions` asks for, with onnxruntime's own quantizers only:
+
+* ``fp32``: a byte copy (the placement ``cpu-fp32``).
+* ``int4``: ``onnxruntime.quantization.matmul_4bits_quantizer.MatMul4BitsQuantizer`` (round to
+  nearest, block-wise along K): every MatMul with a 2-D constant weight becomes a
+  ``com.microsoft`` ``MatMulNBits`` node; ``block_size`` (a power of two >= 16), ``symmetric``
+  and ``accuracy_level`` are recorded.  Defaults, measured (``benchmarks/bench_cpu_quant.py``,
+  docs/cpu-stages.md, 2026-12-01): block 32 (reduced talker logit SNR 26.9 dB vs 25.6 dB at
+  block 128; code predictor step 17.1 vs 16.1 dB; at the published size 320 MB vs 268 MB and
+  the talker decode step ~8 % slower than at block 128), asymmetric (26.9 vs 26.0 dB symmetric),
+  ``accuracy_level`` 4 (the activations quantized to int8 per block inside the kernel: the
+  published talker decode step 1.8x and the code predictor step 2.9x faster than with
+  ``accuracy_level`` 0, which computes in fp32; the same reduced logit SNR to 0.1 dB).
+* ``int8``: ``onnxruntime.quantization.quantize_dynamic`` on MatMul only (``MatMulConstBOnly``):
+  int8 weights, activations quantized to uint8 per call (``DynamicQuantizeLinear`` +
+  ``MatMulInteger``).  Why dynamic and not weight-only int8: onnxruntime 1.19.2 has no
+  weight-only int8 CPU path: its ``MatMulNBits`` kernel refuses ``bits=8`` ("Only 4b quantization
+  is supported for MatMulNBits op", measured 2026-12-01), and its other int8 route
+  (``quantize_static``, QDQ) quantizes the activations too and needs a calibration set.
+  Per channel is the default: reduced talker logit SNR 46.1 dB vs 44.2 dB per tensor (code
+  predictor step 36.7 vs 34.9 dB) for 4 % more bytes.  Published step time vs fp32 in the same
+  run: talker decode int8 0.50x, int4 0.44x; code predictor step int8 0.37x, int4 0.36x.
+
+Every variant keeps the source's metadata (the ``rkspeech.contract`` key is copied back when a
+quantizer drops or changes it) and its graph inputs and outputs (names and shapes, checked on
+the written file); the file is written atomically (``core.atomic``).  The returned dict
+(:func:`quantize_step_graph`) is what a plan records: quantizer, bits, block size, symmetric or
+not, onnxruntime version, sizes before and after.
+
+onnx and onnxruntime are imported inside the functions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from rkspeech.core.errors import RkspeechError
+
+#: Weight variants, as ``core.placement.CPU_VARIANTS`` names them.
+VARIANTS = ("fp32", "int8", "int4")
+#: The quantizer each variant uses (recorded in the report).
+QUANTIZERS = {"fp32": "copy", "int8": "onnxruntime.quantization.quantize_dynamic",
+              "int4": "onnxruntime.quantization.matmul_4bits_quantizer.MatMul4BitsQuantizer"}
+#: Op types that hold quantized weights in each variant's output.
+QUANTIZED_OPS = {"int8": ("MatMulInteger", "DynamicQuantizeMatMul"), "int4": ("MatMulNBits",)}
+#: The contract key (``stepgraph.contract.CONTRACT_KEY``; repeated here so this module stays
+#: free of torch-side imports).
+CONTRACT_KEY = "rkspeech.contract"
+
+
+@dataclass(frozen=True)
+class CpuQuantOptions:
+    """What :func:`quantize_step_graph` writes.
+
+    ``variant``: one of :data:`VARIANTS`.  int4: ``block_size`` (a power of two >= 16; K is
+    padded to whole blocks), ``symmetric`` (no zero point), ``accuracy_level`` (MatMulNBits'
+    compute type: 4 = int8, 0 = fp32; None leaves the attribute out, i.e. 0).  int8:
+    ``per_channel`` (one weight scale per output column instead of one per matrix).  Options of
+    the other variants are ignored and not recorded."""
+
+    variant: str = "int4"
+    block_size: int = 32
+    symmetric: bool = False
+    accuracy_level: int | None = 4
+    per_channel: bool = True
+
+    def __post_init__(self):
+        if self.variant not in VARIANTS:
+            raise RkspeechError(f"unknown CPU weight variant {self.variant!r}; choose one of {', '.join(VARIANTS)}")
+        if self.variant == "int4":
+            b = self.block_size
+            if not isinstance(b, int) or b < 16 or b & (b - 1):
+                raise RkspeechError(f"int4 block size must be a power of two >= 16, got {b!r}")
+            if self.accuracy_level not in (None, 0, 1, 2, 3, 4):
+                raise RkspeechError(f"int4 accuracy_level must be 0-4 or None, got {self.accuracy_level!r}")
+
+    @classmethod
+    def for_placement(cls, placement: str, **kw) -> CpuQuantOptions:
+        """The options of a CPU placement (``core.placement.PLACEMENTS``: ``cpu-int4`` ...);
+        ``npu`` or an unknown name is a one-line RkspeechError."""
+        from rkspeech.core.placement import cpu_variant
+
+        variant = cpu_variant(placement)
+        if variant is None:
+            raise RkspeechError(f"placement {placement!r} is not a CPU placement; nothing to quantize")
+        return cls(variant=variant, **kw)
+
+    def record(self) -> dict:
+        """The options that apply to this variant, as the report records them."""
+        d = asdict(self)
+        if self.variant == "int4":
+            return {"bits": 4, "block_size": d["block_size"], "symmetric": d["symmetric"],
+                    "accuracy_level": d["accuracy_level"]}
+        if self.variant == "int8":
+            return {"bits": 8, "block_size": None, "symmetric": True, "per_channel": d["per_channel"],
+                    "activations": "uint8, dynamic per call"}
+        return {"bits": 32, "block_size": None, "symmetric": None}
+
+
+def read_step_graph_metadata(path) -> dict[str, str]:
+    """The metadata of an exported step graph; a missing file, a file that is not ONNX or one
+    without the contract is a one-line RkspeechError."""
+    from rkspeech.export.onnx_contract import check_onnx_file, read_onnx_metadata
+
+    p = check_onnx_file(path)
+    meta = read_onnx_metadata(p)
+    if CONTRACT_KEY not in meta:
+        raise RkspeechError(f"{p}: no {CONTRACT_KEY} metadata: not a step graph exported by rkspeech "
+                            "(export it with rkspeech build/export first)")
+    return meta
+
+
+@contextlib.contextmanager
+def _quiet_quantizer():
+    """onnxruntime's quantizers log a pre-processing hint at WARNING on the root logger."""
+    import logging
+
+    before = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    try:
+        yield
+    finally:
+        logging.disable(before)
+
+
+def _quantize_model(src: Path, options: CpuQuantOptions, scratch: Path):
+    """The quantized ModelProto of ``src``."""
+    import onnx
+
+    model = onnx.load(str(src))
+    with _quiet_quantizer():
+        if options.variant == "int4":
+            from onnxruntime.quantization.matmul_4bits_quantizer import MatMul4BitsQuantizer
+
+            q = MatMul4BitsQuantizer(model, block_size=options.block_size, is_symmetric=options.symmetric,
+                                     accuracy_level=options.accuracy_level)
+            q.process()
+            return q.model.model
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        out = scratch / "int8.onnx"
+        quantize_dynamic(model, out, op_types_to_quantize=["MatMul"], per_channel=options.per_channel,
+                         weight_type=QuantType.QInt8, extra_options={"MatMulConstBOnly": True})
+        return onnx.load(str(out))
+
+
+def _restore_metadata(model, meta: dict[str, str]) -> list[str]:
+    """Put every source metadata entry back as it was (the quantizers add their own keys, which
+    stay); returns the keys that had to be restored."""
+    have = {p.key: p for p in model.metadata_props}
+    fixed = []
+    for key, value in meta.items():
+        if key in have:
+            if have[key].value != value:
+                have[key].value = value
+                fixed.append(key)
+        else:
+            p = model.metadata_props.add()
+            p.key, p.value = key, value
+            fixed.append(key)
+    return fixed
+
+
+def _op_counts(model) -> dict[str, int]:
+    import collections
+
+    return dict(collections.Counter(n.op_type for n in model.graph.node))
+
+
+def quantize_step_graph(src: str | os.PathLike, dst: str | os.PathLike, options: CpuQuantOptions) -> dict:
+    """Write ``options.variant`` of the step graph ``src`` to ``dst``; return the record:
+    ``variant``, ``quantizer``, ``bits``, ``block_size``, ``symmetric`` (and the variant's other
+    options), ``onnxruntime`` (version), ``bytes_before`` / ``bytes_after`` / ``size_ratio``,
+    ``quantized_ops`` (op type -> count in ``dst``), ``fp32_matmuls`` (MatMul nodes left, the
+    activation x activation products of attention among them; None for the fp32 copy, which is
+    not parsed), ``metadata_restored``,
+    ``seconds``.  ``src`` must carry the ``rkspeech.contract`` metadata; ``dst`` gets it, and
+    the same input and output names and shapes (checked)."""
+    import onnxruntime
+
+    from rkspeech.core.atomic import atomic_path
+    from rkspeech.export.onnx_reader import read_graph_io, read_metadata
+
+    if not isinstance(options, CpuQuantOptions):
+        raise RkspeechError(f"options must be a CpuQuantOptions, got {type(options).__name__}")
+    src, dst = Path(src), Path(dst)
+    meta = read_step_graph_metadata(src)
+    if dst.resolve() == src.resolve():
+        raise RkspeechError(f"{dst}: the variant must go to another file than its source")
+    if dst.suffix.lower() != ".onnx":
+        raise RkspeechError(f"{dst}: the variant is an ONNX graph; name it .onnx")
+    io_before = read_graph_io(src)
+    t0 = time.perf_counter()
+    restored: list[str] = []
+    ops: dict[str, int] | None = None  # the fp32 copy is not loaded
+    with atomic_path(dst, suffix=".onnx") as tmp:
+        if options.variant == "fp32":
+            shutil.copyfile(src, tmp)
+        else:
+            import onnx
+
+            with tempfile.TemporaryDirectory(prefix=".cpu-quant.", dir=dst.parent) as scratch:
+                try:
+                    model = _quantize_model(src, options, Path(scratch))
+                except Exception as exc:  # noqa: BLE001 - the quantizers raise what they like
+                    raise RkspeechError(f"{src}: onnxruntime's {options.variant} quantizer failed: "
+                                        f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+                restored = _restore_metadata(model, meta)
+                ops = _op_counts(model)
+                onnx.save(model, str(tmp))
+                del model
+        got_meta = read_metadata(tmp) or {}
+        if got_meta.get(CONTRACT_KEY) != meta[CONTRACT_KEY]:
+            raise RkspeechError(f"{dst}: the {options.variant} variant lost its {CONTRACT_KEY} metadata")
+        io_after = read_graph_io(tmp)
+        if io_after != io_before:
+            raise RkspeechError(f"{dst}: the {options.variant} variant changed the graph's inputs/outputs "
+                                f"({io_before} -> {io_after})")
+    before, after = src.stat().st_size, dst.stat().st_size
+    quantized = {op: ops.get(op, 0) for op in QUANTIZED_OPS.get(options.variant, ())} if ops else {}
+    return {"variant": options.variant, "quantizer": QUANTIZERS[options.variant], **options.record(),
+            "onnxruntime": onnxruntime.__version__, "source": str(src), "bytes_before": before,
+            "bytes_after": after, "size_ratio": round(after / before, 4), "quantized_ops": quantized,
+            "fp32_matmuls": None if ops is None else ops.get("MatMul", 0), "metadata_restored": restored,
+            "seconds": round(time.perf_counter() - t0, 3)}
