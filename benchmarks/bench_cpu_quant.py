@@ -97,7 +97,7 @@ def published_steps(work: Path, threads: int, repeats: int) -> list[dict]:
     from rkspeech.models.qwen3_tts.synthetic_tts import PUBLISHED, _init
     from rkspeech.models.qwen3_tts.talker import DecoderStack
     from rkspeech.models.qwen3_tts.tts_config import DecoderStackConfig
-    from rkspeech.stepgraph.code_predictor_codebook import MODEL_NAME
+    from rkspeech.contracts.talker import CODE_PREDICTOR_STEP_MODEL as MODEL_NAME
     from rkspeech.stepgraph.talker_step import TalkerStep
 
     names = {f.name for f in dataclasses.fields(DecoderStackConfig)}

@@ -83,8 +83,8 @@ def _weight_matmuls(path) -> int:
 @pytest.mark.parametrize("variant", ["int8", "int4"])
 def test_variant_keeps_contract_io_and_runs(graphs, variants, variant):
     from rkspeech.convert.cpu_quant import CONTRACT_KEY
-    from rkspeech.export.onnx_contract import read_onnx_metadata
-    from rkspeech.export.onnx_reader import read_graph_io
+    from rkspeech.contracts.read import read_onnx_metadata
+    from rkspeech.contracts.onnx_file import read_graph_io
     from rkspeech.runtime.runners import open_runner
     from rkspeech.verify.compare import snr_db
 
@@ -166,7 +166,7 @@ def test_quantized_stages_through_the_runtime_backends(tts, variants, reference,
 
 def test_metadata_dropped_by_a_quantizer_is_restored(graphs, tmp_path, monkeypatch):
     from rkspeech.convert import cpu_quant
-    from rkspeech.export.onnx_contract import read_onnx_metadata
+    from rkspeech.contracts.read import read_onnx_metadata
 
     real = cpu_quant._quantize_model
 

@@ -44,6 +44,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from rkspeech.contracts.base import CONTRACT_KEY
 from rkspeech.core.errors import RkspeechError
 
 #: Weight variants, as ``core.placement.CPU_VARIANTS`` names them.
@@ -53,9 +54,6 @@ QUANTIZERS = {"fp32": "copy", "int8": "onnxruntime.quantization.quantize_dynamic
               "int4": "onnxruntime.quantization.matmul_4bits_quantizer.MatMul4BitsQuantizer"}
 #: Op types that hold quantized weights in each variant's output.
 QUANTIZED_OPS = {"int8": ("MatMulInteger", "DynamicQuantizeMatMul"), "int4": ("MatMulNBits",)}
-#: The contract key (``stepgraph.contract.CONTRACT_KEY``; repeated here so this module stays
-#: free of torch-side imports).
-CONTRACT_KEY = "rkspeech.contract"
 
 
 @dataclass(frozen=True)
@@ -110,7 +108,7 @@ class CpuQuantOptions:
 def read_step_graph_metadata(path) -> dict[str, str]:
     """The metadata of an exported step graph; a missing file, a file that is not ONNX or one
     without the contract is a one-line RkspeechError."""
-    from rkspeech.export.onnx_contract import check_onnx_file, read_onnx_metadata
+    from rkspeech.contracts.read import check_onnx_file, read_onnx_metadata
 
     p = check_onnx_file(path)
     meta = read_onnx_metadata(p)
@@ -189,7 +187,7 @@ def quantize_step_graph(src: str | os.PathLike, dst: str | os.PathLike, options:
     import onnxruntime
 
     from rkspeech.core.atomic import atomic_path
-    from rkspeech.export.onnx_reader import read_graph_io, read_metadata
+    from rkspeech.contracts.onnx_file import read_graph_io, read_metadata
 
     if not isinstance(options, CpuQuantOptions):
         raise RkspeechError(f"options must be a CpuQuantOptions, got {type(options).__name__}")
