@@ -11,7 +11,7 @@ os.environ.setdefault("RKSPEECH_THREADS", "2")
 
 @pytest.fixture(scope="session")
 def reduced_ckpt(tmp_path_factory):
-    from rkspeech.models.qwen3_tts.synthetic import write_checkpoint
+    from rkspeech.models.qwen3_tts.synthetic_vocoder import write_checkpoint
 
     root = tmp_path_factory.mktemp("ckpt_reduced")
     write_checkpoint(root, "reduced", seed=0)
@@ -20,7 +20,7 @@ def reduced_ckpt(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def published_ckpt(tmp_path_factory):
-    from rkspeech.models.qwen3_tts.synthetic import write_checkpoint
+    from rkspeech.models.qwen3_tts.synthetic_vocoder import write_checkpoint
 
     root = tmp_path_factory.mktemp("ckpt_published")
     write_checkpoint(root, "published", seed=0)
@@ -32,7 +32,7 @@ def reduced_model(reduced_ckpt):
     import torch
 
     torch.set_num_threads(2)
-    from rkspeech.models.qwen3_tts.checkpoint import load_vocoder
+    from rkspeech.models.qwen3_tts.vocoder_checkpoint import load_vocoder
 
     model, cfg, _ = load_vocoder(reduced_ckpt)
     return model

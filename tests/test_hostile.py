@@ -85,7 +85,7 @@ def plan_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def bad_files(tmp_path_factory, plan_dir) -> Path:
     """Broken copies of the plan, its artifacts and a checkpoint config, one file per case."""
-    from rkspeech.models.qwen3_tts.synthetic import CONFIGS, MODEL_TYPE
+    from rkspeech.models.qwen3_tts.synthetic_vocoder import CONFIGS, MODEL_TYPE
 
     d = tmp_path_factory.mktemp("hostile_bad")
     (d / "a_dir").mkdir()
@@ -420,7 +420,7 @@ def test_corrupt_weights_are_refused_naming_the_key(corrupt, reduced_ckpt, tmp_p
     import torch
     from safetensors.torch import load_file, save_file
 
-    from rkspeech.models.qwen3_tts.checkpoint import (
+    from rkspeech.models.qwen3_tts.vocoder_checkpoint import (
         read_decoder_state,
         resolve_checkpoint,
     )

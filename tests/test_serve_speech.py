@@ -1,4 +1,4 @@
-"""``rkspeech serve`` with the real text-to-speech engine (``runtime.speak.Speaker``: the reduced
+"""``rkspeech serve`` with the real text-to-speech engine (``runtime.tts.speak.Speaker``: the reduced
 synthetic custom-voice model + the reduced vocoder plan on onnxruntime) and a Whisper engine
 (tiny.en) in ONE running server: the official ``openai`` client and the ``wyoming`` client get
 exactly the samples ``rkspeech speak`` writes for the same text, voice and options, and the
@@ -46,8 +46,8 @@ def cli_pcm(tts_custom_ckpt, plan, tmp_path_factory):
 @pytest.fixture(scope="module")
 def server(tts_custom_ckpt, plan):
     from rkspeech.models.qwen3_tts.generate import GenerationOptions
-    from rkspeech.runtime.speak import Speaker
-    from rkspeech.serve.engines import EnginePool
+    from rkspeech.runtime.tts.speak import Speaker
+    from rkspeech.serve.engines import ServePool
     from rkspeech.serve.options import ServeOptions
     from rkspeech.serve.server import ServerThread
 
@@ -56,7 +56,7 @@ def server(tts_custom_ckpt, plan):
     # what `speak --max-frames FRAMES` runs: FRAMES frames take FRAMES + 1 talker steps
     speaker = Speaker(tts_custom_ckpt, plan, threads=1, options=GenerationOptions.greedy(max_new_tokens=FRAMES + 1))
     whisper = WhisperModel(TINY_EN, threads=1)
-    pool = EnginePool(transcribers=[whisper], speakers=[speaker], max_queue=2)
+    pool = ServePool(transcribers=[whisper], speakers=[speaker], max_queue=2)
     st = ServerThread(pool, ServeOptions(wyoming="tcp://127.0.0.1:0", http="127.0.0.1:0", beam_size=1)).start()
     yield st
     assert st.stop()

@@ -45,8 +45,8 @@ def run(args: argparse.Namespace) -> int:
     from rkspeech.core.reporting import print_table
     from rkspeech.core.targets import board_target
     from rkspeech.plan.plan import load_plan
-    from rkspeech.runtime.codes import load_codes_file, normalize_codes
-    from rkspeech.runtime.pool import open_pool
+    from rkspeech.runtime.tts.codes import load_codes_file, normalize_codes
+    from rkspeech.runtime.tts.pool import open_pool
     from rkspeech.runtime.wav import WavWriter
 
     out = Path(args.output)

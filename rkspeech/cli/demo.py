@@ -69,7 +69,7 @@ def _speak(model_dir, plan, wav_path, frames: int) -> None:
     from rkspeech.core import progress
     from rkspeech.core.reporting import print_table
     from rkspeech.models.qwen3_tts.generate import GenerationOptions
-    from rkspeech.runtime.speak import DEFAULT_SEED, Speaker, SpeechTiming
+    from rkspeech.runtime.tts.speak import DEFAULT_SEED, Speaker, SpeechTiming
     from rkspeech.runtime.wav import WavWriter
 
     with progress.stage("load the talker, code predictor and the plan's vocoder (onnxruntime)"):

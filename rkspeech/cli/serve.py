@@ -4,7 +4,7 @@ one pool of engines, in one process.
 Transcription with ``--whisper-model DIR [--encoder FILE --backend ort|sim|rknnlite]`` (the same
 model and options as ``rkspeech transcribe``; ``--engines N`` models, each with its own encoder
 runner -- on a board one rknn-lite context per NPU core); speech with ``--tts-model DIR --plan
-plan.json`` (``rkspeech.runtime.speak.Speaker``).  Binds to 127.0.0.1 unless told otherwise;
+plan.json`` (``rkspeech.runtime.tts.speak.Speaker``).  Binds to 127.0.0.1 unless told otherwise;
 ``--api-key`` (or the ``RKSPEECH_API_KEY`` environment variable, which keeps the key out of
 ``ps``) protects the HTTP routes.  SIGINT/SIGTERM: stop accepting, refuse what waits, finish
 what runs, exit 0.  See docs/serve.md.
@@ -86,7 +86,7 @@ def _open_speaker(args):
         raise RkspeechError("--tts-model needs --plan plan.json (the vocoder built for it)")
     import math
 
-    from rkspeech.runtime.speak import Speaker
+    from rkspeech.runtime.tts.speak import Speaker
 
     if not args.max_speech_s > 0:
         raise RkspeechError(f"--max-speech-s must be > 0, got {args.max_speech_s}")
@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
 
     from rkspeech.core import progress
     from rkspeech.core.errors import RkspeechError
-    from rkspeech.serve.engines import EnginePool, open_transcribers
+    from rkspeech.serve.engines import ServePool, open_transcribers
     from rkspeech.serve.server import Server, serve_forever
 
     options = options_from_args(args)  # address and limit errors before anything loads
@@ -144,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
         if args.tts_model:
             with progress.stage("load the speech model"):
                 speakers = [_open_speaker(args)]
-        pool = EnginePool(transcribers=transcribers, speakers=speakers, max_queue=options.max_queue,
+        pool = ServePool(transcribers=transcribers, speakers=speakers, max_queue=options.max_queue,
                           request_timeout_s=options.request_timeout_s, retry_after_s=options.retry_after_s)
     except BaseException:
         for m in transcribers + speakers:

@@ -56,7 +56,7 @@ def _options(args, speaker):
     when the plan runs it as a greedy graph (said on stderr)."""
     from rkspeech.core import progress
     from rkspeech.models.qwen3_tts.generate import GenerationOptions
-    from rkspeech.runtime.speak import DEFAULT_SEED
+    from rkspeech.runtime.tts.speak import DEFAULT_SEED
 
     seed = DEFAULT_SEED if args.seed is None else args.seed
     talker = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p,
@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     from rkspeech.core.reporting import print_table
     from rkspeech.core.targets import board_target
     from rkspeech.runtime.audio import decode_audio
-    from rkspeech.runtime.speak import MIN_REF_AUDIO_S, Speaker, SpeechTiming
+    from rkspeech.runtime.tts.speak import MIN_REF_AUDIO_S, Speaker, SpeechTiming
     from rkspeech.runtime.wav import WavWriter, to_int16
 
     if not args.text.strip():

@@ -27,7 +27,7 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from rkspeech.core import progress
     from rkspeech.core.atomic import check_writable
-    from rkspeech.models.qwen3_tts.synthetic import write_checkpoint
+    from rkspeech.models.qwen3_tts.synthetic_vocoder import write_checkpoint
 
     check_writable(args.out, what="output", folder=True)
     with progress.stage(f"synthetic {args.config} checkpoint (seed {args.seed})"):

@@ -118,11 +118,11 @@ def _model_inputs(model) -> list[Path]:
 def build_whisper_encoder(options: WhisperEncoderBuildOptions) -> dict:
     """Run (or resume) every step; returns the report that is also written to ``BUILD_REPORT``.
 
-    Resumable like the other builds (``pipelines.stages``): export (with the reference output on
+    Resumable like the other builds (``pipelines.resumable``): export (with the reference output on
     the check window, kept in ``check/``), the onnxruntime check, then the shared sequence (lint,
     convert, inspect: ``pipelines.sequence``) and the simulator, each re-run only when its inputs
     changed."""
-    from rkspeech.pipelines.stages import StageRunner
+    from rkspeech.pipelines.resumable import StageRunner
 
     args = options
     if args.target not in TARGETS:

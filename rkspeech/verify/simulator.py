@@ -20,7 +20,7 @@ import numpy as np
 
 from rkspeech.core import progress
 from rkspeech.core.errors import RkspeechError
-from rkspeech.runtime.streaming import Engine, StreamingVocoder
+from rkspeech.runtime.tts.streaming import Engine, StreamingVocoder
 from rkspeech.verify.compare import segment_snr_db, snr_db
 from rkspeech.verify.stepwise import full_decode, random_codes
 
@@ -77,7 +77,7 @@ def verify_vocoder(model_dir, main: Artifact, first: Artifact | None = None, *, 
     """Full decode vs onnxruntime step vs simulator step, over ``steps`` main steps."""
     import torch
 
-    from rkspeech.models.qwen3_tts.checkpoint import load_vocoder
+    from rkspeech.models.qwen3_tts.vocoder_checkpoint import load_vocoder
     from rkspeech.runtime.runners import open_runner
     from rkspeech.runtime.runners.lazy import LazyRunner
 

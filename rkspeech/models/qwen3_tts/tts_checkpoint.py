@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rkspeech.core.errors import RkspeechError
-from rkspeech.models.qwen3_tts.checkpoint import ENV_VAR, _snapshot_of_cache_repo
+from rkspeech.models.qwen3_tts.vocoder_checkpoint import ENV_VAR, _snapshot_of_cache_repo
 from rkspeech.models.qwen3_tts.text_tokenizer import missing_files
 from rkspeech.models.qwen3_tts.tts_config import TTSConfig
 

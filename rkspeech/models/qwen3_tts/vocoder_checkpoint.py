@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rkspeech.core.errors import RkspeechError
-from rkspeech.models.qwen3_tts.config import MODEL_TYPE, VocoderConfig
+from rkspeech.models.qwen3_tts.vocoder_config import MODEL_TYPE, VocoderConfig
 
 ENV_VAR = "QWEN3_TTS_MODEL"
 DECODER_PREFIX = "decoder."
