@@ -167,5 +167,5 @@ class Flags:
     def threads(self, group: str | None, what: str) -> argparse.Action:
         """``--threads N``: one meaning, one default (``THREADS_DEFAULTS`` lists the exceptions)."""
         spelling = "--asr-threads" if self.command == "serve" else "--threads"
-        return self.add(group, spelling, type=int, default=threads_default(self.command), metavar="N",
+        return self.add(group, spelling, dest="threads", type=int, default=threads_default(self.command), metavar="N",
                         help=threads_help(self.command, what))
