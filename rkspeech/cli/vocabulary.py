@@ -93,14 +93,18 @@ def deprecation(old: str, new: str) -> str:
     return f"rkspeech: {old} is deprecated; use {new}"
 
 
-def _deprecated(cls: type, new: str) -> type:
-    class Deprecated(cls):
+def _renamed(cls: type) -> type:
+    """``cls`` (an argparse Action class) that prints :func:`deprecation` when it is reached
+    through one of its old spellings (``action.renamed``: old -> new)."""
+
+    class Renamed(cls):
         def __call__(self, parser, namespace, values, option_string=None):
-            print(deprecation(option_string, new), file=sys.stderr)
+            if option_string in self.renamed:
+                print(deprecation(option_string, self.renamed[option_string]), file=sys.stderr)
             super().__call__(parser, namespace, values, option_string)
 
-    Deprecated.__name__ = f"Deprecated{cls.__name__}"
-    return Deprecated
+    Renamed.__name__ = f"Renamed{cls.__name__}"
+    return Renamed
 
 
 def threads_help(command: str, what: str) -> str:
@@ -130,9 +134,11 @@ class Flags:
 
     ``group`` is a ``--help`` group title (INPUT, OUTPUT, NPU, ADVANCED or the command's own),
     created on first use, so groups are listed in the order the command first adds to them;
-    ``None`` adds to the parser itself.  The command's old spellings of a flag (``ALIASES``)
-    are added with it: hidden, same ``dest``, one deprecation line when used.  A required flag
-    with old spellings becomes a required group of one visible flag and its hidden aliases.
+    ``None`` adds to the parser itself.  The command's old spellings of a flag (``ALIASES``) are
+    registered as further option strings of the same action, kept out of ``action.option_strings``:
+    so ``--help``, usage and error messages show only the new spelling, an old one sets the same
+    ``dest`` with the same type and choices (and satisfies ``required``), and prints one
+    deprecation line when used.
     """
 
     def __init__(self, parser: argparse.ArgumentParser, command: str):
@@ -149,19 +155,17 @@ class Flags:
         return self._groups[title]
 
     def add(self, group: str | None, *flags: str, **kwargs) -> argparse.Action:
-        container = self.group(group)
+        action = self.group(group).add_argument(*flags, **kwargs)
         olds = [old for old, new in self.aliases.items() if new in flags]
-        if not olds:
-            return container.add_argument(*flags, **kwargs)
-        new = max(flags, key=len)  # the long spelling names it in the deprecation line
-        required = kwargs.pop("required", False)
-        if required:
-            container = container.add_mutually_exclusive_group(required=True)
-        action = container.add_argument(*flags, **kwargs)
-        hidden = {k: v for k, v in kwargs.items() if k not in ("action", "help", "default", "metavar", "dest")}
-        for old in olds:
-            container.add_argument(old, action=_deprecated(type(action), new), dest=action.dest,
-                                   default=argparse.SUPPRESS, help=argparse.SUPPRESS, **hidden)
+        if olds:
+            new = max(flags, key=len)  # the long spelling names it in the deprecation line
+            action.__class__ = _renamed(type(action))
+            action.renamed = {old: new for old in olds}
+            table = self.parser._option_string_actions  # argparse's option string -> action map
+            for old in olds:
+                if old in table:
+                    raise ValueError(f"{self.command}: old spelling {old} is also a flag of its own")
+                table[old] = action
         return action
 
     def threads(self, group: str | None, what: str) -> argparse.Action:
