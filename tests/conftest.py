@@ -69,10 +69,10 @@ def reduced_vocoder_build(reduced_ckpt, tmp_path_factory):
 
     home = tmp_path_factory.mktemp("build")
     rc, _, new = run_relative(home, ["build", "qwen3-tts-vocoder", "--model-dir", os.path.relpath(reduced_ckpt, home),
-                                     "--target", "rk3588", "-B", "16", "--first-length", "4", "--out", "out",
+                                     "--target", "rk3588", "-B", "16", "--first-length", "4", "--out-dir", "out",
                                      "--verify-steps", "3", "--timeout", "900"])
     assert rc == 0
     stray = {p for p in new if not p.startswith("out/")}
-    assert not stray, f"the build wrote outside its --out folder: {sorted(stray)}"
+    assert not stray, f"the build wrote outside its --out-dir folder: {sorted(stray)}"
     out = home / "out"
     return out, json.loads((out / "build-report.json").read_text())

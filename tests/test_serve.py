@@ -5,7 +5,7 @@ encoder offloaded to onnxruntime.
 Transcripts are checked against ``rkspeech transcribe`` run on the same 16 kHz mono file with the
 same options (greedy: ``--beam-size 1`` there, ``beam_size=1`` here, for time; its JSON report and the srt/vtt files it writes).  Speech goes through
 :class:`ToneSpeaker`, a deterministic TEST DOUBLE of the ``SpeechEngine`` protocol (the real
-``rkspeech.runtime.tts.speak.Speaker`` is plugged in by ``--tts-model``), so what is checked is the
+``rkspeech.runtime.tts.speak.Speaker`` is plugged in by ``--tts-model-dir``), so what is checked is the
 server's streaming and framing, not a voice.
 """
 
@@ -103,9 +103,9 @@ def cli(speech, encoder_onnx, tmp_path_factory):
     """What ``rkspeech transcribe`` gives on file a: plain (report + srt/vtt files) and with word
     timestamps."""
     out = tmp_path_factory.mktemp("serve_cli")
-    base = ["transcribe", speech["a"], "--model", str(TINY_EN), "--encoder", str(encoder_onnx), "--threads", "1",
+    base = ["transcribe", speech["a"], "--model-dir", str(TINY_EN), "--encoder", str(encoder_onnx), "--threads", "1",
             "--beam-size", "1", "--json"]
-    plain = _cli(base + ["--output-dir", str(out)])["files"][0]
+    plain = _cli(base + ["--out-dir", str(out)])["files"][0]
     words = _cli(base + ["--word-timestamps"])["files"][0]
     return {"plain": plain, "words": words, "srt": (out / "a.srt").read_text()}
 

@@ -81,7 +81,7 @@ def test_the_same_server_transcribes_as_the_cli_does(server, tmp_path, capsys):
     from rkspeech.cli import main
 
     clip = espeak(SENTENCES[1], tmp_path / "stella.wav")
-    assert main(["transcribe", clip, "--model", str(TINY_EN), "--beam-size", "1", "--threads", "1", "--json"]) == 0
+    assert main(["transcribe", clip, "--model-dir", str(TINY_EN), "--beam-size", "1", "--threads", "1", "--json"]) == 0
     want = json.loads(capsys.readouterr().out)["files"][0]["text"]
     client = openai.OpenAI(base_url=f"http://{server.addresses['http']}/v1", api_key="unused", max_retries=0,
                            timeout=300)
@@ -130,7 +130,7 @@ def test_cli_bounds_the_speech_of_a_request(tts_custom_ckpt, plan, capsys):
 
     from rkspeech.cli import main
 
-    base = ["serve", "--tts-model", str(tts_custom_ckpt), "--plan", str(plan), "--wyoming", "off"]
+    base = ["serve", "--tts-model-dir", str(tts_custom_ckpt), "--tts-plan", str(plan), "--wyoming", "off"]
     assert main(base + ["--max-speech-s", "0"]) == 2
     assert "--max-speech-s must be > 0, got 0.0" in capsys.readouterr().err
     proc = subprocess.Popen([sys.executable, "-m", "rkspeech", *base, "--http", "127.0.0.1:0", "--max-speech-s", "0.5"],

@@ -63,12 +63,12 @@ def _validate(o: VocoderBuildOptions) -> None:
     if o.verify_steps < 1:
         raise RkspeechError(f"--verify-steps must be >= 1, got {o.verify_steps}")
     if o.sim_pieces < 1:
-        raise RkspeechError(f"--sim-pieces must be >= 1, got {o.sim_pieces}")
+        raise RkspeechError(f"--pieces must be >= 1, got {o.sim_pieces}")
     from rkspeech.accuracy.stage import check_pieces
 
     check_pieces(o.accuracy_pieces)
     if not o.accuracy_sim and not o.accuracy_pieces:
-        raise RkspeechError("--accuracy-no-sim applies to the accuracy map: give --accuracy-pieces N too")
+        raise RkspeechError("--accuracy-skip-sim applies to the accuracy map: give --accuracy-pieces N too")
 
 
 def build_vocoder(options: VocoderBuildOptions) -> dict:

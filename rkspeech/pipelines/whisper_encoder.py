@@ -128,7 +128,7 @@ def build_whisper_encoder(options: WhisperEncoderBuildOptions) -> dict:
     if args.target not in TARGETS:
         raise RkspeechError(f"unknown target {args.target!r}; choose one of {', '.join(TARGETS)}")
     if args.parts < 1:
-        raise RkspeechError(f"--parts must be >= 1, got {args.parts}")
+        raise RkspeechError(f"--pieces must be >= 1, got {args.parts}")
     if not Path(args.model).exists():
         raise RkspeechError(f"{args.model}: no such Whisper model (a CTranslate2 folder, an openai .pt or a "
                             "transformers folder)")

@@ -190,8 +190,8 @@ class ServePool:
                  max_queue: int = 8, request_timeout_s: float = 300.0, retry_after_s: int = 2,
                  metrics=None, owned: bool = True):
         if not transcribers and not speakers:
-            raise RkspeechError("the server needs a transcription model (--whisper-model) or a speech "
-                                "model (--tts-model), or both")
+            raise RkspeechError("the server needs a transcription model (--asr-model-dir) or a speech "
+                                "model (--tts-model-dir), or both")
         for s in speakers:
             if not isinstance(s, SpeechEngine):
                 raise TypeError(f"{type(s).__name__} is not a SpeechEngine (sample_rate, speakers, languages, "
@@ -220,8 +220,8 @@ class ServePool:
 
     def _lane(self, kind: str) -> _Lane:
         if kind not in self.lanes:
-            what = "transcription (start with --whisper-model)" if kind == TRANSCRIBE else \
-                "speech (start with --tts-model)"
+            what = "transcription (start with --asr-model-dir)" if kind == TRANSCRIBE else \
+                "speech (start with --tts-model-dir)"
             raise Unavailable(f"this server does not serve {what}")
         return self.lanes[kind]
 
@@ -364,7 +364,7 @@ def open_transcribers(model_dir, *, engines: int = 1, encoder=None, backend: str
     from rkspeech.runtime.whisper.model import WhisperModel
 
     if engines < 1:
-        raise RkspeechError(f"--engines must be >= 1, got {engines}")
+        raise RkspeechError(f"--asr-engines must be >= 1, got {engines}")
     masks: tuple = (None,)
     if backend == "rknnlite":
         from rkspeech.core.targets import cores_for

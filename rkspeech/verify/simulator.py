@@ -84,7 +84,7 @@ def verify_vocoder(model_dir, main: Artifact, first: Artifact | None = None, *, 
     if steps < 1:
         raise RkspeechError(f"--steps must be >= 1, got {steps}")
     if sim_pieces < 1:
-        raise RkspeechError(f"--sim-pieces must be >= 1, got {sim_pieces}")
+        raise RkspeechError(f"--pieces must be >= 1, got {sim_pieces}")
     c = main.contract
     if first is not None and not c.compatible_cache(first.contract):
         raise RkspeechError("first and main graphs do not share one cache layout")

@@ -32,7 +32,7 @@ def resolve_model_root(model_dir) -> ModelFiles:
         model_dir = os.environ.get(ENV_VAR, "")
     if not model_dir:
         raise RkspeechError(f"no model given: pass --model-dir DIR or set {ENV_VAR} "
-                            "(or make one: rkspeech synth-checkpoint qwen3-tts --out DIR)")
+                            "(or make one: rkspeech synth-checkpoint qwen3-tts --out-dir DIR)")
     path = Path(model_dir).expanduser()
     if not path.is_dir():
         raise RkspeechError(f"model folder {path} does not exist" if not path.exists()

@@ -59,7 +59,7 @@ def resolve_checkpoint(model_dir: str | os.PathLike | None) -> CheckpointFiles:
     if not model_dir:
         raise RkspeechError(
             f"no checkpoint given: pass --model-dir DIR or set {ENV_VAR} "
-            "(or make one: rkspeech synth-checkpoint qwen3-tts-vocoder --out DIR)"
+            "(or make one: rkspeech synth-checkpoint qwen3-tts-vocoder --out-dir DIR)"
         )
     path = Path(model_dir).expanduser()
     if not path.exists():
