@@ -43,7 +43,8 @@ def no_toolkit(monkeypatch):
 
     def read_container(path, expect_target=None):
         text = open(path).read()
-        return SimpleNamespace(contract=VocoderContract.from_json(text), file_size=len(text), format="fake",
+        return SimpleNamespace(contract=VocoderContract.from_json(text), custom_string=text, file_size=len(text),
+                               format="fake",
                                target=expect_target, toolkit_version="fake", node_counts=lambda: {})
 
     monkeypatch.setattr(conversion, "convert", convert)
