@@ -112,7 +112,7 @@ def _via_transcribe(path, tmp_path, capsys, monkeypatch) -> str:
     monkeypatch.setattr(model, "WhisperModel", no_model, raising=False)
     from rkspeech.cli import main
 
-    rc = main(["transcribe", str(path), "--model", _tiny_en(), "--output-dir", str(tmp_path / "out")])
+    rc = main(["transcribe", str(path), "--model-dir", _tiny_en(), "--out-dir", str(tmp_path / "out")])
     err = capsys.readouterr().err
     lines = err.strip().splitlines()  # a bad file is refused before the model's progress line
     assert rc == 2 and "Traceback" not in err and lines[-1].startswith("rkspeech transcribe: error: "), err
