@@ -9,8 +9,8 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "estimate", help="estimated board time per run / step from the build log's layer table "
                          "(cycles, traffic), per block, with the assumptions; no board needed")
-    p.add_argument("path", metavar="FILE.rknn|BUILD_LOG",
-                   help="an .rknn (its FILE.rknn.build.log beside it is read) or a build log")
+    p.add_argument("path", metavar="FILE.rknn|BUILD_LOG", nargs="?",
+                   help="an .rknn (its FILE.rknn.build.log beside it is read) or a build log (or --plan)")
     p.add_argument("--npu-mhz", type=float, default=1000.0, help="NPU clock (default 1000: RK3588)")
     p.add_argument("--ddr-gbps", type=float, default=17.0,
                    help="DDR bandwidth the NPU gets, shared by its cores (default 17)")
@@ -25,6 +25,9 @@ def register(subparsers) -> None:
     p.add_argument("--top", type=int, default=8, help="op types to list (default 8)")
     p.add_argument("--report", metavar="R.json", help="write the JSON report (every layer) here")
     p.add_argument("--json", action="store_true", help="print the JSON report (without layers) on stdout")
+    from rkspeech.cli import estimate_plan
+
+    estimate_plan.add_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -54,6 +57,12 @@ def run(args: argparse.Namespace) -> int:
     from rkspeech.core.reporting import print_table
     from rkspeech.estimate.steptime import Assumptions, estimate_path
 
+    if args.plan is not None or args.path is None:
+        if args.path is not None or args.plan is None:
+            raise RkspeechError("pass one .rknn / build log, or --plan plan.json (not both, not neither)")
+        from rkspeech.cli import estimate_plan
+
+        return estimate_plan.run(args)
     if args.report:
         from rkspeech.core.atomic import check_writable
 
