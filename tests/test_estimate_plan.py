@@ -299,3 +299,31 @@ def test_layer_count_needs_a_log_not_a_guess(tmp_path):
     (tmp_path / "p" / "cp_step.rknn.build.log").unlink()
     with pytest.raises(RkspeechError, match="cp_step.rknn.build.log"):
         estimate_plan(plan)
+
+
+# ---- the published figures recorded in docs/ ----------------------------------------------------
+def _bench():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_estimate_plan.py"
+    spec = importlib.util.spec_from_file_location("bench_estimate_plan", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_published_all_npu_reproduces_the_budget():
+    """docs/tts-build.md: talker 1,350 + code predictor step 2,184 + phase vocoder 239 ms per audio
+    second (ideal, no dispatch); the plan model adds the prefill amortised over 10 s."""
+    b = _bench()
+    a = PlanAssumptions()
+    rep = b.summarize("npu", b.npu_plan(a), PlanAssumptions(layer_dispatch_us=0.0))
+    s = by_stage(rep)
+    assert s["talker decode"]["ms_per_audio_s"] == pytest.approx(1350.0)
+    assert s["code predictor"]["ms_per_audio_s"] == pytest.approx(2184.0)
+    assert s["vocoder main"]["ms_per_audio_s"] == pytest.approx(239.3, abs=0.1)
+    assert rep["steady_ms_per_audio_s"] == pytest.approx(3773 + s["talker prefill"]["ms_per_audio_s"], rel=1e-3)
+    assert rep["limiting_stage"] == "code predictor"
+    best = b.summarize("cpu-int4", b.cpu_plan("int4", a), a)
+    assert best["limiting_unit"].startswith("cpu") and best["units"]["npu"]["ms_per_audio_s"] < 300

@@ -479,31 +479,24 @@ def estimate_stages(stages: list[StageInput], fps: float, a: PlanAssumptions,
 
 
 def sensitivity(stages: list[StageInput], fps: float, a: PlanAssumptions, factor: float = 1.2) -> list[dict]:
-    """The real-time factor with each numeric assumption made ``factor`` x worse (rates / factor,
-    costs x factor), most sensitive first."""
+    """The real-time factor with each assumption made ``factor`` x worse (rates / factor, costs x
+    factor), most sensitive first.  The NPU clock, efficiency and DDR figure are inside the layer
+    table's ms: they are one entry, those ms x factor (an upper bound for any one of them)."""
     base = estimate_stages(stages, fps, a)["rtf"]
-    worse = {"layer_dispatch_us": lambda v: v * factor, "cpu_gbps": lambda v: v / factor,
-             "ddr_shared_gbps": lambda v: v / factor, "cpu_fp32_gflops": lambda v: v / factor,
-             "cpu_int8_gops": lambda v: v / factor, "cache_passes_flat": lambda v: v * factor,
-             "npu_efficiency": lambda v: v / factor, "npu_ddr_gbps": lambda v: v / factor,
-             "npu_mhz": lambda v: v / factor}
+    worse = {"cpu_gbps": 1 / factor, "ddr_shared_gbps": 1 / factor, "cpu_int8_gops": 1 / factor,
+             "cpu_fp32_gflops": 1 / factor, "layer_dispatch_us": factor}
+    cases = [(name, [replace(s) for s in stages], replace(a, **{name: getattr(a, name) * f}))
+             for name, f in worse.items()]
+    cases.append(("cache_passes_flat",
+                  [replace(s, call=replace(s.call, cache_passes=s.call.cache_passes * factor))
+                   if isinstance(s.call, CpuCall) and s.call.cache_passes > 1 else s for s in stages], a))
+    cases.append(("npu layer-table ms (npu_mhz, npu_efficiency, npu_ddr_gbps)",
+                  [replace(s, call=replace(s.call, est_ms=s.call.est_ms * factor))
+                   if isinstance(s.call, NpuCall) else s for s in stages], a))
     out = []
-    for name, fn in worse.items():
-        b = replace(a, **{name: fn(getattr(a, name))})
-        # npu figures are inside the per-call layer-table ms: rescale them here
-        st = stages
-        if name in ("npu_efficiency", "npu_mhz", "npu_ddr_gbps"):
-            st = [replace(s, call=replace(s.call, est_ms=s.call.est_ms * factor)) if isinstance(s.call, NpuCall)
-                  else s for s in stages]
-            note = "NPU layer-table ms x factor (upper bound of this change)"
-        elif name == "cache_passes_flat":
-            st = [replace(s, call=replace(s.call, cache_passes=s.call.cache_passes * factor))
-                  if isinstance(s.call, CpuCall) and s.call.cache_passes > 1 else s for s in stages]
-            note = ""
-        else:
-            note = ""
+    for name, st, b in cases:
         rtf = estimate_stages(st, fps, b)["rtf"]
-        out.append({"assumption": name, "rtf": rtf, "change": rtf / base - 1 if base else 0.0, "note": note})
+        out.append({"assumption": name, "factor": factor, "rtf": rtf, "change": rtf / base - 1 if base else 0.0})
     return sorted(out, key=lambda r: -abs(r["change"]))
 
 
