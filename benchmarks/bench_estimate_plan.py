@@ -31,6 +31,7 @@ from rkspeech.estimate.plan_time import (  # noqa: E402
     PlanAssumptions,
     StageInput,
     estimate_stages,
+    npu_factor_check,
     sensitivity,
 )
 
@@ -106,6 +107,7 @@ def summarize(name: str, stages, a: PlanAssumptions) -> dict:
     rep = estimate_stages(stages, FPS, a, "vocoder contract 24000 / 1920")
     rep["name"] = name
     rep["sensitivity"] = sensitivity(stages, FPS, a)
+    rep["npu_board_factor_check"] = npu_factor_check(stages, FPS, a)
     return rep
 
 
@@ -127,12 +129,14 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     a = PlanAssumptions().check()
     reps = run(a)
-    print(f"{'plan':58} {'CPU':>8} {'NPU':>8} {'DDR':>8} {'RTF':>6} {'TTFA ms':>8}  limited by")
+    print(f"{'plan':58} {'CPU':>8} {'NPU':>8} {'DDR':>8} {'RTF':>6} {'TTFA ms':>8}  limited by"
+          "   | NPU x6.7: RTF, limited by")
     for r in reps:
         u = r["units"]
         print(f"{r['name'][:58]:58} {u.get('cpu', {}).get('ms_per_audio_s', 0):8.0f} "
               f"{u.get('npu', {}).get('ms_per_audio_s', 0):8.0f} {r['ddr_floor_ms_per_audio_s']:8.0f} "
-              f"{r['rtf']:6.3f} {r['time_to_first_audio']['ms']:8.0f}  {r['limiting_stage']}")
+              f"{r['rtf']:6.3f} {r['time_to_first_audio']['ms']:8.0f}  {r['limiting_stage']}"
+              f"   | {r['npu_board_factor_check']['rtf']:.3f}, {r['npu_board_factor_check']['limiting_stage']}")
     for r in reps[:3]:
         print(f"\n{r['name']}")
         for s in r["stages"]:

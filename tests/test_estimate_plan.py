@@ -264,6 +264,8 @@ def test_cli_prints_every_assumption_and_writes_the_report(tmp_path, capsys):
                                                     "vocoder first", "vocoder main"}
     assert rep["rtf"] == pytest.approx(rep["steady_ms_per_audio_s"] / 1000)
     assert rep["sensitivity"] and rep["limiting_stage"]
+    f = rep["npu_board_factor_check"]  # every NPU layer 6.7x slower: the NPU vocoder is now the limit
+    assert f["factor"] == 6.7 and f["limiting_stage"] == "vocoder main" and f["rtf"] > rep["rtf"]
 
 
 def _one_line_error(argv, capsys, *needles):

@@ -100,6 +100,10 @@ def run(args: argparse.Namespace) -> int:
     top = rep["sensitivity"][:3]
     print_table("most sensitive to (each assumption 1.2x worse)",
                 [(s["assumption"], f"RTF {s['rtf']:.3f} ({100 * s['change']:+.0f} %)") for s in top])
+    f = rep.get("npu_board_factor_check")
+    if f and "npu" in f["units"]:
+        print_table(f"if the NPU runs {f['factor']:g}x slower than the layer table (docs/estimate.md calibration)",
+                    [("real-time factor", f"{f['rtf']:.3f}, limited by {f['limiting_stage']}")])
     for n in rep["notes"]:
         print(f"note: {n}", file=sys.stderr)
     return 0
