@@ -178,6 +178,24 @@ def test_int4_weights_read_as_stored(tmp_path):
     # W1: 32 x 64 fp32 (8192 B) -> 64 x 2 blocks x 8 B packed + 128 fp32 scales (1536 B)
     assert fp.weight_bytes - q.weight_bytes == 8192 - (64 * 2 * 8 + 64 * 2 * 4)
     assert q.macs == fp.macs == 2 * H * 64
+    # prefill B=16: the output shape gives 16 rows (shape inference), so 16x the MACs
+    pre = onnx_call(step_graph(tmp_path / "p.onnx", talker(16), 64))
+    assert pre.macs == 16 * fp.macs and pre.weight_bytes == fp.weight_bytes
+
+
+def test_conv_macs_from_shapes(tmp_path):
+    """A CPU vocoder is priced by its conv MACs: numel(output) x Cin x k."""
+    import onnx
+
+    w = numpy_helper.from_array(np.zeros((8, 4, 3), np.float32), "w")
+    node = helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1])
+    g = helper.make_graph([node], "c", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 100])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 100])], [w])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    onnx.save(m, str(tmp_path / "c.onnx"))
+    c = onnx_call(tmp_path / "c.onnx")
+    assert c.macs == 8 * 100 * 4 * 3 and c.weight_bytes == 8 * 4 * 3 * 4
 
 
 def test_plan_records_are_read_tolerantly(tmp_path):
@@ -281,7 +299,7 @@ def test_bad_inputs_are_one_line(tmp_path, capsys):
     _one_line_error(["estimate"], capsys, "--plan")
     plan = make_plan(tmp_path / "p")
     _one_line_error(["estimate", "--plan", str(plan), "--chip", "rk3576"], capsys, "rk3588", "--chip")
-    _one_line_error(["estimate", "--plan", str(plan), "--a76-gbps", "0"], capsys, "cpu-gbps")
+    _one_line_error(["estimate", "--plan", str(plan), "--a76-gbps", "0"], capsys, "--a76-gbps")
     (tmp_path / "p" / "voc_main.rknn.build.log").unlink()
     _one_line_error(["estimate", "--plan", str(plan)], capsys, "voc_main.rknn.build.log")
 

@@ -77,6 +77,12 @@ SOURCES = {
 }
 
 
+#: the ``rkspeech estimate`` flag that sets each assumption (for messages)
+FLAGS = {"layer_dispatch_us": "--dispatch-us", "cpu_gbps": "--a76-gbps", "ddr_shared_gbps": "--shared-ddr-gbps",
+         "prompt_tokens": "--prompt-tokens", "utterance_s": "--utterance-s", "npu_mhz": "--npu-mhz",
+         "npu_ddr_gbps": "--ddr-gbps", "npu_efficiency": "--npu-efficiency"}
+
+
 @dataclass(frozen=True)
 class PlanAssumptions:
     """What the plan estimate assumes (sources in :data:`SOURCES`; all overridable)."""
@@ -103,11 +109,12 @@ class PlanAssumptions:
             v = getattr(self, f.name)
             if f.name in ("chip", "kv_read"):
                 continue
+            flag = FLAGS.get(f.name, f"{f.name} (assumption)")
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-                raise RkspeechError(f"{f.name.replace('_', '-')} must be a number, got {v!r}")
+                raise RkspeechError(f"{flag} must be a number, got {v!r}")
             if v < 0 or (v == 0 and f.name != "layer_dispatch_us"):
-                raise RkspeechError(f"--{f.name.replace('_', '-')} must be "
-                                    f"{'>= 0' if f.name == 'layer_dispatch_us' else 'positive'}, got {v!r}")
+                raise RkspeechError(f"{flag} must be {'>= 0' if f.name == 'layer_dispatch_us' else 'positive'}, "
+                                    f"got {v!r}")
         if self.kv_read not in KV_READS:
             raise RkspeechError(f"--kv-read must be one of {', '.join(KV_READS)}, got {self.kv_read!r}")
         return self
@@ -192,6 +199,30 @@ def _numel(dims) -> int:
     return math.prod(int(d) for d in dims) if dims else 1
 
 
+def _shapes(model) -> dict[str, list[int]]:
+    """Static tensor shapes from ONNX shape inference (empty where unknown, e.g. after contrib ops)."""
+    import onnx
+
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # noqa: BLE001 - shapes are an improvement, not a requirement
+        return {}
+    out = {}
+    g = inferred.graph
+    for vi in list(g.value_info) + list(g.output) + list(g.input):
+        dims = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+        if dims and all(d > 0 for d in dims):
+            out[vi.name] = dims
+    return out
+
+
+def out_macs(out: list[int], w: int, wdims, node) -> float:
+    """MACs of a MatMul-like node from its output shape: numel(out) x K, K = w / N."""
+    trans_b = any(at.name == "transB" and at.i for at in node.attribute)
+    n_out = wdims[0] if trans_b else wdims[-1]
+    return _numel(out) * w / n_out if n_out else 0.0
+
+
 def onnx_call(path: str | os.PathLike, positions: int = 1) -> CpuCall:
     """What one call of an ONNX graph reads and computes, from its initializers and inputs."""
     try:
@@ -217,6 +248,7 @@ def onnx_call(path: str | os.PathLike, positions: int = 1) -> CpuCall:
             return float(len(t.raw_data))
         return _numel(t.dims) * _ITEM.get(t.data_type, 4)
 
+    shapes = _shapes(model)
     weight = other = 0.0
     macs = 0.0
     ops: dict[str, int] = {}
@@ -237,10 +269,19 @@ def onnx_call(path: str | os.PathLike, positions: int = 1) -> CpuCall:
             int8 = int8 or attrs.get("accuracy_level", 0) == 4
         elif n.op_type in ("MatMul", "MatMulInteger", "Gemm", "FusedMatMul", "DynamicQuantizeMatMul") \
                 and len(n.input) > 1 and n.input[1] in inits:
-            macs += _numel(inits[n.input[1]].dims) * positions
+            w = _numel(inits[n.input[1]].dims)
+            out = shapes.get(n.output[0])  # rows x N: MACs = rows x K x N = numel(out) x w / N
+            macs += out_macs(out, w, inits[n.input[1]].dims, n) if out else w * positions
             int8 = int8 or n.op_type in ("MatMulInteger", "DynamicQuantizeMatMul")
         elif n.op_type in ("Conv", "ConvTranspose") and len(n.input) > 1 and n.input[1] in inits:
-            macs += _numel(inits[n.input[1]].dims) * positions  # per output position; a lower bound
+            wd = list(inits[n.input[1]].dims)
+            w = _numel(wd)
+            if n.op_type == "Conv" and shapes.get(n.output[0]):  # numel(out) x Cin/g x k = numel(out) x w / Cout
+                macs += _numel(shapes[n.output[0]]) * w / wd[0]
+            elif n.op_type == "ConvTranspose" and shapes.get(n.input[0]):  # numel(in) x w / Cin
+                macs += _numel(shapes[n.input[0]]) * w / wd[0]
+            else:
+                macs += w * positions  # shapes unknown: one output position (a lower bound)
     cache = 0.0
     for vi in g.input:
         if vi.name.startswith("cache") and vi.name not in inits:
@@ -362,7 +403,7 @@ def plan_inputs(plan_path: str | os.PathLike, a: PlanAssumptions) -> tuple[list[
             st = StageInput(f"vocoder {role}", rknn_call(plan.artifacts[role], a), impl="rknn", B=B)
             out.append(st)
     else:
-        graphs = plan.onnx or plan.host_onnx
+        graphs = plan.graphs("ort")
         for role in ("first", "main"):
             if role in graphs:
                 from rkspeech.contracts.read import read_contract
@@ -372,8 +413,8 @@ def plan_inputs(plan_path: str | os.PathLike, a: PlanAssumptions) -> tuple[list[
                 call = onnx_call(graphs[role], positions=1)
                 st = StageInput(f"vocoder {role}", call, impl="onnx", B=B)
                 out.append(st)
-        info["notes"].append("vocoder on the CPU: its convs are priced by weight MACs per output frame only "
-                             "(a lower bound: conv compute over every sample is not counted)")
+        info["notes"].append("vocoder on the CPU: priced by its conv / matmul MACs (from ONNX shape inference) "
+                             "and bytes; elementwise work (Snake) is not counted")
     return out, info
 
 
