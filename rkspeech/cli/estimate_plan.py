@@ -92,9 +92,9 @@ def run(args: argparse.Namespace) -> int:
                 ("real-time factor", f"{rep['rtf']:.3f}"),
                 ("limited by", f"{rep['limiting_stage']} (unit: {rep['limiting_unit']})")]
     if t:
-        summary.append(("time to first audio", (f"{t['ms']:,.0f} ms = prefill {t['prefill_ms']:,.0f} + "
-                                                f"{t['frames']} frames x {t['per_frame_ms']:,.1f} + "
-                                                f"{t['vocoder_stage']} {t['vocoder_step_ms']:,.1f}")))
+        summary.append(("time to first audio", (f"{_ms(t['ms'])} ms = prefill {_ms(t['prefill_ms'])} + "
+                                                f"{t['frames']} frames x {_ms(t['per_frame_ms'])} + "
+                                                f"{t['vocoder_stage']} {_ms(t['vocoder_step_ms'])}")))
     print_table("whole plan (estimate)", summary)
     print_table("beside public board figures (theirs, measured)", peer_check(rep))
     top = rep["sensitivity"][:3]

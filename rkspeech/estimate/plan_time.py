@@ -584,18 +584,22 @@ PEERS = {
 }
 
 
+def _g(v: float) -> str:
+    return f"{v:.1f}" if v >= 1 else f"{v:.3g}"
+
+
 def peer_check(rep: dict[str, Any]) -> list[tuple[str, str]]:
     """Our CPU int4 stages beside the public per-step figures (only for CPU stages)."""
     rows = []
     by = {r["stage"]: r for r in rep["stages"]}
     d = by.get("talker decode")
     if d and d["unit"] == "cpu":
-        rows.append(("talker decode, ms a step", f"ours {d['ms_per_call']:.1f} ({d['variant']}) vs public "
+        rows.append(("talker decode, ms a step", f"ours {_g(d['ms_per_call'])} ({d['variant']}) vs public "
                      f"~{PEERS['talker_4bit_ms_per_step']['value']:g} (4-bit, A76)"))
     cp = by.get("code predictor")
     if cp and cp["unit"] == "cpu":
         per_frame = cp["ms_per_call"] * cp["calls_per_audio_s"] / rep["frames_per_audio_s"]
-        rows.append(("code predictor, ms a frame", f"ours {per_frame:.1f} ({cp['variant']}) vs public "
+        rows.append(("code predictor, ms a frame", f"ours {_g(per_frame)} ({cp['variant']}) vs public "
                      f"~{PEERS['code_predictor_4bit_ms_per_frame']['value']:g} (4-bit, A76)"))
     rows.append(("real-time factor", f"ours {rep['rtf']:.2f} (estimate) vs public best on RK3588 "
                  f"{PEERS['rtf_best_public_rk3588']['value']:g} (measured; MasterVVK/qwen3-tts-axera-russian)"))
