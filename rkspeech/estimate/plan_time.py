@@ -568,6 +568,9 @@ def estimate_plan(plan_path: str | os.PathLike, a: PlanAssumptions | None = None
     rep["plan"] = info["plan"]
     rep["target"] = info["target"]
     rep["tts_stages"] = info["tts_stages"]
+    if a.chip != "rk3588":
+        info["notes"].append(f"{a.chip}: the CPU, DDR and dispatch defaults are RK3588 figures (no {a.chip} figure "
+                             "is sourced here); pass --a76-gbps, --shared-ddr-gbps and --dispatch-us for it")
     rep["notes"] = info["notes"] + rep["notes"]
     rep["sensitivity"] = sensitivity(stages, info["frames_per_s"], a)
     rep["npu_board_factor_check"] = npu_factor_check(stages, info["frames_per_s"], a)
