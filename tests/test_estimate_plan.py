@@ -347,3 +347,40 @@ def test_published_all_npu_reproduces_the_budget():
     assert rep["limiting_stage"] == "code predictor"
     best = b.summarize("cpu-int4", b.cpu_plan("int4", a), a)
     assert best["limiting_unit"].startswith("cpu") and best["units"]["npu"]["ms_per_audio_s"] < 300
+
+
+def vocoder_graph(path, k: VocoderContract, channels=8):
+    """A vocoder step graph with the contract's I/O: a Conv over the codes, a ConvTranspose to
+    the samples (stride = samples per token), the cache passed through."""
+    import onnx
+
+    B = k.codes_length
+    w = numpy_helper.from_array(np.zeros((channels, k.num_quantizers, 3), np.float32), "w")
+    wt = numpy_helper.from_array(np.zeros((channels, 1, k.samples_per_token), np.float32), "wt")
+    nodes = [helper.make_node("Conv", ["audio_codes", "w"], ["h"], pads=[1, 1]),
+             helper.make_node("ConvTranspose", ["h", "wt"], ["audio_values"], strides=[k.samples_per_token]),
+             helper.make_node("Identity", ["cache_in"], ["cache_out"])]
+    f = TensorProto.FLOAT
+    ins = [helper.make_tensor_value_info(n, f, s) for n, s in k.input_shapes().items()]
+    outs = [helper.make_tensor_value_info(n, f, s) for n, s in k.output_shapes().items()]
+    m = helper.make_model(helper.make_graph(nodes, "voc", ins, outs, [w, wt]),
+                          opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    helper.set_model_props(m, {CONTRACT_KEY: k.to_json()})
+    onnx.save(m, str(path))
+    return path
+
+
+def test_vocoder_on_the_cpu_is_priced_by_its_convs(tmp_path, capsys):
+    k = voc_contract(4)
+    g = vocoder_graph(tmp_path / "voc.onnx", k)
+    plan = write_plan(tmp_path / "plan.json", impl="onnx", target=None, contracts={"main": k}, onnx={"main": g})
+    rep = estimate_plan(plan)
+    voc = by_stage(rep)["vocoder main"]
+    assert voc["unit"] == "cpu" and voc["calls_per_audio_s"] == pytest.approx(12.5 / 4)
+    assert voc["detail"]["macs_per_call"] == 8 * 4 * 16 * 3 + 8 * 4 * 1920  # conv + transposed conv
+    assert voc["weight_bytes"] == (8 * 16 * 3 + 8 * 1920) * 4
+    assert rep["limiting_stage"] == "vocoder main" and "cpu" in rep["units"] and "npu" not in rep["units"]
+    assert main(["estimate", "--plan", str(plan)]) == 0
+    err = capsys.readouterr().err
+    assert "vocoder on the CPU" in err and "no talker / code_predictor stage" in err
