@@ -41,7 +41,7 @@ def run_one(model, cfg, formulation: str, B: int, targets: list[str], work: Path
     from rkspeech.estimate.steptime import estimate_path
     from rkspeech.runtime.runners.onnxruntime import OnnxRuntimeRunner
     from rkspeech.runtime.runners.sim_process import SimulatorProcess
-    from rkspeech.runtime.streaming import Engine
+    from rkspeech.runtime.tts.streaming import Engine
     from rkspeech.stepgraph.step_npu import make_step
     from rkspeech.runtime.runners.torch_step import TorchStepRunner
     from rkspeech.verify.stepwise import check_tokens, full_decode, random_codes, stepwise_check
@@ -141,14 +141,14 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(2)
     from rkspeech.core.errors import RkspeechError
-    from rkspeech.models.qwen3_tts.checkpoint import load_vocoder
+    from rkspeech.models.qwen3_tts.vocoder_checkpoint import load_vocoder
 
     with tempfile.TemporaryDirectory(prefix="bench_form_") as tmp:
         work = Path(args.keep or tmp)
         work.mkdir(parents=True, exist_ok=True)
         ckpt = args.checkpoint
         if args.synthetic:
-            from rkspeech.models.qwen3_tts.synthetic import write_checkpoint
+            from rkspeech.models.qwen3_tts.synthetic_vocoder import write_checkpoint
 
             ckpt = work / "ckpt"
             ckpt.mkdir(exist_ok=True)

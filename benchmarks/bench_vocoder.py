@@ -38,12 +38,12 @@ def main() -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    from rkspeech.models.qwen3_tts.checkpoint import load_vocoder
-    from rkspeech.models.qwen3_tts.synthetic import write_checkpoint
+    from rkspeech.models.qwen3_tts.vocoder_checkpoint import load_vocoder
+    from rkspeech.models.qwen3_tts.synthetic_vocoder import write_checkpoint
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/official_reference.py
     from tests.official_reference import load_official_decoder
     from rkspeech.runtime.runners.onnxruntime import OnnxRuntimeRunner
-    from rkspeech.runtime.streaming import Engine, StreamingVocoder
+    from rkspeech.runtime.tts.streaming import Engine, StreamingVocoder
     from rkspeech.stepgraph.step import VocoderStep
     from rkspeech.runtime.runners.torch_step import TorchStepRunner
     from rkspeech.export.vocoder_onnx import export_step_onnx

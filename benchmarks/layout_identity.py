@@ -180,7 +180,7 @@ def main() -> int:
     ap.add_argument("--report", default=None, help="write the JSON result here")
     args = ap.parse_args()
 
-    from rkspeech.models.qwen3_tts.synthetic import write_checkpoint
+    from rkspeech.models.qwen3_tts.synthetic_vocoder import write_checkpoint
 
     rows, ok = [], True
     with tempfile.TemporaryDirectory(prefix="rkspeech-identity-") as tmp:

@@ -11,7 +11,7 @@ os.environ.setdefault("RKSPEECH_THREADS", "2")
 
 @pytest.fixture(scope="session")
 def reduced_ckpt(tmp_path_factory):
-    from rkspeech.models.qwen3_tts.synthetic import write_checkpoint
+    from rkspeech.models.qwen3_tts.synthetic_vocoder import write_checkpoint
 
     root = tmp_path_factory.mktemp("ckpt_reduced")
     write_checkpoint(root, "reduced", seed=0)
@@ -20,7 +20,7 @@ def reduced_ckpt(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def published_ckpt(tmp_path_factory):
-    from rkspeech.models.qwen3_tts.synthetic import write_checkpoint
+    from rkspeech.models.qwen3_tts.synthetic_vocoder import write_checkpoint
 
     root = tmp_path_factory.mktemp("ckpt_published")
     write_checkpoint(root, "published", seed=0)
@@ -32,7 +32,7 @@ def reduced_model(reduced_ckpt):
     import torch
 
     torch.set_num_threads(2)
-    from rkspeech.models.qwen3_tts.checkpoint import load_vocoder
+    from rkspeech.models.qwen3_tts.vocoder_checkpoint import load_vocoder
 
     model, cfg, _ = load_vocoder(reduced_ckpt)
     return model
@@ -69,10 +69,10 @@ def reduced_vocoder_build(reduced_ckpt, tmp_path_factory):
 
     home = tmp_path_factory.mktemp("build")
     rc, _, new = run_relative(home, ["build", "qwen3-tts-vocoder", "--model-dir", os.path.relpath(reduced_ckpt, home),
-                                     "--target", "rk3588", "-B", "16", "--first-length", "4", "--out", "out",
+                                     "--target", "rk3588", "-B", "16", "--first-length", "4", "--out-dir", "out",
                                      "--verify-steps", "3", "--timeout", "900"])
     assert rc == 0
     stray = {p for p in new if not p.startswith("out/")}
-    assert not stray, f"the build wrote outside its --out folder: {sorted(stray)}"
+    assert not stray, f"the build wrote outside its --out-dir folder: {sorted(stray)}"
     out = home / "out"
     return out, json.loads((out / "build-report.json").read_text())

@@ -46,7 +46,7 @@ def load_official_decoder(model_dir):
     """The official ``Qwen3TTSTokenizerV2Decoder`` with the checkpoint's decoder weights."""
     import torch
 
-    from rkspeech.models.qwen3_tts.checkpoint import read_decoder_state, resolve_checkpoint
+    from rkspeech.models.qwen3_tts.vocoder_checkpoint import read_decoder_state, resolve_checkpoint
     import json
 
     modeling, configuration = official_modules()

@@ -41,7 +41,7 @@ def ort_engines(paths: dict[str, Path], threads: int = 2):
     """(main Engine, first Engine) over onnxruntime for ``step_graphs`` output."""
     from rkspeech.contracts.read import read_contract
     from rkspeech.runtime.runners.onnxruntime import OnnxRuntimeRunner
-    from rkspeech.runtime.streaming import Engine
+    from rkspeech.runtime.tts.streaming import Engine
 
     main = Engine(OnnxRuntimeRunner(paths["main"], threads=threads), read_contract(paths["main"]))
     first = None

@@ -43,7 +43,8 @@ def no_toolkit(monkeypatch):
 
     def read_container(path, expect_target=None):
         text = open(path).read()
-        return SimpleNamespace(contract=VocoderContract.from_json(text), file_size=len(text), format="fake",
+        return SimpleNamespace(contract=VocoderContract.from_json(text), custom_string=text, file_size=len(text),
+                               format="fake",
                                target=expect_target, toolkit_version="fake", node_counts=lambda: {})
 
     monkeypatch.setattr(conversion, "convert", convert)
@@ -53,10 +54,10 @@ def no_toolkit(monkeypatch):
 
 @pytest.fixture
 def built(reduced_ckpt, tmp_path, no_toolkit):
-    """``rkspeech build qwen3-tts-vocoder -B 4 --accuracy-pieces 2 --accuracy-no-sim``."""
+    """``rkspeech build qwen3-tts-vocoder -B 4 --accuracy-pieces 2 --accuracy-skip-sim``."""
     out = tmp_path / "build"
     assert _cli("build", "qwen3-tts-vocoder", "--model-dir", reduced_ckpt, "-B", 4, "--first-length", 0,
-                "--out", out, "--skip-verify", "--accuracy-pieces", 2, "--accuracy-no-sim") == 0
+                "--out-dir", out, "--skip-sim", "--accuracy-pieces", 2, "--accuracy-skip-sim") == 0
     return out
 
 
@@ -92,14 +93,14 @@ def test_build_records_the_accuracy_headline_and_verify_draws_it(built, tmp_path
 
     # a rebuild with the same flags skips the stage (the map is not redone) and keeps its headline
     assert _cli("build", "qwen3-tts-vocoder", "--model-dir", report["options"]["model_dir"], "-B", 4,
-                "--first-length", 0, "--out", built, "--skip-verify", "--accuracy-pieces", 2,
-                "--accuracy-no-sim") == 0
+                "--first-length", 0, "--out-dir", built, "--skip-sim", "--accuracy-pieces", 2,
+                "--accuracy-skip-sim") == 0
     again = json.loads((built / "build-report.json").read_text())
     assert again["stages"]["accuracy"] == {"skipped": True} and again["accuracy"] == acc
 
     # the default build (no --accuracy-pieces) has no accuracy stage and no headline
     assert _cli("build", "qwen3-tts-vocoder", "--model-dir", report["options"]["model_dir"], "-B", 4,
-                "--first-length", 0, "--out", built, "--skip-verify") == 0
+                "--first-length", 0, "--out-dir", built, "--skip-sim") == 0
     plain = json.loads((built / "build-report.json").read_text())
     assert plain["accuracy"] is None and "accuracy" not in plain["stages"]
     assert not any(k.startswith("accuracy map") for k, _ in summary_rows(plain))
@@ -110,10 +111,10 @@ def test_bad_values_are_one_line_errors(tmp_path, capsys):
     (tmp_path / "broken.json").write_text("{not json")
     step = tmp_path / "step.onnx"  # never read: each mistake is caught before any work
     cases = [
-        (("build", "qwen3-tts-vocoder", "--out", tmp_path / "o", "--accuracy-pieces", -1),
+        (("build", "qwen3-tts-vocoder", "--out-dir", tmp_path / "o", "--accuracy-pieces", -1),
          "--accuracy-pieces must be >= 0 (0: no accuracy map), got -1"),
-        (("build", "qwen3-tts-vocoder", "--out", tmp_path / "o", "--accuracy-no-sim"),
-         "--accuracy-no-sim applies to the accuracy map: give --accuracy-pieces N too"),
+        (("build", "qwen3-tts-vocoder", "--out-dir", tmp_path / "o", "--accuracy-skip-sim"),
+         "--accuracy-skip-sim applies to the accuracy map: give --accuracy-pieces N too"),
         (("verify", "--onnx", step, "--plot", tmp_path / "map.jpg"), "--plot writes a PNG"),
         (("verify", "--onnx", step, "--plot", tmp_path / "map.png", "--accuracy-pieces", 0),
          "--accuracy-pieces must be >= 1, got 0"),

@@ -95,7 +95,7 @@ def test_last_block_agrees_with_whole_graph_simulator(mapped):
 def test_overflowing_layer_is_caught(tmp_path):
     """W2 x 300: the square in l3 reaches ~1e6, past fp16's 65504."""
     model = tiny_graph(tmp_path / "hot.onnx", scale=300.0)
-    assert _cli("accuracy", model, "--pieces", 3, "--no-sim", "--report", tmp_path / "hot.json") == 0
+    assert _cli("accuracy", model, "--pieces", 3, "--skip-sim", "--report", tmp_path / "hot.json") == 0
     rep = json.loads((tmp_path / "hot.json").read_text())
     over = rep["summary"]["overflow"]
     assert "s2" in over and rep["blocks"][2]["overflow"]
@@ -131,7 +131,7 @@ def test_bad_inputs_are_one_line_errors(tmp_path, capsys):
         ((model, "--pieces", 0), "--pieces must be >= 1"),
     ]
     for args, message in cases:
-        assert _cli("accuracy", *args, "--no-sim") == 2, args
+        assert _cli("accuracy", *args, "--skip-sim") == 2, args
         err = capsys.readouterr().err.strip()
         assert message in err and len(err.splitlines()) == 1, err
 
@@ -165,7 +165,7 @@ def test_fp16_storage_model_rounds_after_each_op(tmp_path):
 
 def test_cuts_fall_between_the_layers_without_the_simulator(tmp_path):
     model = tiny_graph(tmp_path / "tiny.onnx")
-    assert _cli("accuracy", model, "--pieces", 3, "--no-sim", "--report", tmp_path / "m.json") == 0
+    assert _cli("accuracy", model, "--pieces", 3, "--skip-sim", "--report", tmp_path / "m.json") == 0
     rep = json.loads((tmp_path / "m.json").read_text())
     assert [b["label"] for b in rep["blocks"]] == ["l1", "l2", "l3"]
     assert [b["layers"] for b in rep["blocks"]] == [[0, 2], [2, 4], [4, 6]]
@@ -190,7 +190,7 @@ def test_vocoder_step_stepwise_feed_and_fp16_model(step_b4, tmp_path):
     ins, _ = check_model(step_b4)
     feed = stepwise_feed(step_b4, 2, ins)
     assert float(feed["cache_valid"][0]) == 4.0 and np.abs(feed["cache_in"]).max() > 0.1
-    assert _cli("accuracy", step_b4, "--stepwise", 2, "--pieces", 1, "--no-sim", "--report", tmp_path / "s.json") == 0
+    assert _cli("accuracy", step_b4, "--stepwise", 2, "--pieces", 1, "--skip-sim", "--report", tmp_path / "s.json") == 0
     rep = json.loads((tmp_path / "s.json").read_text())
     assert rep["inputs"].startswith("step 2 of a stepwise")
     assert 40 < rep["graph_outputs"]["audio_values"]["fp16_model"]["snr_db"] < 60
@@ -199,6 +199,6 @@ def test_vocoder_step_stepwise_feed_and_fp16_model(step_b4, tmp_path):
 
 def test_stepwise_needs_a_step_graph(tmp_path, capsys):
     model = tiny_graph(tmp_path / "tiny.onnx")
-    assert _cli("accuracy", model, "--stepwise", 2, "--no-sim") == 2
+    assert _cli("accuracy", model, "--stepwise", 2, "--skip-sim") == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]  # after the progress line
     assert err.startswith("rkspeech accuracy: error: --stepwise needs a vocoder step graph"), err

@@ -146,7 +146,7 @@ class _StandInSpeaker:
 
 def _via_speak(path, tmp_path, capsys, monkeypatch) -> str:
     """``rkspeech speak --ref-audio PATH``; the Qwen3-TTS model is not loaded."""
-    import rkspeech.runtime.speak as speak
+    import rkspeech.runtime.tts.speak as speak
 
     monkeypatch.setattr(speak, "Speaker", _StandInSpeaker)
     from rkspeech.cli import main
@@ -169,7 +169,7 @@ def http(monkeypatch, decoded):
     from starlette.testclient import TestClient
 
     import rkspeech.serve.transcription as transcription
-    from rkspeech.serve.engines import EnginePool
+    from rkspeech.serve.engines import ServePool
     from rkspeech.serve.http_server import build_app
     from rkspeech.serve.options import ServeOptions
 
@@ -178,7 +178,7 @@ def http(monkeypatch, decoded):
 
     monkeypatch.setattr(transcription, "run", no_engine)
     english_only = SimpleNamespace(model=SimpleNamespace(is_multilingual=False))
-    pool = EnginePool(transcribers=[english_only], owned=False)
+    pool = ServePool(transcribers=[english_only], owned=False)
     with TestClient(build_app(pool, ServeOptions())) as client:
         def post(data: bytes, name: str = "upload.wav"):
             r = client.post("/v1/audio/transcriptions", files={"file": (name, data)})
@@ -207,7 +207,7 @@ def test_bad_input_same_one_line_message_from_each_caller(case, tmp_path, capsys
 
 def test_too_long_and_too_short_are_one_line(good_files, tmp_path, capsys, monkeypatch, http):
     from rkspeech.runtime.audio import AudioError, AudioTooLong, decode_audio
-    from rkspeech.runtime.speak import MIN_REF_AUDIO_S
+    from rkspeech.runtime.tts.speak import MIN_REF_AUDIO_S
 
     short = tmp_path / "short.wav"
     short.write_bytes(_wav_bytes(seconds=0.2))

@@ -28,7 +28,7 @@ def built(tts_custom_ckpt, reduced_vocoder_build, tmp_path_factory):
 
     home = tmp_path_factory.mktemp("tts_build")
     rc, _, new = run_relative(home, [
-        "build", "qwen3-tts", "--model-dir", os.path.relpath(tts_custom_ckpt, home), "--out", "out",
+        "build", "qwen3-tts", "--model-dir", os.path.relpath(tts_custom_ckpt, home), "--out-dir", "out",
         "--vocoder-plan", os.path.relpath(reduced_vocoder_build[0] / "plan.json", home), "--verify-frames", "4",
         "--talker-capacity", "96", "--talker-prefill", "16", "--timeout", "900"])
     assert rc == 0
@@ -104,7 +104,7 @@ def test_bad_options_fail_in_one_line(tts_custom_ckpt, tmp_path, capsys, flags, 
         graphs = step_graphs(request.getfixturevalue("tmp_path_factory"), request.getfixturevalue("reduced_model"))
         flags = ["--vocoder-plan", str(write_ort_plan(tmp_path, graphs))]
 
-    rc = main(["build", "qwen3-tts", "--model-dir", str(tts_custom_ckpt), "--out", str(tmp_path / "o"), *flags])
+    rc = main(["build", "qwen3-tts", "--model-dir", str(tts_custom_ckpt), "--out-dir", str(tmp_path / "o"), *flags])
     err = capsys.readouterr().err.strip()
     assert rc != 0 and message in err and len(err.splitlines()) == 1, err
     assert not (tmp_path / "o" / "plan.json").exists()

@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from rkspeech.core.errors import RkspeechError
-from rkspeech.models.qwen3_tts.checkpoint import load_vocoder, resolve_checkpoint
+from rkspeech.models.qwen3_tts.vocoder_checkpoint import load_vocoder, resolve_checkpoint
 
 
 def _copy(src_root, dst):

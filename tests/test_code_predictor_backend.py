@@ -123,7 +123,7 @@ def tiny_cp_build(tmp_path_factory):
     from rkspeech.models.qwen3_tts import synthetic_tts
     from rkspeech.models.qwen3_tts.tts_checkpoint import resolve_model_root
     from rkspeech.pipelines.code_predictor_build import build_code_predictor
-    from rkspeech.pipelines.stages import StageRunner
+    from rkspeech.pipelines.resumable import StageRunner
 
     tiny = copy.deepcopy(synthetic_tts.REDUCED)
     tiny["talker"]["num_code_groups"] = 4
@@ -164,7 +164,7 @@ def test_build_code_predictor_report(tiny_cp_build):
 
 def test_build_code_predictor_resumes(tiny_cp_build):
     from rkspeech.pipelines.code_predictor_build import build_code_predictor
-    from rkspeech.pipelines.stages import StageRunner
+    from rkspeech.pipelines.resumable import StageRunner
 
     files, out, first = tiny_cp_build
     stages = StageRunner(out)

@@ -89,7 +89,7 @@ def test_step_backend_refuses_other_graphs(tts, step_onnx, tmp_path):
 def test_step_build_reduced(tts_custom_ckpt, tmp_path, dtype, frames, floor):
     from rkspeech.models.qwen3_tts.tts_checkpoint import resolve_model_root
     from rkspeech.pipelines.code_predictor_build import build_code_predictor
-    from rkspeech.pipelines.stages import StageRunner
+    from rkspeech.pipelines.resumable import StageRunner
     from rkspeech.contracts.read import read_contract
     from rkspeech.contracts.talker import CODE_PREDICTOR_STEP_MODEL as MODEL_NAME
 

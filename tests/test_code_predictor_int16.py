@@ -48,7 +48,7 @@ def test_bad_code_predictor_dtype_is_one_line(tmp_path):
 def test_int16_hybrid_build_reduced(tts_custom_ckpt, tmp_path):
     from rkspeech.models.qwen3_tts.tts_checkpoint import resolve_model_root
     from rkspeech.pipelines.code_predictor_build import build_code_predictor
-    from rkspeech.pipelines.stages import StageRunner
+    from rkspeech.pipelines.resumable import StageRunner
     from rkspeech.contracts.read import read_contract
 
     files = resolve_model_root(tts_custom_ckpt)

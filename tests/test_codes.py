@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from rkspeech.core.errors import RkspeechError
-from rkspeech.runtime.codes import load_codes_file, normalize_codes
+from rkspeech.runtime.tts.codes import load_codes_file, normalize_codes
 
 Q, K = 16, 2048
 

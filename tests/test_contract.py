@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rkspeech.core.errors import RkspeechError
-from rkspeech.models.qwen3_tts.synthetic import CONFIGS
+from rkspeech.models.qwen3_tts.synthetic_vocoder import CONFIGS
 from rkspeech.contracts.vocoder import VocoderContract
 from rkspeech.stepgraph.step import stateful_modules, step_contract
 
@@ -37,7 +37,7 @@ REDUCED_LAYOUT = [
 def test_layout_from_the_modules(reduced_model):
     """The segments come from the modules' own state: the recorded layout, from a config or a
     model, and every module that carries state has a segment."""
-    from rkspeech.models.qwen3_tts.transformer import Attention
+    from rkspeech.models.qwen3_tts.vocoder_transformer import Attention
 
     for source in (CONFIGS["reduced"], reduced_model):
         assert [(s.name, s.shape) for s in step_contract(source, 16).segments] == REDUCED_LAYOUT

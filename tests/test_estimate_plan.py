@@ -27,7 +27,7 @@ from rkspeech.estimate.plan_time import (
     onnx_call,
 )
 from rkspeech.plan.plan import write_plan
-from rkspeech.plan.stages import stage_section
+from rkspeech.plan.sections import stage_section
 
 H, HD, L = 32, 8, 2
 
@@ -298,7 +298,8 @@ def test_bad_inputs_are_one_line(tmp_path, capsys):
     _one_line_error(["estimate", "--plan", str(tmp_path / "nope.json")], capsys, "does not exist")
     _one_line_error(["estimate"], capsys, "--plan")
     plan = make_plan(tmp_path / "p")
-    _one_line_error(["estimate", "--plan", str(plan), "--chip", "rk3576"], capsys, "rk3588", "--chip")
+    _one_line_error(["estimate", "--plan", str(plan), "--chip", "rk3576"], capsys, "rk3588", "--target")
+    _one_line_error(["estimate", "--plan", str(plan), "--target", "rk3576"], capsys, "built for rk3588")
     _one_line_error(["estimate", "--plan", str(plan), "--a76-gbps", "0"], capsys, "--a76-gbps")
     (tmp_path / "p" / "voc_main.rknn.build.log").unlink()
     _one_line_error(["estimate", "--plan", str(plan)], capsys, "voc_main.rknn.build.log")

@@ -50,7 +50,7 @@ def two_sets(tmp_path, tmp_path_factory, reduced_model):
 
 
 def test_each_backend_runs_the_graph_its_plan_names(two_sets, monkeypatch):
-    import rkspeech.runtime.pool as pool_module
+    import rkspeech.runtime.tts.pool as pool_module
 
     d, plan_path, sets = two_sets
     opened = []

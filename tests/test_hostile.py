@@ -85,7 +85,7 @@ def plan_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def bad_files(tmp_path_factory, plan_dir) -> Path:
     """Broken copies of the plan, its artifacts and a checkpoint config, one file per case."""
-    from rkspeech.models.qwen3_tts.synthetic import CONFIGS, MODEL_TYPE
+    from rkspeech.models.qwen3_tts.synthetic_vocoder import CONFIGS, MODEL_TYPE
 
     d = tmp_path_factory.mktemp("hostile_bad")
     (d / "a_dir").mkdir()
@@ -151,11 +151,11 @@ TABLE = [
      r"output \.rknn .*a_dir is a directory", ["{bad}", "{plan}"]),
     ("convert-report-readonly", "convert {plan}/main.onnx --target rk3588 -o {tmp}/m.rknn --report /proc/r.json",
      r"cannot write report /proc/r\.json", ["{tmp}", "{plan}"]),
-    ("build-out-is-file", "build qwen3-tts-vocoder --model-dir {ckpt} --out {bad}/afile",
+    ("build-out-is-file", "build qwen3-tts-vocoder --model-dir {ckpt} --out-dir {bad}/afile",
      r"output folder .*afile is a file; pass a folder", ["{bad}"]),
-    ("build-out-readonly", "build qwen3-tts-vocoder --model-dir {ckpt} --out /proc/b",
+    ("build-out-readonly", "build qwen3-tts-vocoder --model-dir {ckpt} --out-dir /proc/b",
      r"cannot write output /proc/b: folder /proc is not writable", []),
-    ("synth-out-is-file", "synth-checkpoint qwen3-tts-vocoder --out {bad}/afile",
+    ("synth-out-is-file", "synth-checkpoint qwen3-tts-vocoder --out-dir {bad}/afile",
      r"output folder .*afile is a file", ["{bad}"]),
     ("export-o-readonly", "export qwen3-tts-vocoder --model-dir {ckpt} -B 4 -o /proc/s.onnx",
      r"cannot write output ONNX /proc/s\.onnx", []),
@@ -171,13 +171,13 @@ TABLE = [
     ("decode-codes-is-directory", "decode --plan {plan}/plan.json {bad}/a_dir -o {tmp}/x.wav",
      r"codes file .*a_dir is a directory", ["{tmp}"]),
     # config validation (5): refused before anything is built, naming the key
-    ("build-config-kv-heads-0", "build qwen3-tts-vocoder --model-dir {bad}/ckpt_kv0 --out {tmp}/b",
+    ("build-config-kv-heads-0", "build qwen3-tts-vocoder --model-dir {bad}/ckpt_kv0 --out-dir {tmp}/b",
      r"num_key_value_heads must be a positive integer, got 0", []),
     ("export-config-hidden-str", "export qwen3-tts-vocoder --model-dir {bad}/ckpt_hidden_str -B 4 -o {tmp}/s.onnx",
      r"hidden_size must be a positive integer, got '128'", ["{tmp}"]),
     ("export-config-huge", "export qwen3-tts-vocoder --model-dir {bad}/ckpt_huge -B 4 -o {tmp}/s.onnx",
      r"more than 20x the published model.*check hidden_size", ["{tmp}"]),
-    ("build-config-rate-abc", "build qwen3-tts-vocoder --model-dir {bad}/ckpt_rate_abc --out {tmp}/b",
+    ("build-config-rate-abc", "build qwen3-tts-vocoder --model-dir {bad}/ckpt_rate_abc --out-dir {tmp}/b",
      r"decode_upsample_rate must be a positive integer, got 'abc'", []),
     # wrong types in a plan or contract (6)
     ("decode-plan-path-number", "decode --plan {bad}/plan_number_path.json {plan}/codes.npy -o {tmp}/x.wav",
@@ -316,8 +316,8 @@ def test_build_folder_lock(tmp_path, reduced_ckpt, capsys):
     out = tmp_path / "build"
     out.mkdir()
     with folder_lock(out):
-        rc, err = _run(["build", "qwen3-tts-vocoder", "--model-dir", str(reduced_ckpt), "--out", str(out),
-                        "-B", "4", "--skip-verify"], capsys)
+        rc, err = _run(["build", "qwen3-tts-vocoder", "--model-dir", str(reduced_ckpt), "--out-dir", str(out),
+                        "-B", "4", "--skip-sim"], capsys)
         assert rc == 2 and f"another build is using this folder (pid {os.getpid()})" in err
         # another process gets the same answer
         code = f"from rkspeech.core.atomic import folder_lock\nwith folder_lock({str(out)!r}): pass"
@@ -420,7 +420,7 @@ def test_corrupt_weights_are_refused_naming_the_key(corrupt, reduced_ckpt, tmp_p
     import torch
     from safetensors.torch import load_file, save_file
 
-    from rkspeech.models.qwen3_tts.checkpoint import (
+    from rkspeech.models.qwen3_tts.vocoder_checkpoint import (
         read_decoder_state,
         resolve_checkpoint,
     )

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from rkspeech.runtime.runners.torch_step import TorchStepRunner
-from rkspeech.runtime.streaming import Engine
+from rkspeech.runtime.tts.streaming import Engine
 from rkspeech.stepgraph import npu_ops
 from rkspeech.stepgraph.step import VocoderStep
 from rkspeech.stepgraph.step_npu import NpuVocoderStep, make_step, npu_cache_segments

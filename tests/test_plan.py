@@ -43,7 +43,7 @@ def graphs(tmp_path_factory, reduced_model):
 def other_first(tmp_path_factory):
     """A B=4 first graph of a reduced config with ONE transformer layer: a different cache."""
     from rkspeech.export.vocoder_onnx import export_step_onnx
-    from rkspeech.models.qwen3_tts.synthetic import CONFIGS, make_checkpoint_state
+    from rkspeech.models.qwen3_tts.synthetic_vocoder import CONFIGS, make_checkpoint_state
     from rkspeech.stepgraph.step import VocoderStep
 
     cfg = dataclasses.replace(CONFIGS["reduced"], num_hidden_layers=1)

@@ -9,7 +9,7 @@ import pytest
 
 from rkspeech.core.errors import RkspeechError
 from rkspeech.plan.plan import load_plan, write_plan
-from rkspeech.plan.stages import stage_section
+from rkspeech.plan.sections import stage_section
 
 from streaming_fixtures import step_graphs, write_ort_plan
 
@@ -151,7 +151,7 @@ def test_quantized_stage_reaches_the_simulator(tmp_path, graphs, monkeypatch):
             seen[backend] = kw
 
     import rkspeech.runtime.tts.code_predictor_backend as cpb
-    from rkspeech.runtime.tts_stages import open_stage_backends
+    from rkspeech.runtime.tts.open_stages import open_stage_backends
 
     monkeypatch.setattr(cpb, "GraphCodePredictor", FakeGraph)
     open_stage_backends(load_plan(plan, backend="sim"), "sim")

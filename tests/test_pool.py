@@ -10,10 +10,10 @@ import pytest
 from rkspeech.core.errors import RkspeechError
 from rkspeech.contracts.read import read_contract
 from rkspeech.plan.plan import load_plan
-from rkspeech.runtime.pool import EnginePool, Slot, open_pool
+from rkspeech.runtime.tts.pool import EnginePool, Slot, open_pool
 from rkspeech.runtime.runners.base import Runner
 from rkspeech.runtime.runners.onnxruntime import OnnxRuntimeRunner
-from rkspeech.runtime.streaming import StreamingVocoder
+from rkspeech.runtime.tts.streaming import StreamingVocoder
 from rkspeech.verify.stepwise import random_codes
 
 from streaming_fixtures import ort_engines, step_graphs, write_ort_plan

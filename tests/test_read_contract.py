@@ -13,7 +13,7 @@ from rkspeech.contracts.read import KINDS, parse_contract, read_contract
 from rkspeech.contracts.rknn_file import parse_bytes
 from rkspeech.contracts.talker import TalkerContract
 from rkspeech.core.errors import RkspeechError
-from rkspeech.models.qwen3_tts.synthetic import CONFIGS
+from rkspeech.models.qwen3_tts.synthetic_vocoder import CONFIGS
 from rkspeech.stepgraph.step import step_contract
 
 CONTRACTS = {

@@ -40,7 +40,7 @@ def _first(kind: str) -> str:
 
 CASES = [
     Case("synth-checkpoint", ("synth-checkpoint", "qwen3-tts-vocoder", "--config", "reduced", "--seed", "3",
-                              "--out", "o/synth-checkpoint"),
+                              "--out-dir", "o/synth-checkpoint"),
          ("o/synth-checkpoint/speech_tokenizer/config.json", "o/synth-checkpoint/speech_tokenizer/model.safetensors")),
     Case("export", ("export", "qwen3-tts-vocoder", "--model-dir", "{ckpt}", "-B", "4", "-o", "o/export/step.onnx",
                     "--report", "o/export/report.json"), ("o/export/step.onnx", "o/export/report.json")),
@@ -51,15 +51,15 @@ CASES = [
          ("o/estimate/report.json",)),
     Case("verify", ("verify", "--model-dir", "{ckpt}", "--onnx", _first("onnx"), "--rknn", _first("rknn"),
                     "--steps", "1", "--report", "o/verify/report.json"), ("o/verify/report.json",)),
-    Case("accuracy", ("accuracy", "in/tiny.onnx", "--target", "rk3588", "--pieces", "2", "--no-whole",
+    Case("accuracy", ("accuracy", "in/tiny.onnx", "--target", "rk3588", "--pieces", "2", "--skip-whole",
                       "--report", "o/accuracy/report.json", "--plot", "o/accuracy/map.png",
                       "--sim-log", "o/accuracy/sim.log"),
          ("o/accuracy/report.json", "o/accuracy/map.png", "o/accuracy/sim.log")),
     Case("decode", ("decode", "--plan", "{build}/plan.json", "in/codes.npy", "--backend", "sim",
                     "-o", "o/decode/out.wav", "--report", "o/decode/report.json"),
          ("o/decode/out.wav", "o/decode/report.json")),
-    Case("transcribe", ("transcribe", "in/hello.wav", "--model", "{whisper}", "--beam-size", "1",
-                        "--output-format", "all", "--output-dir", "o/transcribe"),
+    Case("transcribe", ("transcribe", "in/hello.wav", "--model-dir", "{whisper}", "--beam-size", "1",
+                        "--output-format", "all", "--out-dir", "o/transcribe"),
          tuple(f"o/transcribe/hello.{ext}" for ext in ("txt", "srt", "vtt", "json"))),
 ]
 

@@ -43,8 +43,8 @@ def plan_and_codes(tmp_path_factory, reduced_model):
 
 def test_imports_stay_light():
     code = BLOCKER + textwrap.dedent("""
-        import rkspeech.runtime.streaming, rkspeech.runtime.runners.onnxruntime, rkspeech.runtime.pool
-        import rkspeech.runtime.wav, rkspeech.runtime.codes, rkspeech.plan.plan, rkspeech.cli
+        import rkspeech.runtime.tts.streaming, rkspeech.runtime.runners.onnxruntime, rkspeech.runtime.tts.pool
+        import rkspeech.runtime.wav, rkspeech.runtime.tts.codes, rkspeech.plan.plan, rkspeech.cli
         import rkspeech.contracts.read
         rkspeech.cli.build_parser()
         bad = [m for m in sys.modules if m.split(".")[0] in BLOCKED + ("onnxruntime",)]
@@ -75,7 +75,7 @@ def test_decode_ort_without_torch_or_onnx(plan_and_codes, tmp_path):
     # the wav is the stream's PCM, rounded to 16 bits
     samples, rate = read_wav_int16(out)
     assert rate == 24000
-    from rkspeech.runtime.streaming import StreamingVocoder
+    from rkspeech.runtime.tts.streaming import StreamingVocoder
 
     main, first = ort_engines(paths)
     np.testing.assert_array_equal(samples, to_int16(StreamingVocoder(main, first).decode(codes)))
@@ -144,7 +144,7 @@ def test_decode_sim_backend(plan_and_codes, tmp_path):
                  "--backend", "sim"]) == 0
     sim, _ = read_wav_int16(tmp_path / "s.wav")
     main_e, _ = ort_engines({"main": B4})
-    from rkspeech.runtime.streaming import StreamingVocoder
+    from rkspeech.runtime.tts.streaming import StreamingVocoder
 
     ref = to_int16(StreamingVocoder(main_e).decode(codes[:14]))
     assert sim.size == ref.size == 14 * 1920

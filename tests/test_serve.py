@@ -5,7 +5,7 @@ encoder offloaded to onnxruntime.
 Transcripts are checked against ``rkspeech transcribe`` run on the same 16 kHz mono file with the
 same options (greedy: ``--beam-size 1`` there, ``beam_size=1`` here, for time; its JSON report and the srt/vtt files it writes).  Speech goes through
 :class:`ToneSpeaker`, a deterministic TEST DOUBLE of the ``SpeechEngine`` protocol (the real
-``rkspeech.runtime.speak.Speaker`` is plugged in by ``--tts-model``), so what is checked is the
+``rkspeech.runtime.tts.speak.Speaker`` is plugged in by ``--tts-model-dir``), so what is checked is the
 server's streaming and framing, not a voice.
 """
 
@@ -103,9 +103,9 @@ def cli(speech, encoder_onnx, tmp_path_factory):
     """What ``rkspeech transcribe`` gives on file a: plain (report + srt/vtt files) and with word
     timestamps."""
     out = tmp_path_factory.mktemp("serve_cli")
-    base = ["transcribe", speech["a"], "--model", str(TINY_EN), "--encoder", str(encoder_onnx), "--threads", "1",
+    base = ["transcribe", speech["a"], "--model-dir", str(TINY_EN), "--encoder", str(encoder_onnx), "--threads", "1",
             "--beam-size", "1", "--json"]
-    plain = _cli(base + ["--output-dir", str(out)])["files"][0]
+    plain = _cli(base + ["--out-dir", str(out)])["files"][0]
     words = _cli(base + ["--word-timestamps"])["files"][0]
     return {"plain": plain, "words": words, "srt": (out / "a.srt").read_text()}
 
@@ -121,11 +121,11 @@ def model(encoder_onnx):
 
 @pytest.fixture(scope="module")
 def server(model):
-    from rkspeech.serve.engines import EnginePool
+    from rkspeech.serve.engines import ServePool
     from rkspeech.serve.options import ServeOptions
     from rkspeech.serve.server import ServerThread
 
-    pool = EnginePool(transcribers=[model], speakers=[ToneSpeaker(delay_s=0.01)], max_queue=2, owned=False)
+    pool = ServePool(transcribers=[model], speakers=[ToneSpeaker(delay_s=0.01)], max_queue=2, owned=False)
     options = ServeOptions(beam_size=1,  # greedy on both sides (the CLI runs with --beam-size 1): faster
                            wyoming="tcp://127.0.0.1:0", http="127.0.0.1:0", api_key=KEY,
                            max_upload_bytes=1024 * 1024, max_audio_s=60, max_text_chars=200)
@@ -375,14 +375,14 @@ def test_full_queue_is_refused_at_once_on_both_protocols(server, speech):
 
 
 def test_pool_time_limit_and_graceful_shutdown():
-    from rkspeech.serve.engines import TRANSCRIBE, EnginePool, ShuttingDown, TimedOut
+    from rkspeech.serve.engines import TRANSCRIBE, ServePool, ShuttingDown, TimedOut
 
     def slow(model, seconds):
         time.sleep(seconds)
         return model
 
     async def go():
-        pool = EnginePool(transcribers=["m0"], max_queue=1, request_timeout_s=0.3, owned=False)
+        pool = ServePool(transcribers=["m0"], max_queue=1, request_timeout_s=0.3, owned=False)
         with pytest.raises(TimedOut):
             await pool.run(TRANSCRIBE, slow, 0.6)
         assert pool.status()[TRANSCRIBE]["busy"] == 1  # the call still runs: its engine is not reused

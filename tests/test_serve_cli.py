@@ -26,18 +26,18 @@ def test_cli_errors_are_one_line(capsys):
 
     assert main(["serve"]) == 2
     assert "nothing to serve" in capsys.readouterr().err
-    assert main(["serve", "--whisper-model", str(TINY_EN), "--backend", "ort"]) == 2
-    assert "--backend ort needs --encoder FILE" in capsys.readouterr().err
-    assert main(["serve", "--whisper-model", str(TINY_EN), "--http", "localhost"]) == 2
+    assert main(["serve", "--asr-model-dir", str(TINY_EN), "--asr-backend", "ort"]) == 2
+    assert "--asr-backend ort needs --asr-encoder FILE" in capsys.readouterr().err
+    assert main(["serve", "--asr-model-dir", str(TINY_EN), "--http", "localhost"]) == 2
     assert "use HOST:PORT" in capsys.readouterr().err
-    assert main(["serve", "--whisper-model", str(TINY_EN), "--language", "de"]) == 2
+    assert main(["serve", "--asr-model-dir", str(TINY_EN), "--asr-language", "de"]) == 2
     assert "English-only" in capsys.readouterr().err
 
 
 def test_sigterm_finishes_the_request_in_flight(tmp_path):
     clip = espeak(SENTENCES[3], tmp_path / "fox.wav")
-    proc = subprocess.Popen([sys.executable, "-m", "rkspeech", "serve", "--whisper-model", str(TINY_EN),
-                             "--http", "127.0.0.1:0", "--wyoming", "off", "--beam-size", "1"],
+    proc = subprocess.Popen([sys.executable, "-m", "rkspeech", "serve", "--asr-model-dir", str(TINY_EN),
+                             "--http", "127.0.0.1:0", "--wyoming", "off", "--asr-beam-size", "1"],
                             stderr=subprocess.PIPE, text=True, env={**os.environ, "RKSPEECH_API_KEY": ""})
     try:
         address, lines = None, []

@@ -1,4 +1,4 @@
-"""``rkspeech serve`` with the real text-to-speech engine (``runtime.speak.Speaker``: the reduced
+"""``rkspeech serve`` with the real text-to-speech engine (``runtime.tts.speak.Speaker``: the reduced
 synthetic custom-voice model + the reduced vocoder plan on onnxruntime) and a Whisper engine
 (tiny.en) in ONE running server: the official ``openai`` client and the ``wyoming`` client get
 exactly the samples ``rkspeech speak`` writes for the same text, voice and options, and the
@@ -46,8 +46,8 @@ def cli_pcm(tts_custom_ckpt, plan, tmp_path_factory):
 @pytest.fixture(scope="module")
 def server(tts_custom_ckpt, plan):
     from rkspeech.models.qwen3_tts.generate import GenerationOptions
-    from rkspeech.runtime.speak import Speaker
-    from rkspeech.serve.engines import EnginePool
+    from rkspeech.runtime.tts.speak import Speaker
+    from rkspeech.serve.engines import ServePool
     from rkspeech.serve.options import ServeOptions
     from rkspeech.serve.server import ServerThread
 
@@ -56,7 +56,7 @@ def server(tts_custom_ckpt, plan):
     # what `speak --max-frames FRAMES` runs: FRAMES frames take FRAMES + 1 talker steps
     speaker = Speaker(tts_custom_ckpt, plan, threads=1, options=GenerationOptions.greedy(max_new_tokens=FRAMES + 1))
     whisper = WhisperModel(TINY_EN, threads=1)
-    pool = EnginePool(transcribers=[whisper], speakers=[speaker], max_queue=2)
+    pool = ServePool(transcribers=[whisper], speakers=[speaker], max_queue=2)
     st = ServerThread(pool, ServeOptions(wyoming="tcp://127.0.0.1:0", http="127.0.0.1:0", beam_size=1)).start()
     yield st
     assert st.stop()
@@ -81,7 +81,7 @@ def test_the_same_server_transcribes_as_the_cli_does(server, tmp_path, capsys):
     from rkspeech.cli import main
 
     clip = espeak(SENTENCES[1], tmp_path / "stella.wav")
-    assert main(["transcribe", clip, "--model", str(TINY_EN), "--beam-size", "1", "--threads", "1", "--json"]) == 0
+    assert main(["transcribe", clip, "--model-dir", str(TINY_EN), "--beam-size", "1", "--threads", "1", "--json"]) == 0
     want = json.loads(capsys.readouterr().out)["files"][0]["text"]
     client = openai.OpenAI(base_url=f"http://{server.addresses['http']}/v1", api_key="unused", max_retries=0,
                            timeout=300)
@@ -130,7 +130,7 @@ def test_cli_bounds_the_speech_of_a_request(tts_custom_ckpt, plan, capsys):
 
     from rkspeech.cli import main
 
-    base = ["serve", "--tts-model", str(tts_custom_ckpt), "--plan", str(plan), "--wyoming", "off"]
+    base = ["serve", "--tts-model-dir", str(tts_custom_ckpt), "--tts-plan", str(plan), "--wyoming", "off"]
     assert main(base + ["--max-speech-s", "0"]) == 2
     assert "--max-speech-s must be > 0, got 0.0" in capsys.readouterr().err
     proc = subprocess.Popen([sys.executable, "-m", "rkspeech", *base, "--http", "127.0.0.1:0", "--max-speech-s", "0.5"],

@@ -1,4 +1,4 @@
-"""Text to speech through the plan's streaming vocoder (``rkspeech speak``, ``runtime.speak``).
+"""Text to speech through the plan's streaming vocoder (``rkspeech speak``, ``runtime.tts.speak``).
 
 The reduced custom-voice model (talker + code predictor on the host) feeds the session's reduced
 B=4 / B=16 step graphs on onnxruntime.  What must hold: the streamed wav is the decode of the
@@ -95,7 +95,7 @@ def test_speak_to_stdout_streams_the_same_samples(spoken, tts_custom_ckpt, plan)
 
 def test_stream_api_yields_chunks_as_steps_finish(tts_custom_ckpt, plan):
     from rkspeech.models.qwen3_tts.generate import GenerationOptions
-    from rkspeech.runtime.speak import Speaker, SpeechTiming
+    from rkspeech.runtime.tts.speak import Speaker, SpeechTiming
 
     with Speaker(tts_custom_ckpt, plan, threads=1) as sp:
         assert sp.sample_rate == 24000 and "vivian" in sp.speakers and "english" in sp.languages
@@ -108,8 +108,51 @@ def test_stream_api_yields_chunks_as_steps_finish(tts_custom_ckpt, plan):
     assert timing.frames == len(codes) and timing.samples == sum(sizes)
 
 
+def test_generation_runs_beside_the_vocoder(tts_custom_ckpt, plan):
+    """Frames are generated in their own thread while the caller's thread vocodes: the generator
+    runs ahead of the chunks consumed; a caller that stops early stops the generator; an error
+    in generation reaches the caller."""
+    import threading
+
+    from rkspeech.core.errors import RkspeechError
+    from rkspeech.models.qwen3_tts.generate import GenerationOptions
+    from rkspeech.runtime.tts.speak import Speaker, _Generation
+
+    with Speaker(tts_custom_ckpt, plan, threads=1) as sp:
+        inner, seen = sp.model.generate_frames, []
+
+        def spy(*a, **kw):
+            for frame in inner(*a, **kw):
+                seen.append(threading.get_ident())
+                yield frame
+
+        sp.model.generate_frames = spy
+        opts = GenerationOptions.greedy(max_new_tokens=FRAMES)
+        long = GenerationOptions.greedy(max_new_tokens=400)  # the random talker never stops by itself
+        stream = sp.stream("Hello there.", speaker="vivian", options=long)
+        first = next(stream)  # the B=4 first step
+        assert first.size == 4 * 1920
+        assert seen and set(seen) != {threading.get_ident()}  # generated in another thread
+        stream.close()  # a client gone: generation stops before the utterance ends
+        stopped_at = len(seen)
+        # at most the first step's frames, a full queue and the frame in hand: the queue bounds it
+        assert stopped_at <= 4 + _Generation.QUEUE_FRAMES + 2 and not any(t.name == "rkspeech-generate" and t.is_alive()
+                                               for t in threading.enumerate())
+        assert len(seen) == stopped_at
+
+        def broken(*a, **kw):
+            yield from inner(*a, **kw)
+            raise RkspeechError("generation failed on purpose")
+
+        sp.model.generate_frames = broken
+        with pytest.raises(RkspeechError, match="on purpose"):
+            list(sp.stream("Hello there.", speaker="vivian", options=opts))
+        sp.model.generate_frames = inner
+        assert sum(c.size for c in sp.stream("Hi.", speaker="vivian", options=opts)) > 0  # lock released
+
+
 def test_plan_for_another_speech_tokenizer_is_refused():
-    from rkspeech.models.qwen3_tts.config import VocoderConfig
+    from rkspeech.models.qwen3_tts.vocoder_config import VocoderConfig
     from rkspeech.plan.plan import check_plan_for_model
 
     cfg = VocoderConfig()

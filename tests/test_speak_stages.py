@@ -1,4 +1,4 @@
-"""``rkspeech speak`` with a plan that places the talker and the code predictor (``plan.stages``).
+"""``rkspeech speak`` with a plan that places the talker and the code predictor (``plan.sections``).
 
 The reduced custom-voice model: its talker and code predictor graphs exported to ONNX, written
 into a plan beside the session's reduced vocoder steps (impl ``onnx``: onnxruntime), then spoken
@@ -27,7 +27,7 @@ def stage_plan(tmp_path_factory, reduced_model, tts_custom_ckpt):
     from rkspeech.export.code_predictor_onnx import export_code_predictor_onnx
     from rkspeech.export.talker_onnx import export_talker_pair
     from rkspeech.models.qwen3_tts.generate import TTSModel
-    from rkspeech.plan.stages import stage_section
+    from rkspeech.plan.sections import stage_section
     from rkspeech.stepgraph.code_predictor_step import CodePredictorFrame
 
     d = tmp_path_factory.mktemp("stage_plan")
@@ -56,7 +56,7 @@ def stage_plan(tmp_path_factory, reduced_model, tts_custom_ckpt):
 
 def _speak(root, plan, **kw):
     from rkspeech.models.qwen3_tts.generate import GenerationOptions
-    from rkspeech.runtime.speak import Speaker, SpeechTiming
+    from rkspeech.runtime.tts.speak import Speaker, SpeechTiming
 
     host = kw.pop("host_stages", False)
     options = kw.pop("options", GenerationOptions.greedy(max_new_tokens=FRAMES + 1))

@@ -10,7 +10,7 @@ import torch
 
 from rkspeech.core.errors import RkspeechError
 from rkspeech.runtime.runners.torch_step import TorchStepRunner
-from rkspeech.runtime.streaming import Engine
+from rkspeech.runtime.tts.streaming import Engine
 from rkspeech.stepgraph.step import VocoderStep, join_tails
 from rkspeech.verify.stepwise import (
     check_tokens,

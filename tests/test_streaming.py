@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from rkspeech.core.errors import RkspeechError
-from rkspeech.runtime.streaming import Engine, StreamingVocoder
+from rkspeech.runtime.tts.streaming import Engine, StreamingVocoder
 from rkspeech.stepgraph.host import cache_valid, inverse_frequencies, rope_angles
 from rkspeech.verify.stepwise import full_decode, random_codes
 from rkspeech.verify.compare import snr_db

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from rkspeech.models.qwen3_tts.checkpoint import load_vocoder
+from rkspeech.models.qwen3_tts.vocoder_checkpoint import load_vocoder
 from rkspeech.verify.compare import snr_db
 from rkspeech.verify.stepwise import full_decode, random_codes
 
@@ -35,7 +35,7 @@ def test_output_realistic_and_attention_matters(which, reduced_ckpt, published_c
 def test_seed_changes_weights_deterministically(tmp_path):
     from safetensors.torch import load_file
 
-    from rkspeech.models.qwen3_tts.synthetic import write_checkpoint
+    from rkspeech.models.qwen3_tts.synthetic_vocoder import write_checkpoint
 
     a = load_file(str(write_checkpoint(tmp_path / "a", "reduced", 1) / "model.safetensors"))
     b = load_file(str(write_checkpoint(tmp_path / "b", "reduced", 1) / "model.safetensors"))

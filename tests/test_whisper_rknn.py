@@ -31,8 +31,8 @@ def build(tmp_path_factory):
     home = tmp_path_factory.mktemp("whisper_build")
     out = home / "out"
     proc = subprocess.run(  # from a folder of the user's own, relative paths in and out
-        [sys.executable, "-m", "rkspeech", "build", "whisper-encoder", "--model", os.path.relpath(TINY_EN, home),
-         "--target", "rk3588", "--out", "out", "--threads", "2"],
+        [sys.executable, "-m", "rkspeech", "build", "whisper-encoder", "--model-dir", os.path.relpath(TINY_EN, home),
+         "--target", "rk3588", "--out-dir", "out", "--threads", "2"],
         capture_output=True, text=True, timeout=900, cwd=home,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -95,8 +95,8 @@ def test_build_is_linted_and_resumes(build):
     assert not any(t.get("skipped") for t in ran.values())
     home = build["out"].parent
     proc = subprocess.run(
-        [sys.executable, "-m", "rkspeech", "build", "whisper-encoder", "--model", os.path.relpath(TINY_EN, home),
-         "--target", "rk3588", "--out", "out", "--threads", "2"],
+        [sys.executable, "-m", "rkspeech", "build", "whisper-encoder", "--model-dir", os.path.relpath(TINY_EN, home),
+         "--target", "rk3588", "--out-dir", "out", "--threads", "2"],
         capture_output=True, text=True, timeout=900, cwd=home,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -109,7 +109,7 @@ def test_build_is_linted_and_resumes(build):
 def test_build_refuses_20s_window(tmp_path):
     from rkspeech.cli import main
 
-    assert main(["build", "whisper-encoder", "--model", str(TINY_EN), "--out", str(tmp_path),
+    assert main(["build", "whisper-encoder", "--model-dir", str(TINY_EN), "--out-dir", str(tmp_path),
                  "--frames", "2000"]) == 2
     assert not (tmp_path / "encoder.onnx").exists()
 
@@ -139,6 +139,6 @@ def test_rknn_encoder_defaults_to_rknnlite_and_says_it_needs_the_board(build, tm
     if importlib.util.find_spec("rknnlite") is not None:
         pytest.skip("rknn-toolkit-lite2 is installed (a board): this checks the host message")
     wav = espeak(SENTENCES[0], tmp_path / "s0.wav")
-    rc = main(["transcribe", wav, "--model", str(TINY_EN), "--encoder", str(build["out"] / "encoder.rknn")])
+    rc = main(["transcribe", wav, "--model-dir", str(TINY_EN), "--encoder", str(build["out"] / "encoder.rknn")])
     err = capsys.readouterr().err
     assert rc == 2 and "rknn-toolkit-lite2" in err

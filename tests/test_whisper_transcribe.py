@@ -180,7 +180,7 @@ def test_compare_detects_a_wrong_encoder(pipeline, encoder_onnx, speech):
 def test_transcribe_cli_compare_json(encoder_onnx, speech, capsys):
     from rkspeech.cli import main
 
-    rc = main(["transcribe", speech["s1"], "--model", str(TINY_EN), "--encoder", str(encoder_onnx),
+    rc = main(["transcribe", speech["s1"], "--model-dir", str(TINY_EN), "--encoder", str(encoder_onnx),
                "--backend", "ort", "--compare", "--threads", "1", "--json"])
     report = json.loads(capsys.readouterr().out)
     assert rc == 0
@@ -196,7 +196,7 @@ def test_transcribe_cli_compare_json(encoder_onnx, speech, capsys):
 def test_transcribe_cli_prints_timing_split(encoder_onnx, speech, capsys):
     from rkspeech.cli import main
 
-    rc = main(["transcribe", speech["s0"], "--model", str(TINY_EN), "--encoder", str(encoder_onnx),
+    rc = main(["transcribe", speech["s0"], "--model-dir", str(TINY_EN), "--encoder", str(encoder_onnx),
                "--threads", "1", "--beam-size", "1"])
     out, err = capsys.readouterr()
     assert rc == 0 and "cloudy with a chance of rain" in out.lower()
@@ -208,11 +208,11 @@ def test_transcribe_refuses_wrong_encoder_kinds(encoder_onnx, speech, tmp_path):
 
     fake = tmp_path / "enc.rknn"
     fake.write_bytes(b"RKNN")
-    assert main(["transcribe", speech["s0"], "--model", str(TINY_EN), "--encoder", str(fake),
+    assert main(["transcribe", speech["s0"], "--model-dir", str(TINY_EN), "--encoder", str(fake),
                  "--backend", "ort"]) == 2
-    assert main(["transcribe", speech["s0"], "--model", str(TINY_EN), "--encoder", str(fake),
+    assert main(["transcribe", speech["s0"], "--model-dir", str(TINY_EN), "--encoder", str(fake),
                  "--backend", "sim"]) == 2
-    assert main(["transcribe", speech["s0"], "--model", str(tmp_path), "--encoder", str(encoder_onnx)]) == 2
+    assert main(["transcribe", speech["s0"], "--model-dir", str(tmp_path), "--encoder", str(encoder_onnx)]) == 2
 
 
 def test_decoder_refuses_encoder_output_of_wrong_geometry(pipeline):
@@ -226,7 +226,7 @@ def test_build_without_toolkit_steps_exports_and_checks_parity(tmp_path, capsys)
     """``rkspeech build whisper-encoder --skip-convert``: the part that needs no rknn-toolkit2."""
     from rkspeech.cli import main
 
-    rc = main(["build", "whisper-encoder", "--model", str(TINY_EN), "--out", str(tmp_path),
+    rc = main(["build", "whisper-encoder", "--model-dir", str(TINY_EN), "--out-dir", str(tmp_path),
                "--skip-convert", "--threads", "2"])
     out = capsys.readouterr().out
     assert rc == 0 and "torch vs CTranslate2" in out

@@ -38,15 +38,6 @@ def compare(reference, test) -> dict:
     return out
 
 
-def pooled(pairs) -> dict:
-    """SNR and cosine of several (reference, test) tensors taken as one signal."""
-    pairs = list(pairs)
-    if not pairs:
-        return {"snr_db": None, "cosine": None}
-    return compare(np.concatenate([np.asarray(r, np.float64).reshape(-1) for r, _ in pairs]),
-                   np.concatenate([np.asarray(t, np.float64).reshape(-1) for _, t in pairs]))
-
-
 def activation(a) -> dict:
     """Largest |value|, its headroom to fp16's largest finite value (dB; negative: overflow) and
     the fraction of non-zero values below fp16's smallest normal (where it loses precision)."""

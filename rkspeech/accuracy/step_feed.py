@@ -3,7 +3,7 @@
 A step's accuracy depends on its cache: a zero cache (step 1) leaves the KV history and the conv
 tails empty, random values are not a state the model reaches.  So the feed is taken from the
 graph itself, run stepwise on onnxruntime (fp32) over seeded random codes with the cache
-threaded (``runtime.streaming.StreamingVocoder``), as ``rkspeech verify`` runs it.
+threaded (``runtime.tts.streaming.StreamingVocoder``), as ``rkspeech verify`` runs it.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def stepwise_feed(onnx_path, step: int, specs: dict, seed: int = 0, threads: int
     from rkspeech.contracts.read import read_contract
     from rkspeech.contracts.vocoder import VocoderContract
     from rkspeech.runtime.runners import open_runner
-    from rkspeech.runtime.streaming import Engine, StreamingVocoder
+    from rkspeech.runtime.tts.streaming import Engine, StreamingVocoder
     from rkspeech.verify.stepwise import random_codes
 
     if step < 1:

@@ -4,32 +4,35 @@ from __future__ import annotations
 
 import argparse
 
+from rkspeech.cli.vocabulary import ADVANCED, INPUT, NPU, OUTPUT, Flags, resolve_threads
 from rkspeech.core.targets import DEFAULT_TARGET, TARGETS
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "accuracy", help="per-block / per-layer accuracy map of an ONNX graph on the simulator (fp16 vs fp32)")
-    p.add_argument("model", help="the ONNX graph (static shapes)")
-    p.add_argument("--target", default=DEFAULT_TARGET, choices=TARGETS, help="chip to simulate")
-    p.add_argument("--inputs", default=None,
-                   help="an .npz of the graph inputs (names and shapes as the graph's); default: seeded "
-                        "random normal floats and zero integers (real inputs give the real map)")
-    p.add_argument("--stepwise", type=int, default=None, metavar="K",
-                   help="vocoder step graphs: feed step K of a stepwise onnxruntime decode of random codes "
-                        "(cache threaded), a state the model reaches")
-    p.add_argument("--pieces", type=int, default=4,
-                   help="cut the graph into N consecutive blocks, one simulator build each (default 4)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the default random inputs")
-    p.add_argument("--threads", type=int, default=2, help="onnxruntime threads")
-    p.add_argument("--no-sim", action="store_true", help="fp32 and the fp16 storage model only (no simulator)")
-    p.add_argument("--no-whole", action="store_true",
-                   help="skip the whole-graph simulator check (one build fewer)")
-    p.add_argument("--min-snr", type=float, default=None,
-                   help="fail when a graph output's whole-graph simulator SNR is below this (dB)")
-    p.add_argument("--report", default=None, help="write the JSON report here")
-    p.add_argument("--plot", default=None, help="write the PNG plot here")
-    p.add_argument("--sim-log", default=None, help="append the toolkit's console output here")
+    f = Flags(p, "accuracy")
+    f.add(INPUT, "model", help="the ONNX graph (static shapes)")
+    f.add(INPUT, "--inputs", default=None,
+          help="an .npz of the graph inputs (names and shapes as the graph's); default: seeded "
+               "random normal floats and zero integers (real inputs give the real map)")
+    f.add(INPUT, "--stepwise", type=int, default=None, metavar="K",
+          help="vocoder step graphs: feed step K of a stepwise onnxruntime decode of random codes "
+               "(cache threaded), a state the model reaches")
+    f.add(INPUT, "--seed", type=int, default=0, help="seed of the default random inputs")
+    f.add(OUTPUT, "--report", default=None, help="write the JSON report here")
+    f.add(OUTPUT, "--plot", default=None, help="write the PNG plot here")
+    f.add(OUTPUT, "--sim-log", default=None, help="append the toolkit's console output here")
+    f.add(NPU, "--target", default=DEFAULT_TARGET, choices=TARGETS, help="chip to simulate")
+    f.add(NPU, "--pieces", type=int, default=4,
+          help="cut the graph into N consecutive blocks, one simulator build each (default 4)")
+    f.add(NPU, "--skip-sim", dest="no_sim", action="store_true",
+          help="fp32 and the fp16 storage model only (no simulator)")
+    f.add(NPU, "--skip-whole", dest="no_whole", action="store_true",
+          help="skip the whole-graph simulator check (one build fewer)")
+    f.add(NPU, "--min-snr", type=float, default=None,
+          help="fail when a graph output's whole-graph simulator SNR is below this (dB)")
+    f.threads(ADVANCED, "onnxruntime")
     p.set_defaults(func=run)
 
 
@@ -54,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     opts = AccuracyOptions(model=Path(args.model), target=args.target,
                            inputs=Path(args.inputs) if args.inputs else None, stepwise=args.stepwise,
                            pieces=args.pieces,
-                           seed=args.seed, threads=args.threads, simulate=not args.no_sim,
+                           seed=args.seed, threads=resolve_threads(args.threads), simulate=not args.no_sim,
                            whole_graph=not args.no_whole, sim_log=args.sim_log)
     rep = analyse(opts)
     print_report(rep)

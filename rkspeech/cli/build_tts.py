@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from rkspeech.cli.vocabulary import ADVANCED, INPUT, NPU, OUTPUT, SIM_CHECK, Flags
 from rkspeech.core.targets import DEFAULT_TARGET, TARGETS
 from rkspeech.pipelines.code_predictor_forms import DEFAULT_FORM, FORMS
 from rkspeech.contracts.formulations import CHOICES, DEFAULT_FORMULATION
@@ -12,39 +13,43 @@ HELP = "Qwen3-TTS talker + code predictor + vocoder -> one plan (.rknn step grap
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model-dir", default=None, help="full Qwen3-TTS model root (default $QWEN3_TTS_MODEL)")
-    p.add_argument("--target", default=DEFAULT_TARGET, choices=TARGETS)
-    p.add_argument("--out", required=True, help="output folder (plan.json, build-report.json, graphs)")
-    p.add_argument("--vocoder-plan", default=None,
-                   help="reuse this built qwen3-tts-vocoder plan.json (checked against the model) instead of "
-                        "building the vocoder; the vocoder flags below are then ignored")
-    p.add_argument("--codes-length", "-B", type=int, default=64, help="vocoder tokens per main step (default 64)")
-    p.add_argument("--first-length", type=int, default=16, help="vocoder tokens of the first step; 0 = main only")
-    p.add_argument("--formulation", choices=CHOICES, default=DEFAULT_FORMULATION, help="vocoder step formulation")
-    p.add_argument("--verify-steps", type=int, default=3, help="vocoder main steps run on the simulator")
-    p.add_argument("--sim-pieces", type=int, default=1, help="simulate the vocoder in N graph pieces")
-    p.add_argument("--verify-frames", type=int, default=50,
-                   help="code predictor frames replayed on the simulator (greedy agreement, logit SNR)")
-    p.add_argument("--code-predictor-dtype", choices=("fp16", "int16-hybrid"), default="fp16",
-                   help="code predictor conversion: fp16 (default) or int16-hybrid (w16a16i_dfp with fp16 layers, "
-                        "calibrated on --code-predictor-calibration-frames greedy frames)")
-    p.add_argument("--code-predictor-form", choices=FORMS, default=DEFAULT_FORM,
-                   help="step (default): one NPU call per codebook position, the host picks each code (greedy "
-                        "or sampled); frame: the greedy frame unrolled into one call (needs ~19 GB to convert "
-                        "at the published size)")
-    p.add_argument("--code-predictor-calibration-frames", type=int, default=240,
-                   help="int16-hybrid calibration frames (default 240)")
-    p.add_argument("--talker-capacity", type=int, default=512,
-                   help="talker KV positions (prompt + frames of the longest utterance; default 512)")
-    p.add_argument("--talker-prefill", type=int, default=32, help="talker positions per prefill call")
-    p.add_argument("--skip-talker", action="store_true", help="no talker graph: the talker runs in torch")
-    p.add_argument("--skip-talker-rknn", action="store_true",
-                   help="talker as ONNX only (onnxruntime on the host; RKLLM is the board route)")
-    p.add_argument("--skip-code-predictor", action="store_true", help="no code predictor graph (torch)")
-    p.add_argument("--skip-verify", action="store_true", help="no simulator verification")
-    p.add_argument("--timeout", type=float, default=None, help="per-conversion timeout, seconds")
-    p.add_argument("--fail-on-cpu", action="store_true", help="fail when compute ops land on the CPU")
-    p.add_argument("--force", action="store_true", help="re-run every stage")
+    f = Flags(p, "build qwen3-tts")
+    f.add(INPUT, "--model-dir", default=None, metavar="DIR", help="full Qwen3-TTS model root (default $QWEN3_TTS_MODEL)")
+    f.add(INPUT, "--vocoder-plan", default=None,
+          help="reuse this built qwen3-tts-vocoder plan.json (checked against the model) instead of "
+               "building the vocoder; the vocoder flags below are then ignored")
+    f.add(OUTPUT, "--out-dir", dest="out", required=True, metavar="DIR",
+          help="output folder (plan.json, build-report.json, graphs)")
+    f.add(NPU, "--target", default=DEFAULT_TARGET, choices=TARGETS)
+    f.add(NPU, "--codes-length", "-B", type=int, default=64, help="vocoder tokens per main step (default 64)")
+    f.add(NPU, "--first-length", type=int, default=16, help="vocoder tokens of the first step; 0 = main only")
+    f.add(NPU, "--formulation", choices=CHOICES, default=DEFAULT_FORMULATION, help="vocoder step formulation")
+    f.add(NPU, "--code-predictor-dtype", choices=("fp16", "int16-hybrid"), default="fp16",
+          help="code predictor conversion: fp16 (default) or int16-hybrid (w16a16i_dfp with fp16 layers, "
+               "calibrated on --code-predictor-calibration-frames greedy frames)")
+    f.add(NPU, "--code-predictor-form", choices=FORMS, default=DEFAULT_FORM,
+          help="step (default): one NPU call per codebook position, the host picks each code (greedy "
+               "or sampled); frame: the greedy frame unrolled into one call (needs ~19 GB to convert "
+               "at the published size)")
+    f.add(NPU, "--talker-capacity", type=int, default=512,
+          help="talker KV positions (prompt + frames of the longest utterance; default 512)")
+    f.add(NPU, "--talker-prefill", type=int, default=32, help="talker positions per prefill call")
+    f.add(NPU, "--timeout", type=float, default=None, help="per-conversion timeout, seconds")
+    f.add(NPU, "--fail-on-cpu", action="store_true", help="fail when compute ops land on the CPU")
+    f.add(SIM_CHECK, "--skip-sim", dest="skip_verify", action="store_true",
+          help="no simulator verification (the talker's onnxruntime check is skipped with it)")
+    f.add(SIM_CHECK, "--pieces", dest="sim_pieces", type=int, default=1, metavar="N",
+          help="simulate the vocoder in N graph pieces (default 1)")
+    f.add(SIM_CHECK, "--verify-steps", type=int, default=3, help="vocoder main steps run on the simulator")
+    f.add(SIM_CHECK, "--verify-frames", type=int, default=50,
+          help="code predictor frames replayed on the simulator (greedy agreement, logit SNR)")
+    f.add(ADVANCED, "--code-predictor-calibration-frames", type=int, default=240,
+          help="int16-hybrid calibration frames (default 240)")
+    f.add(ADVANCED, "--skip-talker", action="store_true", help="no talker graph: the talker runs in torch")
+    f.add(ADVANCED, "--skip-talker-rknn", action="store_true",
+          help="talker as ONNX only (onnxruntime on the host; RKLLM is the board route)")
+    f.add(ADVANCED, "--skip-code-predictor", action="store_true", help="no code predictor graph (torch)")
+    f.add(ADVANCED, "--force", action="store_true", help="re-run every stage")
 
 
 def options_from(args: argparse.Namespace):

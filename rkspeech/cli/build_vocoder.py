@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from rkspeech.cli.vocabulary import ACCURACY_MAP, ADVANCED, INPUT, NPU, OUTPUT, SIM_CHECK, Flags
 from rkspeech.core.targets import DEFAULT_TARGET, TARGETS
 from rkspeech.contracts.formulations import CHOICES, DEFAULT_FORMULATION
 from rkspeech.core.thresholds import SIM_MIN_SNR_DB
@@ -12,29 +13,31 @@ HELP = "Qwen3-TTS 12 Hz vocoder step graph -> .rknn"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model-dir", default=None, help="checkpoint (default $QWEN3_TTS_MODEL)")
-    p.add_argument("--target", default=DEFAULT_TARGET, choices=TARGETS)
-    p.add_argument("--codes-length", "-B", type=int, default=64, help="tokens per main step (default 64)")
-    p.add_argument("--first-length", type=int, default=16,
-                   help="tokens of the first step (small B: earlier first audio); 0 = main only")
-    p.add_argument("--out", required=True, help="output folder")
-    p.add_argument("--verify-steps", type=int, default=3, help="main steps run on the simulator (default 3)")
-    p.add_argument("--skip-verify", action="store_true", help="no simulator verification (it costs a rebuild)")
-    p.add_argument("--sim-pieces", type=int, default=1,
-                   help="verify on the simulator in N graph pieces, one at a time (bounded memory, N builds per step)")
-    p.add_argument("--timeout", type=float, default=None, help="per-conversion timeout, seconds")
-    p.add_argument("--fail-on-cpu", action="store_true", help="fail when compute ops land on the CPU")
-    p.add_argument("--formulation", choices=CHOICES, default=DEFAULT_FORMULATION,
-                   help="step graph formulation (npu: no CPU fallback, no REGTASK overflow; reference "
-                        "(alias seed): the model's own ops; see docs)")
-    p.add_argument("--accuracy-pieces", type=int, default=0, metavar="N",
-                   help="also map the main step's accuracy in N blocks (fp16 simulator vs fp32, step "
-                        "3 of a stepwise decode): headline in build-report.json, the map in "
-                        "accuracy-report.json (rkspeech verify --plot draws it); about one more "
-                        "conversion of cost (default 0: off)")
-    p.add_argument("--accuracy-no-sim", action="store_true",
-                   help="the accuracy map without the simulator (fp32 and the fp16 storage model only)")
-    p.add_argument("--force", action="store_true", help="re-run every stage")
+    f = Flags(p, "build qwen3-tts-vocoder")
+    f.add(INPUT, "--model-dir", default=None, metavar="DIR", help="checkpoint (default $QWEN3_TTS_MODEL)")
+    f.add(OUTPUT, "--out-dir", dest="out", required=True, metavar="DIR", help="output folder")
+    f.add(NPU, "--target", default=DEFAULT_TARGET, choices=TARGETS)
+    f.add(NPU, "--codes-length", "-B", type=int, default=64, help="tokens per main step (default 64)")
+    f.add(NPU, "--first-length", type=int, default=16,
+          help="tokens of the first step (small B: earlier first audio); 0 = main only")
+    f.add(NPU, "--formulation", choices=CHOICES, default=DEFAULT_FORMULATION,
+          help="step graph formulation (npu: no CPU fallback, no REGTASK overflow; reference "
+               "(alias seed): the model's own ops; see docs)")
+    f.add(NPU, "--timeout", type=float, default=None, help="per-conversion timeout, seconds")
+    f.add(NPU, "--fail-on-cpu", action="store_true", help="fail when compute ops land on the CPU")
+    f.add(SIM_CHECK, "--skip-sim", dest="skip_verify", action="store_true",
+          help="no simulator verification (it costs a rebuild)")
+    f.add(SIM_CHECK, "--pieces", dest="sim_pieces", type=int, default=1, metavar="N",
+          help="verify on the simulator in N graph pieces, one at a time (bounded memory, N builds per step)")
+    f.add(SIM_CHECK, "--verify-steps", type=int, default=3, help="main steps run on the simulator (default 3)")
+    f.add(ACCURACY_MAP, "--accuracy-pieces", type=int, default=0, metavar="N",
+          help="also map the main step's accuracy in N blocks (fp16 simulator vs fp32, step "
+               "3 of a stepwise decode): headline in build-report.json, the map in "
+               "accuracy-report.json (rkspeech verify --plot draws it); about one more "
+               "conversion of cost (default 0: off)")
+    f.add(ACCURACY_MAP, "--accuracy-skip-sim", dest="accuracy_no_sim", action="store_true",
+          help="the accuracy map without the simulator (fp32 and the fp16 storage model only)")
+    f.add(ADVANCED, "--force", action="store_true", help="re-run every stage")
 
 
 def options_from(args: argparse.Namespace):

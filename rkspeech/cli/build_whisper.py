@@ -4,28 +4,31 @@ from __future__ import annotations
 
 import argparse
 
+from rkspeech.cli.vocabulary import ADVANCED, INPUT, NPU, OUTPUT, Flags, resolve_threads
 from rkspeech.core.targets import DEFAULT_TARGET, TARGETS
 
 HELP = "Whisper encoder: fixed 30 s window -> .rknn"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True,
-                        help="CTranslate2/faster-whisper folder, openai-whisper .pt, or transformers folder")
-    parser.add_argument("--target", default=DEFAULT_TARGET, choices=TARGETS, help="Rockchip chip (default rk3588)")
-    parser.add_argument("--out", required=True, help="output folder (encoder.onnx, encoder.rknn, build-report.json)")
-    parser.add_argument("--frames", type=int, default=None,
-                        help="mel frames per window (default: 2 * n_audio_ctx = 3000, 30 s)")
-    parser.add_argument("--verify-audio", default=None, help="audio file for the checks (default: synthetic)")
-    parser.add_argument("--skip-convert", action="store_true", help="stop after the ONNX export and checks")
-    parser.add_argument("--skip-sim", action="store_true", help="do not run the simulator check")
-    parser.add_argument("--timeout", type=float, default=None, help="conversion timeout in seconds")
-    parser.add_argument("--parts", type=int, default=1,
-                        help="cut the encoder at block boundaries into N graphs, each converted and simulated "
-                             "in turn (large: 4 pieces of ~4.2 GB to convert; docs/whisper-sizes.md)")
-    parser.add_argument("--threads", type=int, default=0, help="CPU threads for torch/ctranslate2/onnxruntime")
-    parser.add_argument("--force", action="store_true", help="re-run every stage, even those whose inputs are unchanged")
-    parser.add_argument("--json", action="store_true", help="print the report JSON on stdout")
+    f = Flags(parser, "build whisper-encoder")
+    f.add(INPUT, "--model-dir", dest="model", required=True, metavar="DIR",
+          help="CTranslate2/faster-whisper folder, transformers folder, or an openai-whisper .pt file")
+    f.add(INPUT, "--verify-audio", default=None, help="audio file for the checks (default: synthetic)")
+    f.add(OUTPUT, "--out-dir", dest="out", required=True, metavar="DIR",
+          help="output folder (encoder.onnx, encoder.rknn, build-report.json)")
+    f.add(OUTPUT, "--json", action="store_true", help="print the report JSON on stdout")
+    f.add(NPU, "--target", default=DEFAULT_TARGET, choices=TARGETS, help="Rockchip chip (default rk3588)")
+    f.add(NPU, "--frames", type=int, default=None,
+          help="mel frames per window (default: 2 * n_audio_ctx = 3000, 30 s)")
+    f.add(NPU, "--pieces", dest="parts", type=int, default=1, metavar="N",
+          help="cut the encoder at block boundaries into N graphs, each converted and simulated "
+               "in turn (large: 4 pieces of ~4.2 GB to convert; docs/whisper-sizes.md)")
+    f.add(NPU, "--skip-convert", action="store_true", help="stop after the ONNX export and checks")
+    f.add(NPU, "--skip-sim", action="store_true", help="do not run the simulator check")
+    f.add(NPU, "--timeout", type=float, default=None, help="conversion timeout in seconds")
+    f.threads(ADVANCED, "torch, CTranslate2 and onnxruntime")
+    f.add(ADVANCED, "--force", action="store_true", help="re-run every stage, even those whose inputs are unchanged")
 
 
 def _fmt(value, spec: str) -> str:
@@ -78,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         report = build_whisper_encoder(WhisperEncoderBuildOptions(
             model=args.model, out=args.out, target=args.target, frames=args.frames,
             verify_audio=args.verify_audio, skip_convert=args.skip_convert, skip_sim=args.skip_sim,
-            timeout=args.timeout, threads=args.threads, parts=args.parts, force=args.force))
+            timeout=args.timeout, threads=resolve_threads(args.threads), parts=args.parts, force=args.force))
     if args.json:
         print(json.dumps(report, indent=2, default=str))
     else:

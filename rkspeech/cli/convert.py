@@ -4,25 +4,27 @@ from __future__ import annotations
 
 import argparse
 
+from rkspeech.cli.vocabulary import ADVANCED, INPUT, NPU, OUTPUT, Flags
 from rkspeech.core.targets import TARGETS
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("convert", help="ONNX -> .rknn in a child process, with a placement report")
-    p.add_argument("onnx", metavar="MODEL.onnx")
-    p.add_argument("--target", required=True, choices=TARGETS)
-    p.add_argument("--dtype", default="fp16", choices=("fp16", "int8"))
-    p.add_argument("--dataset", metavar="FILE", help="calibration list for int8 (rknn-toolkit2 format)")
-    p.add_argument("--opt-level", type=int, metavar="N", help="rknn-toolkit2 optimization_level (default 3)")
-    p.add_argument("--output", "-o", metavar="X.rknn", help="default: MODEL_<target>.rknn beside the ONNX")
-    p.add_argument("--timeout", type=float, metavar="S", help="kill the build after S seconds")
-    p.add_argument("--memory-limit-mb", type=float, metavar="MB", help="kill the build above MB of RSS")
-    p.add_argument("--report", metavar="FILE.json", help="write the JSON report here")
-    p.add_argument("--fail-on-cpu", action="store_true",
-                   help="exit non-zero when compute ops land on the CPU (after writing the report)")
-    p.add_argument("--custom-string", metavar="TEXT",
-                   help="custom string for the .rknn (default: the ONNX 'rkspeech.contract' metadata)")
-    p.add_argument("--json", action="store_true", help="print the JSON report on stdout")
+    f = Flags(p, "convert")
+    f.add(INPUT, "onnx", metavar="MODEL.onnx")
+    f.add(INPUT, "--dataset", metavar="FILE", help="calibration list for int8 (rknn-toolkit2 format)")
+    f.add(INPUT, "--custom-string", metavar="TEXT",
+          help="custom string for the .rknn (default: the ONNX 'rkspeech.contract' metadata)")
+    f.add(OUTPUT, "--output", "-o", metavar="X.rknn", help="default: MODEL_<target>.rknn beside the ONNX")
+    f.add(OUTPUT, "--report", metavar="FILE.json", help="write the JSON report here")
+    f.add(OUTPUT, "--json", action="store_true", help="print the JSON report on stdout")
+    f.add(NPU, "--target", required=True, choices=TARGETS)
+    f.add(NPU, "--dtype", default="fp16", choices=("fp16", "int8"))
+    f.add(NPU, "--fail-on-cpu", action="store_true",
+          help="exit non-zero when compute ops land on the CPU (after writing the report)")
+    f.add(ADVANCED, "--opt-level", type=int, metavar="N", help="rknn-toolkit2 optimization_level (default 3)")
+    f.add(ADVANCED, "--timeout", type=float, metavar="S", help="kill the build after S seconds")
+    f.add(ADVANCED, "--memory-limit-mb", type=float, metavar="MB", help="kill the build above MB of RSS")
     p.set_defaults(func=run)
 
 

@@ -15,23 +15,25 @@ from __future__ import annotations
 
 import argparse
 
+from rkspeech.cli.vocabulary import ADVANCED, INPUT, NPU, OUTPUT, Flags
 from rkspeech.core.targets import CORE_MASKS
 from rkspeech.runtime.runners import BACKENDS
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("decode", help="decode codec tokens to a 24 kHz wav through a plan's step graphs")
-    p.add_argument("codes", help="codes file: .npy, .json or .pt, [T,16] or [16,T] integers (-1 = end padding)")
-    p.add_argument("--plan", required=True, help="plan.json written by `rkspeech build qwen3-tts-vocoder`")
-    p.add_argument("-o", "--output", required=True, help="output .wav (16-bit PCM)")
-    p.add_argument("--backend", choices=BACKENDS, default="ort",
-                   help="ort = onnxruntime over the plan's exact host graphs (default); sim = rknn-toolkit2 "
-                        "simulator (builds from the NPU ONNX: slow); rknnlite = the .rknn on a board")
-    p.add_argument("--core-mask", default="auto", choices=CORE_MASKS,
-                   help="rknnlite NPU core(s): " + ", ".join(CORE_MASKS))
-    p.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads")
-    p.add_argument("--target", default=None, help="chip for sim/rknnlite (default: the plan's target)")
-    p.add_argument("--report", default=None, help="write the timing report JSON here")
+    f = Flags(p, "decode")
+    f.add(INPUT, "codes", help="codes file: .npy, .json or .pt, [T,16] or [16,T] integers (-1 = end padding)")
+    f.add(INPUT, "--plan", required=True, help="plan.json written by `rkspeech build qwen3-tts-vocoder`")
+    f.add(OUTPUT, "-o", "--output", required=True, help="output .wav (16-bit PCM)")
+    f.add(OUTPUT, "--report", default=None, help="write the timing report JSON here")
+    f.add(NPU, "--backend", choices=BACKENDS, default="ort",
+          help="ort = onnxruntime over the plan's exact host graphs (default); sim = rknn-toolkit2 "
+               "simulator (builds from the NPU ONNX: slow); rknnlite = the .rknn on a board")
+    f.add(NPU, "--target", default=None, help="chip for sim/rknnlite (default: the plan's target)")
+    f.add(NPU, "--core-mask", default="auto", choices=CORE_MASKS,
+          help="rknnlite NPU core(s): " + ", ".join(CORE_MASKS))
+    f.threads(ADVANCED, "onnxruntime (intra-op)")
     p.set_defaults(func=run)
 
 
@@ -45,8 +47,8 @@ def run(args: argparse.Namespace) -> int:
     from rkspeech.core.reporting import print_table
     from rkspeech.core.targets import board_target
     from rkspeech.plan.plan import load_plan
-    from rkspeech.runtime.codes import load_codes_file, normalize_codes
-    from rkspeech.runtime.pool import open_pool
+    from rkspeech.runtime.tts.codes import load_codes_file, normalize_codes
+    from rkspeech.runtime.tts.pool import open_pool
     from rkspeech.runtime.wav import WavWriter
 
     out = Path(args.output)

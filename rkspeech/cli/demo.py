@@ -14,23 +14,25 @@ from __future__ import annotations
 
 import argparse
 
+from rkspeech.cli.vocabulary import INPUT, NPU, OUTPUT, Flags
 from rkspeech.core.targets import DEFAULT_TARGET, TARGETS
 from rkspeech.contracts.formulations import CHOICES, DEFAULT_FORMULATION
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("demo", help="build the vocoder from an embedded synthetic checkpoint, end to end")
-    p.add_argument("--config", choices=("published", "reduced"), default="published",
-                   help="synthetic checkpoint size (published: ~10 min and ~10 GB at B=16; reduced: a few min)")
-    p.add_argument("--out", default="out/demo", help="output folder (default out/demo)")
-    p.add_argument("--target", default=DEFAULT_TARGET, choices=TARGETS)
-    p.add_argument("--codes-length", "-B", type=int, default=16,
-                   help="main step B (default 16; 64 needs ~21 GB to convert the published config)")
-    p.add_argument("--first-length", type=int, default=4)
-    p.add_argument("--skip-verify", action="store_true")
-    p.add_argument("--formulation", choices=CHOICES, default=DEFAULT_FORMULATION)
-    p.add_argument("--speech-frames", type=int, default=25,
-                   help="frames of the spoken sentence at the end (default 25 = 2 s; 0 = no speech)")
+    f = Flags(p, "demo")
+    f.add(INPUT, "--config", choices=("published", "reduced"), default="published",
+          help="synthetic checkpoint size (published: ~10 min and ~10 GB at B=16; reduced: a few min)")
+    f.add(OUTPUT, "--out-dir", dest="out", default="out/demo", metavar="DIR", help="output folder (default out/demo)")
+    f.add(OUTPUT, "--speech-frames", type=int, default=25,
+          help="frames of the spoken sentence at the end (default 25 = 2 s; 0 = no speech)")
+    f.add(NPU, "--target", default=DEFAULT_TARGET, choices=TARGETS)
+    f.add(NPU, "--codes-length", "-B", type=int, default=16,
+          help="main step B (default 16; 64 needs ~21 GB to convert the published config)")
+    f.add(NPU, "--first-length", type=int, default=4)
+    f.add(NPU, "--formulation", choices=CHOICES, default=DEFAULT_FORMULATION)
+    f.add(NPU, "--skip-sim", dest="skip_verify", action="store_true", help="no simulator verification")
     p.set_defaults(func=run)
 
 
@@ -69,7 +71,7 @@ def _speak(model_dir, plan, wav_path, frames: int) -> None:
     from rkspeech.core import progress
     from rkspeech.core.reporting import print_table
     from rkspeech.models.qwen3_tts.generate import GenerationOptions
-    from rkspeech.runtime.speak import DEFAULT_SEED, Speaker, SpeechTiming
+    from rkspeech.runtime.tts.speak import DEFAULT_SEED, Speaker, SpeechTiming
     from rkspeech.runtime.wav import WavWriter
 
     with progress.stage("load the talker, code predictor and the plan's vocoder (onnxruntime)"):

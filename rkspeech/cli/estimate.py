@@ -4,30 +4,33 @@ from __future__ import annotations
 
 import argparse
 
+from rkspeech.cli.vocabulary import ADVANCED, INPUT, NPU, OUTPUT, Flags
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "estimate", help="estimated board time per run / step from the build log's layer table "
                          "(cycles, traffic), per block, with the assumptions; no board needed")
-    p.add_argument("path", metavar="FILE.rknn|BUILD_LOG", nargs="?",
-                   help="an .rknn (its FILE.rknn.build.log beside it is read) or a build log (or --plan)")
-    p.add_argument("--npu-mhz", type=float, default=1000.0, help="NPU clock (default 1000: RK3588)")
-    p.add_argument("--ddr-gbps", type=float, default=17.0,
-                   help="DDR bandwidth the NPU gets, shared by its cores (default 17)")
-    p.add_argument("--overlap", choices=("max", "sum"), default="max",
-                   help="compute and traffic of a layer overlap (max, as the compiler) or add up (sum)")
-    p.add_argument("--cores", type=int, default=3, help="estimate for 1..N NPU cores (default 3)")
-    p.add_argument("--npu-efficiency", type=float, default=1.0,
-                   help="share of the compiler's ideal MAC rate a board reaches (default 1 = ideal; "
-                        "docs/estimate.md calibrates it)")
-    p.add_argument("--cpu-gbps", type=float, default=1.0, help="speed of CPU-fallback layers (default 1)")
-    p.add_argument("--layer-us", type=float, default=0.0, help="fixed cost per layer, us (default 0)")
-    p.add_argument("--top", type=int, default=8, help="op types to list (default 8)")
-    p.add_argument("--report", metavar="R.json", help="write the JSON report (every layer) here")
-    p.add_argument("--json", action="store_true", help="print the JSON report (without layers) on stdout")
+    f = Flags(p, "estimate")
+    f.add(INPUT, "path", metavar="FILE.rknn|BUILD_LOG", nargs="?",
+          help="an .rknn (its FILE.rknn.build.log beside it is read) or a build log (or --plan)")
+    f.add(OUTPUT, "--report", metavar="R.json", help="write the JSON report (every layer) here")
+    f.add(OUTPUT, "--json", action="store_true", help="print the JSON report (without layers) on stdout")
+    f.add(OUTPUT, "--top", type=int, default=8, help="op types to list (default 8)")
+    f.add(NPU, "--npu-mhz", type=float, default=1000.0, help="NPU clock (default 1000: RK3588)")
+    f.add(NPU, "--ddr-gbps", type=float, default=17.0,
+          help="DDR bandwidth the NPU gets, shared by its cores (default 17)")
+    f.add(NPU, "--cores", type=int, default=3, help="estimate for 1..N NPU cores (default 3)")
+    f.add(NPU, "--npu-efficiency", type=float, default=1.0,
+          help="share of the compiler's ideal MAC rate a board reaches (default 1 = ideal; "
+               "docs/estimate.md calibrates it)")
+    f.add(ADVANCED, "--overlap", choices=("max", "sum"), default="max",
+          help="compute and traffic of a layer overlap (max, as the compiler) or add up (sum)")
+    f.add(ADVANCED, "--cpu-gbps", type=float, default=1.0, help="speed of CPU-fallback layers (default 1)")
+    f.add(ADVANCED, "--layer-us", type=float, default=0.0, help="fixed cost per layer, us (default 0)")
     from rkspeech.cli import estimate_plan
 
-    estimate_plan.add_arguments(p)
+    estimate_plan.add_arguments(f)
     p.set_defaults(func=run)
 
 

@@ -9,23 +9,26 @@ from __future__ import annotations
 import argparse
 
 
-def add_arguments(p) -> None:
-    g = p.add_argument_group("whole text-to-speech plan (--plan)")
-    g.add_argument("--plan", metavar="plan.json",
-                   help="estimate every stage of this plan (talker, code predictor, vocoder) and the pipeline")
-    g.add_argument("--chip", choices=("rk3588", "rk3576"), default=None,
-                   help="the board (default: the plan's target, else rk3588)")
-    g.add_argument("--dispatch-us", type=float, default=None,
-                   help="NPU dispatch per compiled layer, us (default 19: nsbb/rknn-stt, RK3588)")
-    g.add_argument("--a76-gbps", type=float, default=None,
-                   help="memory bandwidth of the CPU stages, GB/s (default 17: RK3588 measured, low end)")
-    g.add_argument("--shared-ddr-gbps", type=float, default=None,
-                   help="what CPU and NPU stream together, GB/s (default 22)")
-    g.add_argument("--kv-read", choices=("capacity", "position"), default=None,
-                   help="KV bytes a talker step reads: the whole capacity (fixed-shape graph, default) "
-                        "or the filled slots averaged over the utterance")
-    g.add_argument("--prompt-tokens", type=int, default=None, help="prompt positions (default 40)")
-    g.add_argument("--utterance-s", type=float, default=None, help="utterance length, s (default 10)")
+def add_arguments(f) -> None:
+    """The ``--plan`` flags, through the command's ``cli.vocabulary.Flags``."""
+    from rkspeech.cli.vocabulary import INPUT
+
+    plan = "whole text-to-speech plan (--plan)"
+    f.add(INPUT, "--plan", metavar="plan.json",
+          help="estimate every stage of this plan (talker, code predictor, vocoder) and the pipeline")
+    f.add(plan, "--target", "--chip", dest="chip", choices=("rk3588", "rk3576"), default=None,
+          help="the board (default: the plan's target, else rk3588)")
+    f.add(plan, "--dispatch-us", type=float, default=None,
+          help="NPU dispatch per compiled layer, us (default 19: nsbb/rknn-stt, RK3588)")
+    f.add(plan, "--a76-gbps", type=float, default=None,
+          help="memory bandwidth of the CPU stages, GB/s (default 17: RK3588 measured, low end)")
+    f.add(plan, "--shared-ddr-gbps", type=float, default=None,
+          help="what CPU and NPU stream together, GB/s (default 22)")
+    f.add(plan, "--kv-read", choices=("capacity", "position"), default=None,
+          help="KV bytes a talker step reads: the whole capacity (fixed-shape graph, default) "
+               "or the filled slots averaged over the utterance")
+    f.add(plan, "--prompt-tokens", type=int, default=None, help="prompt positions (default 40)")
+    f.add(plan, "--utterance-s", type=float, default=None, help="utterance length, s (default 10)")
 
 
 def _ms(v: float) -> str:

@@ -5,23 +5,26 @@ from __future__ import annotations
 import argparse
 
 from rkspeech.contracts.formulations import CHOICES, DEFAULT_FORMULATION
+from rkspeech.cli.vocabulary import INPUT, NPU, OUTPUT, Flags
+from rkspeech.contracts.formulations import CHOICES, DEFAULT_FORMULATION
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("export", help="export a model's NPU graph to ONNX, checked at every stage")
     models = p.add_subparsers(dest="model_kind", metavar="MODEL")
     v = models.add_parser("qwen3-tts-vocoder", help="the 12 Hz speech-tokenizer decoder as a stateful step graph")
-    v.add_argument("--model-dir", default=None,
-                   help="model root, its speech_tokenizer/ folder, or a HF cache snapshot (default: $QWEN3_TTS_MODEL)")
-    v.add_argument("--codes-length", "-B", type=int, required=True, help="tokens per step (B); one graph per value")
-    v.add_argument("--first-length", type=int, default=None,
-                   help="also export a small-B first-step graph (its cache feeds the main graph)")
-    v.add_argument("--output", "-o", default=None, help="ONNX path (default qwen3_tts_vocoder_step_B<B>.onnx)")
-    v.add_argument("--check-only", action="store_true", help="run the torch stepwise check, export nothing")
-    v.add_argument("--report", default=None, help="write the report JSON here")
-    v.add_argument("--formulation", choices=CHOICES, default=DEFAULT_FORMULATION,
-                   help="reference: the model's own ops (alias: seed); npu: every op on the NPU (default; see docs)")
-    v.add_argument("--seed", type=int, default=0, help="seed of the random check codes")
+    f = Flags(v, "export qwen3-tts-vocoder")
+    f.add(INPUT, "--model-dir", default=None, metavar="DIR",
+          help="model root, its speech_tokenizer/ folder, or a HF cache snapshot (default: $QWEN3_TTS_MODEL)")
+    f.add(INPUT, "--seed", type=int, default=0, help="seed of the random check codes")
+    f.add(OUTPUT, "--output", "-o", default=None, help="ONNX path (default qwen3_tts_vocoder_step_B<B>.onnx)")
+    f.add(OUTPUT, "--report", default=None, help="write the report JSON here")
+    f.add(OUTPUT, "--check-only", action="store_true", help="run the torch stepwise check, export nothing")
+    f.add(NPU, "--codes-length", "-B", type=int, required=True, help="tokens per step (B); one graph per value")
+    f.add(NPU, "--first-length", type=int, default=None,
+          help="also export a small-B first-step graph (its cache feeds the main graph)")
+    f.add(NPU, "--formulation", choices=CHOICES, default=DEFAULT_FORMULATION,
+          help="reference: the model's own ops (alias: seed); npu: every op on the NPU (default; see docs)")
     v.set_defaults(func=run)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 

@@ -1,10 +1,11 @@
 """``rkspeech serve``: a speech server -- Wyoming (Home Assistant) and OpenAI-compatible HTTP -- over
 one pool of engines, in one process.
 
-Transcription with ``--whisper-model DIR [--encoder FILE --backend ort|sim|rknnlite]`` (the same
-model and options as ``rkspeech transcribe``; ``--engines N`` models, each with its own encoder
-runner -- on a board one rknn-lite context per NPU core); speech with ``--tts-model DIR --plan
-plan.json`` (``rkspeech.runtime.speak.Speaker``).  Binds to 127.0.0.1 unless told otherwise;
+Transcription with ``--asr-model-dir DIR [--asr-encoder FILE --asr-backend ort|sim|rknnlite]``
+(the same model and options as ``rkspeech transcribe``, each flag with the ``--asr-`` prefix;
+``--asr-engines N`` models, each with its own encoder runner -- on a board one rknn-lite context
+per NPU core); speech with ``--tts-model-dir DIR --tts-plan plan.json``
+(``rkspeech.runtime.tts.speak.Speaker``).  Binds to 127.0.0.1 unless told otherwise;
 ``--api-key`` (or the ``RKSPEECH_API_KEY`` environment variable, which keeps the key out of
 ``ps``) protects the HTTP routes.  SIGINT/SIGTERM: stop accepting, refuse what waits, finish
 what runs, exit 0.  See docs/serve.md.
@@ -14,50 +15,57 @@ from __future__ import annotations
 
 import argparse
 
+from rkspeech.cli.vocabulary import NPU, Flags
 from rkspeech.core.targets import CORE_MASKS, DEFAULT_TARGET
 from rkspeech.runtime.runners import BACKENDS
 
 API_KEY_ENV = "RKSPEECH_API_KEY"
 
+#: serve's --help groups: one per engine (its flags carry its prefix), then the server's
+ASR, TTS = "transcription (ASR, --asr-*)", "speech (TTS, --tts-*)"
+NETWORK, LIMITS = "network", "limits"
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("serve", help="Wyoming + OpenAI-compatible HTTP speech server over a pool of engines")
-    g = p.add_argument_group("transcription (Whisper)")
-    g.add_argument("--whisper-model", metavar="DIR", help="CTranslate2/faster-whisper Whisper folder")
-    g.add_argument("--encoder", metavar="FILE", help="offloaded encoder enc.onnx / enc.rknn (omit: CTranslate2's)")
-    g.add_argument("--backend", choices=BACKENDS, default=None,
-                   help="encoder runtime (default: ort for .onnx, rknnlite for .rknn)")
-    g.add_argument("--target", default=DEFAULT_TARGET, help=f"chip of the .rknn (default {DEFAULT_TARGET})")
-    g.add_argument("--core-masks", nargs="+", choices=CORE_MASKS, default=None, metavar="MASK",
-                   help="rknnlite: NPU core mask per engine, cycled (default: one engine per core of --target)")
-    g.add_argument("--engines", type=int, default=None, metavar="N",
-                   help="transcription engines = requests transcribed at once (default: 1; rknnlite: one per "
-                        "NPU core)")
-    g.add_argument("--threads", type=int, default=1, help="CPU threads per engine (default 1, as transcribe)")
-    g.add_argument("--compute-type", default="float32", help="CTranslate2 compute type (default float32)")
-    g.add_argument("--beam-size", type=int, default=5, help="beam size (default 5, as transcribe)")
-    g.add_argument("--language", default="auto", help="default language when a request names none (default auto)")
-    g.add_argument("--vad", action="store_true", help="faster-whisper's Silero VAD filter on every request")
-    s = p.add_argument_group("speech (text to speech)")
-    s.add_argument("--tts-model", metavar="DIR", help="Qwen3-TTS model folder")
-    s.add_argument("--plan", metavar="PLAN", help="plan.json of the vocoder built for --tts-model")
-    s.add_argument("--tts-backend", choices=BACKENDS, default="ort", help="vocoder runtime (default ort)")
-    n = p.add_argument_group("network and limits")
-    n.add_argument("--wyoming", default="tcp://127.0.0.1:10300", metavar="URI",
-                   help="Wyoming listener tcp://HOST:PORT or unix://PATH, or 'off' (default tcp://127.0.0.1:10300)")
-    n.add_argument("--http", default="127.0.0.1:8000", metavar="HOST:PORT",
-                   help="HTTP listener, or 'off' (default 127.0.0.1:8000)")
-    n.add_argument("--api-key", default=None, metavar="KEY",
-                   help=f"require 'Authorization: Bearer KEY' on HTTP (default: ${API_KEY_ENV} if set, else none)")
-    n.add_argument("--max-queue", type=int, default=8, metavar="N",
-                   help="requests that may wait per engine kind; more are refused at once (default 8)")
-    n.add_argument("--timeout", type=float, default=300.0, metavar="S", help="per-request time limit (default 300)")
-    n.add_argument("--max-upload-mb", type=float, default=25.0, help="upload size limit (default 25 MB)")
-    n.add_argument("--max-audio-s", type=float, default=600.0, help="audio length limit (default 600 s)")
-    n.add_argument("--max-text-chars", type=int, default=4096, help="text length limit for speech (default 4096)")
-    n.add_argument("--max-speech-s", type=float, default=120.0,
-                   help="speech generated per request at most (default 120 s): a talker that never chooses "
-                        "to stop (synthetic weights; a bad prompt) cannot hold an engine for long")
+    f = Flags(p, "serve")
+    f.add(ASR, "--asr-model-dir", dest="whisper_model", metavar="DIR", help="CTranslate2/faster-whisper Whisper folder")
+    f.add(ASR, "--asr-encoder", dest="encoder", metavar="FILE",
+          help="offloaded encoder enc.onnx / enc.rknn (omit: CTranslate2's)")
+    f.add(ASR, "--asr-backend", dest="backend", choices=BACKENDS, default=None,
+          help="encoder runtime (default: ort for .onnx, rknnlite for .rknn)")
+    f.add(ASR, "--asr-engines", dest="engines", type=int, default=None, metavar="N",
+          help="transcription engines = requests transcribed at once (default: 1; rknnlite: one per NPU core)")
+    f.add(ASR, "--asr-core-mask", dest="core_masks", nargs="+", choices=CORE_MASKS, default=None, metavar="MASK",
+          help="rknnlite: NPU core mask per engine, cycled (default: one engine per core of --target)")
+    f.threads(ASR, "each Whisper engine (CTranslate2, onnxruntime)")
+    f.add(ASR, "--asr-compute-type", dest="compute_type", default="float32",
+          help="CTranslate2 compute type (default float32)")
+    f.add(ASR, "--asr-beam-size", dest="beam_size", type=int, default=5, help="beam size (default 5, as transcribe)")
+    f.add(ASR, "--asr-language", dest="language", default="auto",
+          help="default language when a request names none (default auto)")
+    f.add(ASR, "--asr-vad", dest="vad", action="store_true", help="faster-whisper's Silero VAD filter on every request")
+    f.add(TTS, "--tts-model-dir", dest="tts_model", metavar="DIR", help="Qwen3-TTS model folder")
+    f.add(TTS, "--tts-plan", dest="plan", metavar="PLAN", help="plan.json of the vocoder built for --tts-model-dir")
+    f.add(TTS, "--tts-backend", choices=BACKENDS, default="ort", help="vocoder runtime (default ort)")
+    f.add(NPU, "--target", default=DEFAULT_TARGET,
+          help=f"chip of the .rknn files, both engines (default {DEFAULT_TARGET})")
+    f.add(NETWORK, "--wyoming", default="tcp://127.0.0.1:10300", metavar="URI",
+          help="Wyoming listener tcp://HOST:PORT or unix://PATH, or 'off' (default tcp://127.0.0.1:10300)")
+    f.add(NETWORK, "--http", default="127.0.0.1:8000", metavar="HOST:PORT",
+          help="HTTP listener, or 'off' (default 127.0.0.1:8000)")
+    f.add(NETWORK, "--api-key", default=None, metavar="KEY",
+          help=f"require 'Authorization: Bearer KEY' on HTTP (default: ${API_KEY_ENV} if set, else none)")
+    f.add(LIMITS, "--max-queue", type=int, default=8, metavar="N",
+          help="requests that may wait per engine kind; more are refused at once (default 8)")
+    f.add(LIMITS, "--request-timeout", dest="timeout", type=float, default=300.0, metavar="S",
+          help="per-request time limit (default 300)")
+    f.add(LIMITS, "--max-upload-mb", type=float, default=25.0, help="upload size limit (default 25 MB)")
+    f.add(LIMITS, "--max-audio-s", type=float, default=600.0, help="audio length limit (default 600 s)")
+    f.add(LIMITS, "--max-text-chars", type=int, default=4096, help="text length limit for speech (default 4096)")
+    f.add(LIMITS, "--max-speech-s", type=float, default=120.0,
+          help="speech generated per request at most (default 120 s): a talker that never chooses "
+               "to stop (synthetic weights; a bad prompt) cannot hold an engine for long")
     p.set_defaults(func=run)
 
 
@@ -83,10 +91,10 @@ def _open_speaker(args):
     from rkspeech.core.errors import RkspeechError
 
     if not args.plan:
-        raise RkspeechError("--tts-model needs --plan plan.json (the vocoder built for it)")
+        raise RkspeechError("--tts-model-dir needs --tts-plan plan.json (the vocoder built for it)")
     import math
 
-    from rkspeech.runtime.speak import Speaker
+    from rkspeech.runtime.tts.speak import Speaker
 
     if not args.max_speech_s > 0:
         raise RkspeechError(f"--max-speech-s must be > 0, got {args.max_speech_s}")
@@ -104,18 +112,18 @@ def run(args: argparse.Namespace) -> int:
 
     from rkspeech.core import progress
     from rkspeech.core.errors import RkspeechError
-    from rkspeech.serve.engines import EnginePool, open_transcribers
+    from rkspeech.serve.engines import ServePool, open_transcribers
     from rkspeech.serve.server import Server, serve_forever
 
     options = options_from_args(args)  # address and limit errors before anything loads
     if not args.whisper_model and not args.tts_model:
-        raise RkspeechError("nothing to serve: give --whisper-model DIR and/or --tts-model DIR --plan plan.json")
+        raise RkspeechError("nothing to serve: give --asr-model-dir DIR and/or --tts-model-dir DIR --tts-plan plan.json")
     if args.backend and not args.encoder:
-        raise RkspeechError(f"--backend {args.backend} needs --encoder FILE")
+        raise RkspeechError(f"--asr-backend {args.backend} needs --asr-encoder FILE")
     if args.plan and not args.tts_model:
-        raise RkspeechError("--plan needs --tts-model DIR")
+        raise RkspeechError("--tts-plan needs --tts-model-dir DIR")
     if args.threads < 0 or (args.engines is not None and args.engines < 1):
-        raise RkspeechError("--threads must be >= 0 and --engines >= 1")
+        raise RkspeechError("--asr-threads must be >= 0 and --asr-engines >= 1")
     transcribers, speakers = [], []
     try:
         if args.whisper_model:
@@ -144,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
         if args.tts_model:
             with progress.stage("load the speech model"):
                 speakers = [_open_speaker(args)]
-        pool = EnginePool(transcribers=transcribers, speakers=speakers, max_queue=options.max_queue,
+        pool = ServePool(transcribers=transcribers, speakers=speakers, max_queue=options.max_queue,
                           request_timeout_s=options.request_timeout_s, retry_after_s=options.retry_after_s)
     except BaseException:
         for m in transcribers + speakers:

@@ -11,43 +11,49 @@ from __future__ import annotations
 
 import argparse
 
+from rkspeech.cli.vocabulary import ADVANCED, INPUT, NPU, OUTPUT, Flags
 from rkspeech.core.targets import CORE_MASKS
 from rkspeech.runtime.runners import BACKENDS
 
 
+#: speak's own --help groups
+VOICE, SAMPLING = "voice", "sampling"
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser("speak", help="text to speech through a plan's streaming vocoder")
-    p.add_argument("text", help="the text to speak")
-    p.add_argument("--model-dir", default=None, help="Qwen3-TTS model root or HF cache snapshot "
-                                                       "(default $QWEN3_TTS_MODEL)")
-    p.add_argument("--plan", required=True, help="plan.json from `rkspeech build qwen3-tts` (talker, code predictor "
-                                                 "and vocoder graphs) or `build qwen3-tts-vocoder` for this model")
-    p.add_argument("--host-stages", action="store_true",
-                   help="run the talker and code predictor in torch even when the plan holds their graphs")
-    p.add_argument("-o", "--output", required=True, help="output .wav, or - for raw s16le PCM on stdout")
-    p.add_argument("--speaker", default=None, help="a named speaker (custom-voice models)")
-    p.add_argument("--instruct", default=None, help="a description of the voice (voice-design models; "
-                                                     "with --speaker on 1.7B custom-voice models)")
-    p.add_argument("--ref-audio", default=None, help="a recording of the voice to clone from its speaker "
-                                                      "embedding (Base models)")
-    p.add_argument("--language", default=None, help="language name (default: auto)")
-    p.add_argument("--backend", choices=BACKENDS, default="ort",
-                   help="backend of the plan's graphs (default ort: the vocoder's exact host graphs; sim: the "
-                        "x86 simulator; rknnlite: a board)")
-    p.add_argument("--core-mask", default="auto", choices=CORE_MASKS, help="rknnlite NPU core(s)")
-    p.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads")
-    p.add_argument("--target", default=None, help="chip for sim/rknnlite (default: the plan's target)")
-    p.add_argument("--greedy", action="store_true", help="greedy decoding (no sampling)")
-    p.add_argument("--seed", type=int, default=None, help="sampling seed (default 0, as the server uses)")
-    p.add_argument("--temperature", type=float, default=None)
-    p.add_argument("--top-k", type=int, default=None)
-    p.add_argument("--top-p", type=float, default=None)
-    p.add_argument("--repetition-penalty", type=float, default=None)
-    p.add_argument("--max-frames", type=int, default=None,
-                   help="at most this many frames of audio, N frames = N/12.5 s (fewer if the talker ends the "
-                        "utterance first); qwen-tts' max_new_tokens=N+1 gives the same N frames")
-    p.add_argument("--codes-out", default=None, help="save the generated codes here ([T,16] int64 .npy)")
-    p.add_argument("--report", default=None, help="write the timing report JSON here")
+    f = Flags(p, "speak")
+    f.add(INPUT, "text", help="the text to speak")
+    f.add(INPUT, "--model-dir", default=None, metavar="DIR",
+          help="Qwen3-TTS model root or HF cache snapshot (default $QWEN3_TTS_MODEL)")
+    f.add(INPUT, "--plan", required=True, help="plan.json from `rkspeech build qwen3-tts` (talker, code predictor "
+                                               "and vocoder graphs) or `build qwen3-tts-vocoder` for this model")
+    f.add(OUTPUT, "-o", "--output", required=True, help="output .wav, or - for raw s16le PCM on stdout")
+    f.add(OUTPUT, "--codes-out", default=None, help="save the generated codes here ([T,16] int64 .npy)")
+    f.add(OUTPUT, "--report", default=None, help="write the timing report JSON here")
+    f.add(VOICE, "--speaker", default=None, help="a named speaker (custom-voice models)")
+    f.add(VOICE, "--instruct", default=None, help="a description of the voice (voice-design models; "
+                                                  "with --speaker on 1.7B custom-voice models)")
+    f.add(VOICE, "--ref-audio", default=None, help="a recording of the voice to clone from its speaker "
+                                                   "embedding (Base models)")
+    f.add(VOICE, "--language", default=None, help="language name (default: auto)")
+    f.add(NPU, "--backend", choices=BACKENDS, default="ort",
+          help="backend of the plan's graphs (default ort: the vocoder's exact host graphs; sim: the "
+               "x86 simulator; rknnlite: a board)")
+    f.add(NPU, "--target", default=None, help="chip for sim/rknnlite (default: the plan's target)")
+    f.add(NPU, "--core-mask", default="auto", choices=CORE_MASKS, help="rknnlite NPU core(s)")
+    f.add(NPU, "--host-stages", action="store_true",
+          help="run the talker and code predictor in torch even when the plan holds their graphs")
+    f.add(SAMPLING, "--greedy", action="store_true", help="greedy decoding (no sampling)")
+    f.add(SAMPLING, "--seed", type=int, default=None, help="sampling seed (default 0, as the server uses)")
+    f.add(SAMPLING, "--temperature", type=float, default=None)
+    f.add(SAMPLING, "--top-k", type=int, default=None)
+    f.add(SAMPLING, "--top-p", type=float, default=None)
+    f.add(SAMPLING, "--repetition-penalty", type=float, default=None)
+    f.add(SAMPLING, "--max-frames", type=int, default=None,
+          help="at most this many frames of audio, N frames = N/12.5 s (fewer if the talker ends the "
+               "utterance first); qwen-tts' max_new_tokens=N+1 gives the same N frames")
+    f.threads(ADVANCED, "onnxruntime (intra-op)")
     p.set_defaults(func=run)
 
 
@@ -56,7 +62,7 @@ def _options(args, speaker):
     when the plan runs it as a greedy graph (said on stderr)."""
     from rkspeech.core import progress
     from rkspeech.models.qwen3_tts.generate import GenerationOptions
-    from rkspeech.runtime.speak import DEFAULT_SEED
+    from rkspeech.runtime.tts.speak import DEFAULT_SEED
 
     seed = DEFAULT_SEED if args.seed is None else args.seed
     talker = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p,
@@ -86,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     from rkspeech.core.reporting import print_table
     from rkspeech.core.targets import board_target
     from rkspeech.runtime.audio import decode_audio
-    from rkspeech.runtime.speak import MIN_REF_AUDIO_S, Speaker, SpeechTiming
+    from rkspeech.runtime.tts.speak import MIN_REF_AUDIO_S, Speaker, SpeechTiming
     from rkspeech.runtime.wav import WavWriter, to_int16
 
     if not args.text.strip():

@@ -4,22 +4,26 @@ from __future__ import annotations
 
 import argparse
 
+from rkspeech.cli.vocabulary import Flags
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("synth-checkpoint", help="write a synthetic checkpoint in the real on-disk format")
     models = p.add_subparsers(dest="model_kind", metavar="MODEL")
     v = models.add_parser("qwen3-tts-vocoder", help="Qwen3-TTS 12 Hz speech tokenizer (decoder weights)")
-    v.add_argument("--config", choices=("published", "reduced"), default="reduced")
-    v.add_argument("--seed", type=int, default=0)
-    v.add_argument("--out", required=True, help="model root to write (gets speech_tokenizer/)")
-    v.add_argument("--no-encoder-keys", action="store_true", help="write decoder keys only")
+    f = Flags(v, "synth-checkpoint qwen3-tts-vocoder")
+    f.add(None, "--config", choices=("published", "reduced"), default="reduced")
+    f.add(None, "--seed", type=int, default=0)
+    f.add(None, "--out-dir", dest="out", required=True, metavar="DIR", help="model root to write (gets speech_tokenizer/)")
+    f.add(None, "--no-encoder-keys", action="store_true", help="write decoder keys only")
     v.set_defaults(func=run)
     t = models.add_parser("qwen3-tts", help="full Qwen3-TTS 12 Hz model root (talker, code predictor, speaker "
                           "encoder, text tokenizer, speech_tokenizer/)")
-    t.add_argument("--config", choices=("published", "reduced"), default="reduced")
-    t.add_argument("--variant", choices=("base", "custom-voice", "voice-design"), default="custom-voice")
-    t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--out", required=True, help="model root to write")
+    f = Flags(t, "synth-checkpoint qwen3-tts")
+    f.add(None, "--config", choices=("published", "reduced"), default="reduced")
+    f.add(None, "--variant", choices=("base", "custom-voice", "voice-design"), default="custom-voice")
+    f.add(None, "--seed", type=int, default=0)
+    f.add(None, "--out-dir", dest="out", required=True, metavar="DIR", help="model root to write")
     t.set_defaults(func=run_tts)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
@@ -27,7 +31,7 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from rkspeech.core import progress
     from rkspeech.core.atomic import check_writable
-    from rkspeech.models.qwen3_tts.synthetic import write_checkpoint
+    from rkspeech.models.qwen3_tts.synthetic_vocoder import write_checkpoint
 
     check_writable(args.out, what="output", folder=True)
     with progress.stage(f"synthetic {args.config} checkpoint (seed {args.seed})"):

@@ -1,4 +1,4 @@
-"""``rkspeech transcribe AUDIO... --model DIR [--encoder enc.onnx|enc.rknn|encoder-pieces.json]``:
+"""``rkspeech transcribe AUDIO... --model-dir DIR [--encoder enc.onnx|enc.rknn|encoder-pieces.json]``:
 faster-whisper with the encoder offloaded (a split encoder, large: the build's manifest).
 
 faster-whisper's whole transcribe (beam search, temperature fallback, timestamps, word
@@ -15,46 +15,50 @@ from __future__ import annotations
 
 import argparse
 
+from rkspeech.cli.vocabulary import ADVANCED, INPUT, NPU, OUTPUT, Flags
 from rkspeech.core.targets import CORE_MASKS, DEFAULT_TARGET
 from rkspeech.runtime.runners import BACKENDS
 from rkspeech.runtime.whisper.subtitles import FORMATS
 
 
+#: transcribe's own --help group
+DECODING = "decoding"
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser("transcribe", help="faster-whisper transcripts with the encoder offloaded (ort/sim/board)")
-    p.add_argument("audio", metavar="AUDIO", nargs="+", help="audio files (any format PyAV decodes)")
-    p.add_argument("--model", required=True, metavar="DIR",
-                   help="CTranslate2/faster-whisper Whisper folder (model.bin, config.json, tokenizer.json)")
-    p.add_argument("--encoder", metavar="FILE", help="offloaded encoder: enc.onnx (ort, sim), enc.rknn (rknnlite), or "
-                   "the encoder-pieces.json a 'build whisper-encoder --parts N' wrote (the pieces run in turn); "
-                   "omit to run CTranslate2's own CPU encoder")
-    p.add_argument("--backend", choices=BACKENDS, default=None,
-                   help="encoder runtime (default: rknnlite for .rknn, ort otherwise)")
-    p.add_argument("--target", default=DEFAULT_TARGET, help=f"chip the .rknn / simulator is for (default {DEFAULT_TARGET})")
-    p.add_argument("--core-mask", default=None, choices=CORE_MASKS, help="rknnlite NPU core mask (board only)")
-    p.add_argument("--beam-size", type=int, default=5, help="beam size (default 5, faster-whisper's; 1 = greedy)")
-    p.add_argument("--language", default="auto", help="language code, or auto to detect (default auto)")
-    p.add_argument("--task", choices=("transcribe", "translate"), default="transcribe")
-    p.add_argument("--word-timestamps", action="store_true", help="word start/end times (cross-attention alignment)")
-    p.add_argument("--vad", action="store_true", help="skip non-speech with faster-whisper's Silero VAD filter")
-    p.add_argument("--initial-prompt", default=None, metavar="TEXT", help="prompt for the first window")
-    p.add_argument("--batch-size", type=int, default=0, metavar="N",
-                   help="faster-whisper's BatchedInferencePipeline with N windows per decoder batch "
-                        "(VAD-split chunks; the encoder still runs one window at a time); 0 = sequential")
-    p.add_argument("--output-format", choices=FORMATS + ("all",), default=None,
-                   help="write AUDIO-stem.<fmt> files (default with --output-dir: all)")
-    p.add_argument("--output-dir", default=None, metavar="DIR", help="where output files go (default: .)")
-    p.add_argument("--compare", action="store_true",
-                   help="also run stock faster-whisper with the same options and diff text, segments, word times")
-    p.add_argument("--compute-type", default="float32", help="CTranslate2 compute type (default float32)")
-    p.add_argument("--threads", type=int, default=1,
-                   help="CPU threads for CTranslate2 and onnxruntime (default 1: on a shared 2-core host, "
-                        "2 CTranslate2 threads made the decoder 2-10x slower through OpenMP spin-waits; "
-                        "0 = library default)")
-    p.add_argument("--seed", type=int, default=0,
-                   help="seed of CTranslate2's sampler, set before each transcription (the temperature "
-                        "fallback samples; --compare needs the same draws on both sides; default 0)")
-    p.add_argument("--json", action="store_true", help="print the JSON report on stdout")
+    f = Flags(p, "transcribe")
+    f.add(INPUT, "audio", metavar="AUDIO", nargs="+", help="audio files (any format PyAV decodes)")
+    f.add(INPUT, "--model-dir", dest="model", required=True, metavar="DIR",
+          help="CTranslate2/faster-whisper Whisper folder (model.bin, config.json, tokenizer.json)")
+    f.add(INPUT, "--encoder", metavar="FILE", help="offloaded encoder: enc.onnx (ort, sim), enc.rknn (rknnlite), or "
+          "the encoder-pieces.json a 'build whisper-encoder --pieces N' wrote (the pieces run in turn); "
+          "omit to run CTranslate2's own CPU encoder")
+    f.add(OUTPUT, "--out-dir", dest="output_dir", default=None, metavar="DIR",
+          help="where output files go (default: .)")
+    f.add(OUTPUT, "--output-format", choices=FORMATS + ("all",), default=None,
+          help="write AUDIO-stem.<fmt> files (default with --out-dir: all)")
+    f.add(OUTPUT, "--json", action="store_true", help="print the JSON report on stdout")
+    f.add(OUTPUT, "--compare", action="store_true",
+          help="also run stock faster-whisper with the same options and diff text, segments, word times")
+    f.add(NPU, "--backend", choices=BACKENDS, default=None,
+          help="encoder runtime (default: rknnlite for .rknn, ort otherwise)")
+    f.add(NPU, "--target", default=DEFAULT_TARGET, help=f"chip the .rknn / simulator is for (default {DEFAULT_TARGET})")
+    f.add(NPU, "--core-mask", default=None, choices=CORE_MASKS, help="rknnlite NPU core mask (board only)")
+    f.add(DECODING, "--beam-size", type=int, default=5, help="beam size (default 5, faster-whisper's; 1 = greedy)")
+    f.add(DECODING, "--language", default="auto", help="language code, or auto to detect (default auto)")
+    f.add(DECODING, "--task", choices=("transcribe", "translate"), default="transcribe")
+    f.add(DECODING, "--word-timestamps", action="store_true", help="word start/end times (cross-attention alignment)")
+    f.add(DECODING, "--vad", action="store_true", help="skip non-speech with faster-whisper's Silero VAD filter")
+    f.add(DECODING, "--initial-prompt", default=None, metavar="TEXT", help="prompt for the first window")
+    f.add(DECODING, "--batch-size", type=int, default=0, metavar="N",
+          help="faster-whisper's BatchedInferencePipeline with N windows per decoder batch "
+               "(VAD-split chunks; the encoder still runs one window at a time); 0 = sequential")
+    f.add(ADVANCED, "--compute-type", default="float32", help="CTranslate2 compute type (default float32)")
+    f.threads(ADVANCED, "CTranslate2 and onnxruntime; 0 = the libraries' own default")
+    f.add(ADVANCED, "--seed", type=int, default=0,
+          help="seed of CTranslate2's sampler, set before each transcription (the temperature "
+               "fallback samples; --compare needs the same draws on both sides; default 0)")
     p.set_defaults(func=run)
 
 
@@ -75,7 +79,7 @@ def _check_args(args) -> None:
         twice = [s for s, n in stems.items() if n > 1]
         if twice:
             raise RkspeechError(f"several AUDIO files share the name {twice[0]!r}: their outputs would overwrite "
-                                "each other; transcribe them into separate --output-dir folders")
+                                "each other; transcribe them into separate --out-dir folders")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -9,31 +9,35 @@ from __future__ import annotations
 
 import argparse
 
+from rkspeech.cli.vocabulary import ACCURACY_MAP, INPUT, NPU, OUTPUT, Flags
 from rkspeech.core.targets import DEFAULT_TARGET, TARGETS
 from rkspeech.core.thresholds import SIM_MIN_SNR_DB
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("verify", help="simulator verification of a converted vocoder step (SNR table)")
-    p.add_argument("--model-dir", default=None, help="the checkpoint the step was exported from (default $QWEN3_TTS_MODEL)")
-    p.add_argument("--onnx", required=True, help="the step ONNX (the simulator builds from it)")
-    p.add_argument("--rknn", default=None, help="the converted .rknn (supplies target and contract; checked against the ONNX)")
-    p.add_argument("--first-onnx", default=None, help="optional small-B first-step ONNX")
-    p.add_argument("--first-rknn", default=None)
-    p.add_argument("--target", default=None, choices=TARGETS, help="chip to simulate (default: the .rknn's, else rk3588)")
-    p.add_argument("--steps", type=int, default=3, help="main steps to run (the last one partial)")
-    p.add_argument("--sim-pieces", type=int, default=1,
-                   help="simulate the graph in N consecutive pieces, one child at a time: for graphs whose "
-                        "simulator does not fit in memory (npu B=64 on 24 GB: 4); each step costs N builds")
-    p.add_argument("--min-snr", type=float, default=SIM_MIN_SNR_DB,
-                   help=f"fail below this simulator SNR (default {SIM_MIN_SNR_DB:g} dB)")
-    p.add_argument("--report", default=None, help="write the report JSON here")
-    p.add_argument("--plot", default=None, metavar="R.png",
-                   help="draw the main step's accuracy map (SNR along the graph, blocks labelled) here")
-    p.add_argument("--accuracy-report", default=None, metavar="A.json",
-                   help="with --plot: draw this accuracy map (a build's accuracy-report.json) instead of mapping")
-    p.add_argument("--accuracy-pieces", type=int, default=4, metavar="N",
-                   help="with --plot and no --accuracy-report: map in N blocks, one simulator build each (default 4)")
+    f = Flags(p, "verify")
+    f.add(INPUT, "--model-dir", default=None, metavar="DIR",
+          help="the checkpoint the step was exported from (default $QWEN3_TTS_MODEL)")
+    f.add(INPUT, "--onnx", required=True, help="the step ONNX (the simulator builds from it)")
+    f.add(INPUT, "--rknn", default=None,
+          help="the converted .rknn (supplies target and contract; checked against the ONNX)")
+    f.add(INPUT, "--first-onnx", default=None, help="optional small-B first-step ONNX")
+    f.add(INPUT, "--first-rknn", default=None)
+    f.add(OUTPUT, "--report", default=None, help="write the report JSON here")
+    f.add(NPU, "--target", default=None, choices=TARGETS, help="chip to simulate (default: the .rknn's, else rk3588)")
+    f.add(NPU, "--steps", type=int, default=3, help="main steps to run (the last one partial)")
+    f.add(NPU, "--pieces", dest="sim_pieces", type=int, default=1, metavar="N",
+          help="simulate the graph in N consecutive pieces, one child at a time: for graphs whose "
+               "simulator does not fit in memory (npu B=64 on 24 GB: 4); each step costs N builds")
+    f.add(NPU, "--min-snr", type=float, default=SIM_MIN_SNR_DB,
+          help=f"fail below this simulator SNR (default {SIM_MIN_SNR_DB:g} dB)")
+    f.add(ACCURACY_MAP, "--plot", default=None, metavar="R.png",
+          help="draw the main step's accuracy map (SNR along the graph, blocks labelled) here")
+    f.add(ACCURACY_MAP, "--accuracy-report", default=None, metavar="A.json",
+          help="with --plot: draw this accuracy map (a build's accuracy-report.json) instead of mapping")
+    f.add(ACCURACY_MAP, "--accuracy-pieces", type=int, default=4, metavar="N",
+          help="with --plot and no --accuracy-report: map in N blocks, one simulator build each (default 4)")
     p.set_defaults(func=run)
 
 

@@ -3,7 +3,7 @@
 Why a child process: the toolkit has crashes that kill the process without a Python exception
 (bfloat16 on rk3588 segfaults; some quantized dtypes on other chips abort), big graphs need many
 GB (measured here: vocoder step graph B=64, 20.7 GB peak RSS), and its build log (layer table,
-REGTASK lines) is printed from C to fd 1/2.  So the child (``rkspeech.convert.child``) runs
+REGTASK lines) is printed from C to fd 1/2.  So the child (``rkspeech.convert.converter_child``) runs
 with fd 1 and 2 on ``<output>.build.log``; the parent polls its RSS (children included) with
 psutil, enforces the timeout / memory limit by killing the child's process group, and turns a
 signal or a non-zero exit into one :class:`RkspeechError` naming the signal and the log (the
@@ -216,7 +216,7 @@ def convert(onnx_path, output_path, *, target: str, dtype: str = "fp16", dataset
         killed_for: str | None = None
         with open(log_path, "wb") as log:
             popen = subprocess.Popen(
-                [sys.executable, "-m", "rkspeech.convert.child", str(work / "spec.json")],
+                [sys.executable, "-m", "rkspeech.convert.converter_child", str(work / "spec.json")],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=str(work),
                 env=env, start_new_session=True)
         ownership.set_child(popen.pid, group=True)

@@ -18,7 +18,7 @@ agreement, 64.8 dB, 0 CPU ops, 0 REGTASK lines, against fp16's 98.48 %):
    logits' whole spread, ~12, a 2^-10 grid that makes in-graph near-ties: without it 98.85 %);
 4. ``hybrid_quantization_step2`` on a fresh ``RKNN`` with the same config.
 
-Runs inside the conversion child (``convert.child``) and the simulator child
+Runs inside the conversion child (``convert.converter_child``) and the simulator child
 (``runtime.runners.simulator``); the step files land in the current folder (the child's own).
 """
 

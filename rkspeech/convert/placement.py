@@ -237,19 +237,3 @@ def crosscheck(layers: list[Layer], rknn_path: str | os.PathLike) -> dict[str, A
         mismatches.append({"count": {"log": len(layers), "rknn": len(c.nodes)}})
     return {"status": "ok" if not mismatches else "mismatch", "nodes": len(c.nodes),
             "mismatches": mismatches[:20]}
-
-
-def from_rknn(rknn_path: str | os.PathLike) -> Placement:
-    """Placement from the .rknn alone (no log): op types, FullNames and targets, no shapes."""
-    from rkspeech.contracts.rknn_file import read_container
-
-    c = read_container(rknn_path)
-    p = Placement(crosscheck={"status": "rknn only"})
-    for node in c.nodes or []:
-        p.layers.append(Layer(id=node.index, op_type=node.op_type, dtype="", target=node.target,
-                              input_shapes="", output_shapes="", full_name=node.full_name,
-                              onnx_type=node.full_name.partition(":")[0] or None))
-    n = max(len(p.layers), 1)
-    for i, la in enumerate(p.layers):
-        la.position = ("head", "middle", "tail")[min(2, (3 * i) // n)]
-    return p

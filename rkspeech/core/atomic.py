@@ -145,7 +145,7 @@ def folder_lock(folder: str | os.PathLike, *, what: str = "build") -> Iterator[P
     Path(folder).mkdir(parents=True, exist_ok=True)
     with _exclusive(Path(folder) / LOCK_FILE,
                     f"another {what} is using this folder (pid {{pid}}): {folder}; wait for it to finish "
-                    "or pick another --out", remove=False) as path:
+                    "or pick another --out-dir", remove=False) as path:
         yield path
 
 

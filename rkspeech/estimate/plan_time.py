@@ -104,7 +104,7 @@ class PlanAssumptions:
 
     def check(self) -> PlanAssumptions:
         if self.chip not in CHIPS:
-            raise RkspeechError(f"--chip must be one of {', '.join(CHIPS)}, got {self.chip!r}")
+            raise RkspeechError(f"--target must be one of {', '.join(CHIPS)}, got {self.chip!r}")
         for f in fields(self):
             v = getattr(self, f.name)
             if f.name in ("chip", "kv_read"):
@@ -341,7 +341,7 @@ def plan_inputs(plan_path: str | os.PathLike, a: PlanAssumptions) -> tuple[list[
     info: dict[str, Any] = {"plan": str(p), "target": plan.target, "notes": []}
     if plan.target and plan.target != a.chip:
         raise RkspeechError(f"plan {p} was built for {plan.target}; its layer tables say nothing about "
-                            f"{a.chip} (pass --chip {plan.target}, or build the plan for {a.chip})")
+                            f"{a.chip} (pass --target {plan.target}, or build the plan for {a.chip})")
     k = plan.contract
     info["frames_per_s"] = k.sample_rate / k.samples_per_token
     info["frames_source"] = (f"vocoder contract: {k.sample_rate} Hz / {k.samples_per_token} samples a frame")

@@ -2,7 +2,7 @@
 
 ``form`` (``pipelines.code_predictor_forms``): ``step`` (default; the stack as a one-position
 step graph, 16 calls a frame, the host choosing each code: greedy or sampled) or ``frame`` (the
-greedy frame unrolled into one call).  Stages (``pipelines.stages``; each skipped when its
+greedy frame unrolled into one call).  Stages (``pipelines.resumable``; each skipped when its
 inputs are unchanged), all under ``out/code_predictor/``: export (the form's graph, onnxruntime
 codes checked against torch on one frame) -> lint -> convert (``rkspeech.convert``, the contract
 in the .rknn custom string) -> inspect (target, contract survived and equals the ONNX's) ->
@@ -121,7 +121,7 @@ def build_code_predictor(stages, files, out: Path, *, target: str, verify_frames
                          form: str = DEFAULT_FORM) -> dict:
     """Run (or resume) the code predictor's stages in ``out / "code_predictor"``; the report.
 
-    ``stages``: a ``pipelines.stages.StageRunner`` (its state file may be shared with the other
+    ``stages``: a ``pipelines.resumable.StageRunner`` (its state file may be shared with the other
     graphs of the build: the stage names here start with ``code_predictor_``); ``files``: the
     model root's ``ModelFiles``; ``model``: a ``LazyTTSModel`` shared with the build's other
     stages (default: one of its own); ``dtype``: ``DTYPES`` (``int16-hybrid``: calibrated on

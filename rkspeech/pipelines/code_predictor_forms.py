@@ -45,7 +45,7 @@ class FrameForm:
         return read_contract(path, CodePredictorContract)
 
     def open(self, path, backend: str, *, model, **kw):
-        from rkspeech.runtime.tts_stages import open_code_predictor
+        from rkspeech.runtime.tts.open_stages import open_code_predictor
 
         return open_code_predictor(self.name, path, backend, model=model, **kw)
 
@@ -86,7 +86,7 @@ class StepForm:
         return check_step_contract(read_contract(path, TalkerContract), Path(path))
 
     def open(self, path, backend: str, *, model, **kw):
-        from rkspeech.runtime.tts_stages import open_code_predictor
+        from rkspeech.runtime.tts.open_stages import open_code_predictor
 
         return open_code_predictor(self.name, path, backend, model=model, **kw)
 

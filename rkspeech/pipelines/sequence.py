@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rkspeech.core.errors import RkspeechError
-from rkspeech.pipelines.stages import StageRunner
+from rkspeech.pipelines.resumable import StageRunner
 
 
 @dataclass(frozen=True)

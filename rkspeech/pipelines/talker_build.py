@@ -26,8 +26,8 @@ from rkspeech.contracts.talker import TalkerContract
 from rkspeech.core.errors import RkspeechError
 from rkspeech.core.targets import DEFAULT_TARGET
 from rkspeech.pipelines.sequence import Graph, run_sequence
-from rkspeech.runtime.tts_stages import TALKER_ROLES as ROLES
-from rkspeech.runtime.tts_stages import open_talker
+from rkspeech.runtime.tts.open_stages import TALKER_ROLES as ROLES
+from rkspeech.runtime.tts.open_stages import open_talker
 
 VERIFY_TEXT = "Hello there, this is a check of the talker step graph."
 

@@ -4,7 +4,7 @@
 ``OUT/vocoder``), then the code predictor's frame graph and the talker's step graphs
 (``code_predictor_build``, ``talker_build``, stages in ``OUT``), each exported, checked, converted,
 inspected and (unless skipped) verified on the simulator; then ``OUT/plan.json`` naming every
-artifact with its contract (``plan.stages``) and ``OUT/build-report.json`` with, per graph
+artifact with its contract (``plan.sections``) and ``OUT/build-report.json`` with, per graph
 (``talker``, ``code_predictor``, ``vocoder``), the placement, the build log's figures and the
 .rknn size.  ``rkspeech speak --plan OUT/plan.json`` runs whichever stages the plan places.
 """
@@ -84,7 +84,7 @@ def _validate(o: TTSBuildOptions) -> None:
 def build_tts(options: TTSBuildOptions) -> dict:
     """Run (or resume) the whole build; returns the report also written to ``OUT/build-report.json``.
     The model root and the output folder are checked before any work; the folder is locked."""
-    from rkspeech.models.qwen3_tts.checkpoint import read_config, resolve_checkpoint
+    from rkspeech.models.qwen3_tts.vocoder_checkpoint import read_config, resolve_checkpoint
     from rkspeech.models.qwen3_tts.tts_checkpoint import read_tts_config, resolve_model_root
 
     o = options
@@ -112,7 +112,7 @@ def _reuse_vocoder(o: TTSBuildOptions, vfiles):
     """A built vocoder plan (``--vocoder-plan``): .rknn graphs for ``o.target``, made for this
     model's speech tokenizer (one line naming the differing fields otherwise), and its build
     report when it sits beside the plan."""
-    from rkspeech.models.qwen3_tts.checkpoint import read_config
+    from rkspeech.models.qwen3_tts.vocoder_checkpoint import read_config
     from rkspeech.plan.plan import check_plan_for_model, load_plan
 
     vplan = load_plan(o.vocoder_plan, backend="ort")
@@ -140,11 +140,11 @@ def _vocoder_row(vocoder: dict, vplan) -> dict:
 
 
 def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
-    from rkspeech.pipelines.stages import StageRunner
+    from rkspeech.pipelines.resumable import StageRunner
     from rkspeech.pipelines.vocoder_build import VocoderBuildOptions, _build as build_vocoder_in
     from rkspeech.plan.plan import load_plan, write_plan
     from rkspeech.convert.hybrid_int16 import HybridInt16Options
-    from rkspeech.plan.stages import stage_section
+    from rkspeech.plan.sections import stage_section
 
     started = time.perf_counter()
     if o.vocoder_plan is not None:

@@ -9,7 +9,7 @@ stepwise vs onnxruntime vs full decode) -> accuracy (optional, ``accuracy_pieces
 step's per-block accuracy map, ``rkspeech.accuracy``; its headline in the build report, the full
 map in ``accuracy-report.json``) -> plan.json (``host_onnx`` for ``ort``, ``onnx`` for ``sim``,
 the .rknn for ``rknnlite``: ``plan.plan``).  Each stage is skipped when its inputs are unchanged
-(``pipelines.stages``).
+(``pipelines.resumable``).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from rkspeech.core.atomic import check_writable, folder_lock, write_json
 from rkspeech.core.errors import RkspeechError
 from rkspeech.core.targets import DEFAULT_TARGET, TARGETS
 from rkspeech.pipelines.sequence import Graph, run_sequence
-from rkspeech.pipelines.stages import StageRunner
+from rkspeech.pipelines.resumable import StageRunner
 from rkspeech.contracts.formulations import DEFAULT_FORMULATION, REFERENCE, canonical, file_tag
 
 #: The build's JSON report in the output folder (the Whisper encoder build uses the same name).
@@ -63,12 +63,12 @@ def _validate(o: VocoderBuildOptions) -> None:
     if o.verify_steps < 1:
         raise RkspeechError(f"--verify-steps must be >= 1, got {o.verify_steps}")
     if o.sim_pieces < 1:
-        raise RkspeechError(f"--sim-pieces must be >= 1, got {o.sim_pieces}")
+        raise RkspeechError(f"--pieces must be >= 1, got {o.sim_pieces}")
     from rkspeech.accuracy.stage import check_pieces
 
     check_pieces(o.accuracy_pieces)
     if not o.accuracy_sim and not o.accuracy_pieces:
-        raise RkspeechError("--accuracy-no-sim applies to the accuracy map: give --accuracy-pieces N too")
+        raise RkspeechError("--accuracy-skip-sim applies to the accuracy map: give --accuracy-pieces N too")
 
 
 def build_vocoder(options: VocoderBuildOptions) -> dict:
@@ -77,7 +77,7 @@ def build_vocoder(options: VocoderBuildOptions) -> dict:
     The output folder is checked (a folder, writable) and the checkpoint's config validated
     before any work, and the folder is locked for the build (``core.atomic.folder_lock``): a
     second build into it stops at once with "another build is using this folder (pid N)"."""
-    from rkspeech.models.qwen3_tts.checkpoint import read_config, resolve_checkpoint
+    from rkspeech.models.qwen3_tts.vocoder_checkpoint import read_config, resolve_checkpoint
 
     o = options
     _validate(o)

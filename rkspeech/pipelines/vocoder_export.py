@@ -56,10 +56,10 @@ def export_vocoder(options: ExportOptions) -> ExportResult:
         graph_summary,
         require_clean,
     )
-    from rkspeech.models.qwen3_tts.checkpoint import load_vocoder
+    from rkspeech.models.qwen3_tts.vocoder_checkpoint import load_vocoder
     from rkspeech.runtime.runners import open_runner
     from rkspeech.runtime.runners.torch_step import TorchStepRunner
-    from rkspeech.runtime.streaming import Engine
+    from rkspeech.runtime.tts.streaming import Engine
     from rkspeech.stepgraph.step_npu import make_step
 
     o = options
@@ -70,7 +70,7 @@ def export_vocoder(options: ExportOptions) -> ExportResult:
         raise RkspeechError(f"--first-length must be >= 1, got {first_length}")
     # the config and the output location are checked before any work (and any progress line)
     from rkspeech.core.atomic import check_writable
-    from rkspeech.models.qwen3_tts.checkpoint import read_config, resolve_checkpoint
+    from rkspeech.models.qwen3_tts.vocoder_checkpoint import read_config, resolve_checkpoint
 
     read_config(resolve_checkpoint(o.model_dir))
     out = Path(o.output) if o.output else Path(f"qwen3_tts_vocoder_step_B{codes_length}.onnx")

@@ -118,17 +118,17 @@ def _model_inputs(model) -> list[Path]:
 def build_whisper_encoder(options: WhisperEncoderBuildOptions) -> dict:
     """Run (or resume) every step; returns the report that is also written to ``BUILD_REPORT``.
 
-    Resumable like the other builds (``pipelines.stages``): export (with the reference output on
+    Resumable like the other builds (``pipelines.resumable``): export (with the reference output on
     the check window, kept in ``check/``), the onnxruntime check, then the shared sequence (lint,
     convert, inspect: ``pipelines.sequence``) and the simulator, each re-run only when its inputs
     changed."""
-    from rkspeech.pipelines.stages import StageRunner
+    from rkspeech.pipelines.resumable import StageRunner
 
     args = options
     if args.target not in TARGETS:
         raise RkspeechError(f"unknown target {args.target!r}; choose one of {', '.join(TARGETS)}")
     if args.parts < 1:
-        raise RkspeechError(f"--parts must be >= 1, got {args.parts}")
+        raise RkspeechError(f"--pieces must be >= 1, got {args.parts}")
     if not Path(args.model).exists():
         raise RkspeechError(f"{args.model}: no such Whisper model (a CTranslate2 folder, an openai .pt or a "
                             "transformers folder)")

@@ -62,7 +62,7 @@ class Plan:
     #: the graphs of the backend the plan was loaded for (``backend``), per role (B differs)
     contracts: dict[str, VocoderContract] = field(default_factory=dict)
     raw: dict = field(default_factory=dict)
-    #: text-to-speech stages placed by the plan (``plan.stages``): talker, code_predictor
+    #: text-to-speech stages placed by the plan (``plan.sections``): talker, code_predictor
     stages: dict = field(default_factory=dict)
     host_onnx: dict[str, Path] = field(default_factory=dict)  # main/first: exact host graphs
     #: backend -> the section it runs (``default_backends`` for plans that do not say)
@@ -92,7 +92,7 @@ def write_plan(path, *, impl: str, target: str | None, contracts: dict[str, Voco
                stages: dict[str, dict] | None = None) -> Path:
     """``contracts``: of the ``onnx`` / ``rknn`` graphs; ``host_onnx`` (with ``host_contracts``):
     the exact host graphs, written with ``backends`` (default :data:`BUILD_BACKENDS`); ``stages``:
-    stage name -> section (``plan.stages.stage_section``), written beside ``speech_decoder``."""
+    stage name -> section (``plan.sections.stage_section``), written beside ``speech_decoder``."""
     p = Path(path)
     base = p.parent.resolve()
 
@@ -254,7 +254,7 @@ def load_plan(path, *, backend: str | None = None, expect_target: str | None = N
         )
     if section == "host_onnx":
         _check_host_graphs(p, sd, contracts, npu_declared)
-    from rkspeech.plan.stages import load_stages
+    from rkspeech.plan.sections import load_stages
 
     return Plan(p, impl, target, main, rknn, onnx, contracts, raw, load_stages(raw, p, backend),
                 host_onnx=host, backends=backends, backend=backend)

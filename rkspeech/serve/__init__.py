@@ -2,7 +2,7 @@
 of engines, in one asyncio loop.
 
 * :mod:`.options` -- :class:`ServeOptions`, the typed settings (limits, queue, addresses).
-* :mod:`.engines` -- :class:`EnginePool`: N transcription engines and an optional speech engine,
+* :mod:`.engines` -- :class:`ServePool`: N transcription engines and an optional speech engine,
   a bounded queue with immediate refusal when full, time limits, graceful shutdown; blocking
   model calls run in worker threads so the loop keeps serving.
 * :mod:`.transcription` -- request options -> the same faster-whisper call as ``rkspeech

@@ -18,7 +18,7 @@ out the request is answered with :class:`TimedOut`; a model call already running
 cannot be interrupted, so that engine returns to the lane when the call ends (nothing is ever
 handed two requests at once).  A speech stream checks the limit between chunks and stops there.
 
-Shutdown (:meth:`EnginePool.shutdown`): new requests and everything still waiting are refused
+Shutdown (:meth:`ServePool.shutdown`): new requests and everything still waiting are refused
 with :class:`ShuttingDown`; requests already on an engine finish (up to ``grace_s``); then the
 worker threads end and owned engines are closed.
 """
@@ -85,7 +85,7 @@ class Unavailable(ServeError):
 
 @runtime_checkable
 class SpeechEngine(Protocol):
-    """What the server needs from a text-to-speech engine (``rkspeech.runtime.speak.Speaker``):
+    """What the server needs from a text-to-speech engine (``rkspeech.runtime.tts.speak.Speaker``):
     ``stream`` yields float32 mono PCM chunks in [-1, 1] at ``sample_rate`` as they are decoded."""
 
     sample_rate: int
@@ -97,7 +97,7 @@ class SpeechEngine(Protocol):
 
 
 @dataclass(eq=False)
-class Engine:
+class ServedEngine:
     name: str
     model: Any
     executor: ThreadPoolExecutor = field(init=False)
@@ -111,11 +111,11 @@ class Engine:
 class _Lane:
     """Engines of one kind: a free list and a bounded wait line (event-loop thread only)."""
 
-    def __init__(self, kind: str, engines: Sequence[Engine], max_queue: int, retry_after_s: int, metrics):
+    def __init__(self, kind: str, engines: Sequence[ServedEngine], max_queue: int, retry_after_s: int, metrics):
         self.kind, self.engines = kind, list(engines)
         self.max_queue, self.retry_after_s = max_queue, retry_after_s
         self.metrics = metrics
-        self._free: collections.deque[Engine] = collections.deque(self.engines)
+        self._free: collections.deque[ServedEngine] = collections.deque(self.engines)
         self._waiters: collections.deque[asyncio.Future] = collections.deque()
         self.closed = False
 
@@ -132,7 +132,7 @@ class _Lane:
             self.metrics.queue_depth.labels(self.kind).set(self.waiting)
             self.metrics.engines_busy.labels(self.kind).set(self.busy)
 
-    async def acquire(self) -> Engine:
+    async def acquire(self) -> ServedEngine:
         if self.closed:
             raise ShuttingDown()
         if self._free:
@@ -155,7 +155,7 @@ class _Lane:
                 self._waiters.remove(fut)
             self._gauges()
 
-    def release(self, engine: Engine) -> None:
+    def release(self, engine: ServedEngine) -> None:
         while self._waiters:
             fut = self._waiters.popleft()
             if not fut.done():
@@ -178,10 +178,10 @@ class _Lane:
         return len(self._free) == len(self.engines)
 
 
-class EnginePool:
+class ServePool:
     """Transcription engines and speech engines behind one set of limits.
 
-    ``EnginePool(transcribers=[model, ...], speakers=[speaker], max_queue=8, request_timeout_s=300,
+    ``ServePool(transcribers=[model, ...], speakers=[speaker], max_queue=8, request_timeout_s=300,
     retry_after_s=2, metrics=None, owned=True)``; use it from one event loop.  ``owned`` closes
     the models on :meth:`shutdown` (tests pass shared models with ``owned=False``).
     """
@@ -190,8 +190,8 @@ class EnginePool:
                  max_queue: int = 8, request_timeout_s: float = 300.0, retry_after_s: int = 2,
                  metrics=None, owned: bool = True):
         if not transcribers and not speakers:
-            raise RkspeechError("the server needs a transcription model (--whisper-model) or a speech "
-                                "model (--tts-model), or both")
+            raise RkspeechError("the server needs a transcription model (--asr-model-dir) or a speech "
+                                "model (--tts-model-dir), or both")
         for s in speakers:
             if not isinstance(s, SpeechEngine):
                 raise TypeError(f"{type(s).__name__} is not a SpeechEngine (sample_rate, speakers, languages, "
@@ -201,10 +201,10 @@ class EnginePool:
         self.owned = owned
         self.lanes: dict[str, _Lane] = {}
         if transcribers:
-            self.lanes[TRANSCRIBE] = _Lane(TRANSCRIBE, [Engine(f"whisper{i}", m) for i, m in enumerate(transcribers)],
+            self.lanes[TRANSCRIBE] = _Lane(TRANSCRIBE, [ServedEngine(f"whisper{i}", m) for i, m in enumerate(transcribers)],
                                            max_queue, retry_after_s, metrics)
         if speakers:
-            self.lanes[SPEECH] = _Lane(SPEECH, [Engine(f"speech{i}", s) for i, s in enumerate(speakers)],
+            self.lanes[SPEECH] = _Lane(SPEECH, [ServedEngine(f"speech{i}", s) for i, s in enumerate(speakers)],
                                        max_queue, retry_after_s, metrics)
         self.closing = False
 
@@ -220,8 +220,8 @@ class EnginePool:
 
     def _lane(self, kind: str) -> _Lane:
         if kind not in self.lanes:
-            what = "transcription (start with --whisper-model)" if kind == TRANSCRIBE else \
-                "speech (start with --tts-model)"
+            what = "transcription (start with --asr-model-dir)" if kind == TRANSCRIBE else \
+                "speech (start with --tts-model-dir)"
             raise Unavailable(f"this server does not serve {what}")
         return self.lanes[kind]
 
@@ -250,7 +250,7 @@ class EnginePool:
             raise TimedOut(self.timeout_s)
         return left
 
-    async def _acquire(self, kind: str, deadline: float) -> Engine:
+    async def _acquire(self, kind: str, deadline: float) -> ServedEngine:
         lane = self._lane(kind)
         start = time.perf_counter()
         try:
@@ -261,7 +261,7 @@ class EnginePool:
             self.metrics.stage_seconds.labels(f"{kind}_queue").observe(time.perf_counter() - start)
         return engine
 
-    def _timed(self, kind: str, engine: Engine, fn: Callable, *args):
+    def _timed(self, kind: str, engine: ServedEngine, fn: Callable, *args):
         def call():
             start = time.perf_counter()
             try:
@@ -364,7 +364,7 @@ def open_transcribers(model_dir, *, engines: int = 1, encoder=None, backend: str
     from rkspeech.runtime.whisper.model import WhisperModel
 
     if engines < 1:
-        raise RkspeechError(f"--engines must be >= 1, got {engines}")
+        raise RkspeechError(f"--asr-engines must be >= 1, got {engines}")
     masks: tuple = (None,)
     if backend == "rknnlite":
         from rkspeech.core.targets import cores_for

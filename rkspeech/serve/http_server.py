@@ -28,7 +28,7 @@ import logging
 import time
 
 from rkspeech.core.errors import RkspeechError
-from rkspeech.serve.engines import SPEECH, TRANSCRIBE, Busy, EnginePool, ServeError
+from rkspeech.serve.engines import SPEECH, TRANSCRIBE, Busy, ServePool, ServeError
 from rkspeech.serve.options import ServeOptions
 
 log = logging.getLogger("rkspeech.serve")
@@ -52,7 +52,7 @@ def _error_response(exc: ServeError):
                         status_code=exc.status, headers=headers)
 
 
-def build_app(pool: EnginePool, options: ServeOptions, metrics=None):
+def build_app(pool: ServePool, options: ServeOptions, metrics=None):
     """The Starlette application over ``pool``."""
     from starlette.applications import Starlette
     from starlette.responses import (
@@ -257,7 +257,7 @@ class HttpServer:
     """uvicorn serving :func:`build_app` on ``host:port`` (port 0: a free one, see :attr:`address`),
     in the caller's event loop; signals are left to the caller."""
 
-    def __init__(self, address: str, pool: EnginePool, options: ServeOptions, metrics=None):
+    def __init__(self, address: str, pool: ServePool, options: ServeOptions, metrics=None):
         from rkspeech.serve.options import split_host_port
 
         self.host, self.port = split_host_port(address, flag="--http")

@@ -1,4 +1,4 @@
-"""Both front ends over one :class:`~rkspeech.serve.engines.EnginePool`, in one asyncio loop.
+"""Both front ends over one :class:`~rkspeech.serve.engines.ServePool`, in one asyncio loop.
 
 ``server = Server(pool, options)``; ``await server.start()`` binds what ``options`` asks for
 (``server.addresses`` says where, ports 0 resolved); ``await server.stop()`` shuts down
@@ -13,12 +13,12 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from rkspeech.serve.engines import EnginePool
+from rkspeech.serve.engines import ServePool
 from rkspeech.serve.options import ServeOptions
 
 
 class Server:
-    def __init__(self, pool: EnginePool, options: ServeOptions, *, metrics=None):
+    def __init__(self, pool: ServePool, options: ServeOptions, *, metrics=None):
         if metrics is None:
             from rkspeech.serve.metrics import Metrics
 
@@ -94,7 +94,7 @@ class ServerThread:
     """A :class:`Server` in a background thread with its own loop: ``with ServerThread(pool,
     options) as st: st.addresses``; ``st.call(coro_fn)`` runs a coroutine in the server's loop."""
 
-    def __init__(self, pool: EnginePool, options: ServeOptions):
+    def __init__(self, pool: ServePool, options: ServeOptions):
         self.pool, self.options = pool, options
         self.loop = asyncio.new_event_loop()
         self.server = None

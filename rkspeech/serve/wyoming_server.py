@@ -34,7 +34,7 @@ import time
 
 from rkspeech.core.errors import RkspeechError
 from rkspeech.serve.audio import pcm16_to_float
-from rkspeech.serve.engines import SPEECH, TRANSCRIBE, EnginePool, ServeError
+from rkspeech.serve.engines import SPEECH, TRANSCRIBE, ServePool, ServeError
 from rkspeech.serve.options import SAMPLE_RATE, ServeOptions
 
 #: Bytes of one event header line or data block at most.
@@ -94,7 +94,7 @@ async def read_event(reader: asyncio.StreamReader):
 
 
 class WyomingHandler:
-    def __init__(self, reader, writer, pool: EnginePool, options: ServeOptions, metrics, info_event):
+    def __init__(self, reader, writer, pool: ServePool, options: ServeOptions, metrics, info_event):
         self.reader, self.writer = reader, writer
         self.pool, self.options, self.metrics = pool, options, metrics
         self.info_event = info_event
@@ -289,7 +289,7 @@ class WyomingHandler:
         await self.write(AudioStop().event())
 
 
-def info_event(pool: EnginePool, options: ServeOptions):
+def info_event(pool: ServePool, options: ServeOptions):
     """The ``info`` answer to ``describe``."""
     from wyoming.info import (
         AsrModel,
@@ -330,7 +330,7 @@ class WyomingServer:
     """``await start()`` binds (port 0: a free one, see :attr:`address`); ``await stop()`` closes
     the listener and every connection."""
 
-    def __init__(self, uri: str, pool: EnginePool, options: ServeOptions, metrics=None):
+    def __init__(self, uri: str, pool: ServePool, options: ServeOptions, metrics=None):
         self.uri, self.pool, self.options, self.metrics = uri, pool, options, metrics
         self._server = None
         self._tasks: dict[asyncio.Task, WyomingHandler] = {}

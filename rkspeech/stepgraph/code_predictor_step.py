@@ -56,7 +56,7 @@ from torch.nn import functional as F
 from rkspeech.contracts.code_predictor import EMBED_MODES, CodePredictorContract
 from rkspeech.contracts.talker import MASK_VALUE
 from rkspeech.core.errors import RkspeechError
-from rkspeech.models.qwen3_tts.transformer import rotate_half
+from rkspeech.models.qwen3_tts.vocoder_transformer import rotate_half
 
 #: One-hot sharpness of ``embed="onehot"``: fp16's largest finite value.
 ONEHOT_GAIN = 65504.0

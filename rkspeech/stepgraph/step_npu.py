@@ -41,7 +41,7 @@ import math
 import torch
 from torch import nn
 
-from rkspeech.models.qwen3_tts.config import VocoderConfig
+from rkspeech.models.qwen3_tts.vocoder_config import VocoderConfig
 from rkspeech.models.qwen3_tts.vocoder import (
     CausalConv,
     CausalTransConv,

@@ -43,7 +43,7 @@ from torch import nn
 
 from rkspeech.contracts.talker import CACHE_IO, KV_LAYOUTS, MASK_VALUE, MODEL_NAME, TalkerContract
 from rkspeech.core.errors import RkspeechError
-from rkspeech.models.qwen3_tts.transformer import rotate_half
+from rkspeech.models.qwen3_tts.vocoder_transformer import rotate_half
 from rkspeech.stepgraph.code_predictor_step import _repeat_heads
 from rkspeech.stepgraph.host import rope_cos_sin, step_mask
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from rkspeech.core import progress
 from rkspeech.core.errors import RkspeechError
-from rkspeech.runtime.streaming import Engine, StreamingVocoder
+from rkspeech.runtime.tts.streaming import Engine, StreamingVocoder
 from rkspeech.verify.compare import segment_snr_db, snr_db
 from rkspeech.verify.stepwise import full_decode, random_codes
 
@@ -77,14 +77,14 @@ def verify_vocoder(model_dir, main: Artifact, first: Artifact | None = None, *, 
     """Full decode vs onnxruntime step vs simulator step, over ``steps`` main steps."""
     import torch
 
-    from rkspeech.models.qwen3_tts.checkpoint import load_vocoder
+    from rkspeech.models.qwen3_tts.vocoder_checkpoint import load_vocoder
     from rkspeech.runtime.runners import open_runner
     from rkspeech.runtime.runners.lazy import LazyRunner
 
     if steps < 1:
         raise RkspeechError(f"--steps must be >= 1, got {steps}")
     if sim_pieces < 1:
-        raise RkspeechError(f"--sim-pieces must be >= 1, got {sim_pieces}")
+        raise RkspeechError(f"--pieces must be >= 1, got {sim_pieces}")
     c = main.contract
     if first is not None and not c.compatible_cache(first.contract):
         raise RkspeechError("first and main graphs do not share one cache layout")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rkspeech.core.errors import RkspeechError
-from rkspeech.runtime.streaming import Engine, StreamingVocoder
+from rkspeech.runtime.tts.streaming import Engine, StreamingVocoder
 from rkspeech.verify.compare import segment_snr_db, snr_db
 
 

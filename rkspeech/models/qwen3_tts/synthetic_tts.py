@@ -205,7 +205,7 @@ def write_tts_checkpoint(out_dir: str | os.PathLike, config: str = "reduced", va
     import torch
     from safetensors.torch import save_file
 
-    from rkspeech.models.qwen3_tts.synthetic import write_checkpoint
+    from rkspeech.models.qwen3_tts.synthetic_vocoder import write_checkpoint
     from rkspeech.models.qwen3_tts.tts_checkpoint import TTSNet
     from rkspeech.models.qwen3_tts.tts_config import TTSConfig
 

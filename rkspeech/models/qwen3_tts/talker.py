@@ -21,7 +21,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from rkspeech.models.qwen3_tts.transformer import RMSNorm, rotate_half
+from rkspeech.models.qwen3_tts.vocoder_transformer import RMSNorm, rotate_half
 from rkspeech.models.qwen3_tts.tts_config import DecoderStackConfig, TalkerConfig
 
 

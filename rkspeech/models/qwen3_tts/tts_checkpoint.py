@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rkspeech.core.errors import RkspeechError
-from rkspeech.models.qwen3_tts.checkpoint import ENV_VAR, _snapshot_of_cache_repo
+from rkspeech.models.qwen3_tts.vocoder_checkpoint import ENV_VAR, _snapshot_of_cache_repo
 from rkspeech.models.qwen3_tts.text_tokenizer import missing_files
 from rkspeech.models.qwen3_tts.tts_config import TTSConfig
 
@@ -32,7 +32,7 @@ def resolve_model_root(model_dir) -> ModelFiles:
         model_dir = os.environ.get(ENV_VAR, "")
     if not model_dir:
         raise RkspeechError(f"no model given: pass --model-dir DIR or set {ENV_VAR} "
-                            "(or make one: rkspeech synth-checkpoint qwen3-tts --out DIR)")
+                            "(or make one: rkspeech synth-checkpoint qwen3-tts --out-dir DIR)")
     path = Path(model_dir).expanduser()
     if not path.is_dir():
         raise RkspeechError(f"model folder {path} does not exist" if not path.exists()

@@ -18,7 +18,7 @@ Written for export to NPU-friendly graphs:
 ``tests/test_parity_official.py``).  The stateful step lives in ``rkspeech.stepgraph.step``;
 it reuses these modules, and each stateful one states what it carries between steps
 (``state_shape``: the convs' ``context`` samples, the attention's ``sliding_window - 1`` KV
-slots).  The pre-transformer's blocks are in ``rkspeech.models.qwen3_tts.transformer``.
+slots).  The pre-transformer's blocks are in ``rkspeech.models.qwen3_tts.vocoder_transformer``.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from rkspeech.models.qwen3_tts.config import VocoderConfig
-from rkspeech.models.qwen3_tts.transformer import PreTransformer
+from rkspeech.models.qwen3_tts.vocoder_config import VocoderConfig
+from rkspeech.models.qwen3_tts.vocoder_transformer import PreTransformer
 
 RESIDUAL_DILATIONS = (1, 3, 9)
 

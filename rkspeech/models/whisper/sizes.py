@@ -96,11 +96,6 @@ def encoder_parameters(dims: WhisperEncoderDims, *, with_positions: bool = True)
     return total + (dims.n_audio_ctx * d if with_positions else 0)
 
 
-def encoder_onnx_bytes(dims: WhisperEncoderDims, dtype_bytes: int = 4) -> int:
-    """Estimated size of the exported encoder's weights (initializers) in ``dtype_bytes`` each."""
-    return encoder_parameters(dims) * dtype_bytes
-
-
 def write_synthetic_openai(path: str | os.PathLike, size: str | WhisperDims, *, seed: int = 0,
                            std: float = 0.02) -> Path:
     """Write an openai-whisper ``.pt`` with random encoder weights at ``size``'s geometry.

@@ -40,8 +40,7 @@ from rkspeech.runtime.runners.base import Runner, onnx_io_specs
 PATH_KWARGS = ("log_path", "dataset")
 
 _TOO_BIG = ("the simulator keeps every intermediate tensor: simulate a smaller graph (a smaller B) or "
-            "in pieces (--sim-pieces N), or skip the simulator check (rkspeech build --skip-verify; "
-            "build whisper-encoder --skip-sim)")
+            "in pieces (--pieces N), or skip the simulator check (--skip-sim)")
 
 
 def _one_line(exc: BaseException) -> str:

@@ -10,7 +10,7 @@ has batch 1.  Everything else is faster-whisper's own code, so beam search, temp
 fallback, ``condition_on_previous_text``, prompts, hotwords, segment and word timestamps, VAD,
 language detection, ``task="translate"`` and the batched pipeline keep their meaning.
 
-An encoder built as consecutive graphs (``rkspeech build whisper-encoder --parts N``, large) is
+An encoder built as consecutive graphs (``rkspeech build whisper-encoder --pieces N``, large) is
 passed as the build's ``encoder-pieces.json`` (:mod:`rkspeech.runtime.whisper.pieces`): the
 pieces run in turn inside ``encode``, checked as one graph (first piece's input, last piece's
 output, every piece reading what the one before wrote).
@@ -69,7 +69,7 @@ def check_model_dir(model_dir: str | Path) -> Path:
     """``model_dir`` as a Path when it holds a CTranslate2 Whisper model (model.bin, config.json)."""
     path = Path(model_dir)
     if not path.is_dir():
-        raise RkspeechError(f"{path}: no such folder (--model wants a CTranslate2/faster-whisper Whisper folder)")
+        raise RkspeechError(f"{path}: no such folder (--model-dir wants a CTranslate2/faster-whisper Whisper folder)")
     missing = [n for n in ("model.bin", "config.json") if not (path / n).is_file()]
     if missing:
         raise RkspeechError(f"{path} is not a CTranslate2 Whisper model folder (no {', '.join(missing)}); "
@@ -113,7 +113,7 @@ def _mismatch(source: str, what: str, got, want, hint: str) -> RkspeechError:
 def check_encoder_geometry(source: str, in_shape, out_shape, *, n_mels: int, d_model: int) -> None:
     """Refuse an encoder graph that does not fit the model: input ``[1, n_mels, 3000]``, output
     ``[1, 1500, d_model]`` (a symbolic batch dim passes: we feed one window at a time)."""
-    rebuild = "build the encoder from this model: rkspeech build whisper-encoder --model DIR"
+    rebuild = "build the encoder from this model: rkspeech build whisper-encoder --model-dir DIR"
     in_shape, out_shape = list(in_shape), list(out_shape)
     if len(in_shape) != 3 or len(out_shape) != 3:
         raise RkspeechError(f"{source}: a Whisper encoder maps [1, n_mels, 3000] -> [1, 1500, d]; this graph "
@@ -189,7 +189,7 @@ def _check_pieces(manifest: Path, backend: str, target: str | None, geometry: di
     for key, name in (("n_mels", "n_mels"), ("d", "d_model")):
         if key in contract and contract[key] != geometry[name]:
             raise _mismatch(source, name, contract[key], geometry[name], "another Whisper size's encoder? build the "
-                            "encoder from this model: rkspeech build whisper-encoder --model DIR --parts N")
+                            "encoder from this model: rkspeech build whisper-encoder --model-dir DIR --pieces N")
     specs, names = [], [p.name for p in paths]
     for path in paths:
         path = check_runner_file(backend, path)

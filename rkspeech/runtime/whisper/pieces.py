@@ -1,6 +1,6 @@
 """A Whisper encoder built as consecutive graphs, as one encoder for transcription.
 
-``rkspeech build whisper-encoder --parts N`` (large: 2.55 GB fp32, too big to convert whole on
+``rkspeech build whisper-encoder --pieces N`` (large: 2.55 GB fp32, too big to convert whole on
 a 24 GB host, docs/whisper-sizes.md) writes ``encoder.partK.onnx`` / ``encoder.partK.rknn`` and
 :data:`MANIFEST_NAME` beside them: the pieces in order, the names of the encoder's input and
 output, and the contract string piece 0's .rknn carries (``n_mels``, ``n_frames``,
@@ -64,8 +64,8 @@ class EncoderPieces:
         missing = [f"{k} ({p.name})" for k, p in enumerate(paths) if not p.is_file()]
         if missing:
             raise RkspeechError(f"{self.manifest}: {len(missing)} of {len(paths)} .{kind} pieces missing: piece "
-                                f"{', '.join(missing)}; rebuild with rkspeech build whisper-encoder --parts "
-                                f"{len(paths)} --out {self.manifest.parent}")
+                                f"{', '.join(missing)}; rebuild with rkspeech build whisper-encoder --pieces "
+                                f"{len(paths)} --out-dir {self.manifest.parent}")
         return paths
 
 
@@ -99,7 +99,7 @@ def read_manifest(path: str | os.PathLike) -> EncoderPieces:
         raise RkspeechError(f"{path}: not a readable JSON encoder manifest ({exc})") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise RkspeechError(f"{path}: not an encoder pieces manifest (format {FORMAT!r}, as rkspeech build "
-                            "whisper-encoder --parts N writes it)")
+                            "whisper-encoder --pieces N writes it)")
     pieces = data.get("pieces")
     if (not isinstance(pieces, list) or not pieces
             or not all(isinstance(p, dict) and isinstance(p.get("onnx"), str) and isinstance(p.get("rknn"), str)

@@ -21,7 +21,7 @@ import numpy as np
 from rkspeech.core.errors import RkspeechError
 from rkspeech.contracts.vocoder import VocoderContract
 from rkspeech.stepgraph.host import cache_valid, inverse_frequencies, rope_angles
-from rkspeech.runtime.codes import normalize_codes
+from rkspeech.runtime.tts.codes import normalize_codes
 
 
 @dataclass

@@ -2,8 +2,8 @@
 
 :class:`Speaker` holds one loaded Qwen3-TTS model (talker, code predictor, speaker encoder) and
 an engine pool over the plan's vocoder.  A plan from ``rkspeech build qwen3-tts`` also places
-the talker and the code predictor (``plan.stages``): those run as their graphs
-(``runtime.tts_stages``), the rest in torch on the host; a ``qwen3-tts-vocoder`` plan leaves both
+the talker and the code predictor (``plan.sections``): those run as their graphs
+(``runtime.tts.open_stages``), the rest in torch on the host; a ``qwen3-tts-vocoder`` plan leaves both
 in torch.  :meth:`Speaker.stream` yields PCM while generation
 goes on: each frame (16 codes) is pushed into a :class:`StreamingVocoder` as soon as the
 generator yields it, so the first audio comes after the first step's worth of frames (the
@@ -81,9 +81,9 @@ class Speaker:
         import threading
 
         from rkspeech.plan.plan import check_plan_for_model, load_plan
-        from rkspeech.runtime.pool import open_pool
+        from rkspeech.runtime.tts.pool import open_pool
 
-        from rkspeech.models.qwen3_tts.checkpoint import read_config, resolve_checkpoint
+        from rkspeech.models.qwen3_tts.vocoder_checkpoint import read_config, resolve_checkpoint
 
         self.backend = backend
         self.options = options  # GenerationOptions for stream() calls that give none
@@ -94,7 +94,7 @@ class Speaker:
                               target=target)
         self.stage_backends: dict = {}
         try:
-            from rkspeech.runtime.tts_stages import open_stage_backends
+            from rkspeech.runtime.tts.open_stages import open_stage_backends
 
             self.stage_backends = open_stage_backends(self.plan, backend, model=self.model, threads=threads,
                                                       target=target, host_stages=host_stages)
@@ -163,20 +163,8 @@ class Speaker:
                                             options=options)
         sv = self.pool.open_stream()
         start = time.perf_counter()
-        with self._lock:
-            it = iter(frames)
-            while True:
-                t0 = time.perf_counter()
-                try:
-                    frame = next(it)
-                except StopIteration:
-                    timing.generate_s += time.perf_counter() - t0
-                    break
-                timing.generate_s += time.perf_counter() - t0
-                frame = np.asarray(frame, dtype=np.int64).reshape(1, -1)
-                timing.frames += 1
-                if codes_out is not None:
-                    codes_out.append(frame[0].copy())
+        with _Generation(frames, self._lock, timing, codes_out) as produced:
+            for frame in produced:
                 pcm = self._push(sv, frame, timing)
                 if pcm.size:
                     if timing.first_audio_s is None:
@@ -184,9 +172,9 @@ class Speaker:
                     timing.samples += pcm.size
                     timing.total_s = time.perf_counter() - start
                     yield pcm
-            stages = getattr(self.model, "last_timing", None)
-            if stages:
-                timing.stages = dict(stages)
+        stages = getattr(self.model, "last_timing", None)
+        if stages:
+            timing.stages = dict(stages)
         if timing.frames == 0:
             raise RkspeechError("the model generated no speech frames for this text (it ended at once)")
         tail = self._push(sv, None, timing)
@@ -219,6 +207,89 @@ class Speaker:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class _Generation:
+    """Runs the frame generator in its own thread (holding ``lock``: one generation per Speaker)
+    while the caller's thread runs the vocoder, so the two overlap: on a board the NPU vocodes
+    while the CPU generates; here onnxruntime and torch release the GIL in their kernels.
+    Frames come out in order, through a bounded queue (``QUEUE_FRAMES``: a vocoder slower than
+    generation holds back the generator, not memory).  An exception in the generator is raised
+    in the caller's thread; a caller that stops early (a client gone) stops the generator
+    before its next frame."""
+
+    QUEUE_FRAMES = 32
+    _DONE = object()
+
+    def __init__(self, frames, lock, timing: SpeechTiming, codes_out: list | None):
+        import queue
+        import threading
+
+        self._frames, self._lock, self._timing, self._codes_out = frames, lock, timing, codes_out
+        self._queue: queue.Queue = queue.Queue(self.QUEUE_FRAMES)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rkspeech-generate", daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self._drain()
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        while self._thread.is_alive():
+            try:  # unblock a producer waiting on a full queue
+                self._queue.get_nowait()
+            except Exception:  # noqa: BLE001 - queue.Empty
+                pass
+            self._thread.join(timeout=0.05)
+
+    def _put(self, item) -> bool:
+        import queue
+
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _run(self) -> None:
+        timing = self._timing
+        try:
+            with self._lock:
+                it = iter(self._frames)
+                try:
+                    while not self._stop.is_set():
+                        t0 = time.perf_counter()
+                        try:
+                            frame = next(it)
+                        except StopIteration:
+                            timing.generate_s += time.perf_counter() - t0
+                            break
+                        timing.generate_s += time.perf_counter() - t0
+                        frame = np.asarray(frame, dtype=np.int64).reshape(1, -1)
+                        timing.frames += 1
+                        if self._codes_out is not None:
+                            self._codes_out.append(frame[0].copy())
+                        if not self._put(frame):
+                            break
+                finally:
+                    close = getattr(it, "close", None)
+                    if close is not None:
+                        close()
+            self._put(self._DONE)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            self._put(exc)
+
+    def _drain(self):
+        while True:
+            item = self._queue.get()
+            if item is self._DONE:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
 
 
 def _load_model(model_dir):

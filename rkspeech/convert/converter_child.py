@@ -1,4 +1,4 @@
-"""The child process that runs rknn-toolkit2: ``python -m rkspeech.convert.child SPEC.json``.
+"""The child process that runs rknn-toolkit2: ``python -m rkspeech.convert.converter_child SPEC.json``.
 
 Run by :func:`rkspeech.convert.conversion.convert` with fd 1 and 2 pointing at the build log, so the
 C-level layer table and REGTASK lines land in the log.  It writes a small JSON result to

@@ -17,7 +17,7 @@ from torch import nn
 from torch.nn import functional as F
 
 if TYPE_CHECKING:
-    from rkspeech.models.qwen3_tts.config import VocoderConfig
+    from rkspeech.models.qwen3_tts.vocoder_config import VocoderConfig
 
 
 class RMSNorm(nn.Module):

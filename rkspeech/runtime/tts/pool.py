@@ -1,7 +1,7 @@
 """Several independent vocoder streams at once over a bounded set of execution contexts.
 
 A *slot* is one execution context: a runner per role (``main``, optionally ``first``).  A
-stream is an ordinary :class:`~rkspeech.runtime.streaming.StreamingVocoder` that owns its cache,
+stream is an ordinary :class:`~rkspeech.runtime.tts.streaming.StreamingVocoder` that owns its cache,
 position and pending tokens; its engines are proxies that lease a free slot for the duration
 of one ``infer`` call and give it back.  Nothing about a stream lives in a slot, so any step of
 any stream may run on any slot, and streams never see each other's state.
@@ -53,7 +53,7 @@ import numpy as np
 from rkspeech.core.errors import RkspeechError
 from rkspeech.runtime.runners import BACKENDS, open_runner
 from rkspeech.runtime.runners.base import Runner
-from rkspeech.runtime.streaming import Engine, StreamingVocoder
+from rkspeech.runtime.tts.streaming import Engine, StreamingVocoder
 from rkspeech.contracts.vocoder import VocoderContract
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from rkspeech.core.atomic import atomic_path, write_json
 from rkspeech.core.errors import RkspeechError
-from rkspeech.models.qwen3_tts.config import MODEL_TYPE, VocoderConfig
+from rkspeech.models.qwen3_tts.vocoder_config import MODEL_TYPE, VocoderConfig
 from rkspeech.models.qwen3_tts.synthetic_encoder import (
     ENCODER_CONFIGS,
     PREPROCESSOR_CONFIG,
@@ -53,7 +53,7 @@ RESIDUAL_GAIN = 0.2
 def _init_weights(model, seed: int) -> None:
     import torch
 
-    from rkspeech.models.qwen3_tts.transformer import LayerScale, RMSNorm
+    from rkspeech.models.qwen3_tts.vocoder_transformer import LayerScale, RMSNorm
     from rkspeech.models.qwen3_tts.vocoder import SnakeBeta
 
     g = torch.Generator().manual_seed(seed)

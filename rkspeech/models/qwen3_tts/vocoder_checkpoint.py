@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rkspeech.core.errors import RkspeechError
-from rkspeech.models.qwen3_tts.config import MODEL_TYPE, VocoderConfig
+from rkspeech.models.qwen3_tts.vocoder_config import MODEL_TYPE, VocoderConfig
 
 ENV_VAR = "QWEN3_TTS_MODEL"
 DECODER_PREFIX = "decoder."
@@ -59,7 +59,7 @@ def resolve_checkpoint(model_dir: str | os.PathLike | None) -> CheckpointFiles:
     if not model_dir:
         raise RkspeechError(
             f"no checkpoint given: pass --model-dir DIR or set {ENV_VAR} "
-            "(or make one: rkspeech synth-checkpoint qwen3-tts-vocoder --out DIR)"
+            "(or make one: rkspeech synth-checkpoint qwen3-tts-vocoder --out-dir DIR)"
         )
     path = Path(model_dir).expanduser()
     if not path.exists():

@@ -1,4 +1,4 @@
-"""Open the talker and code predictor backends a plan places (``plan.stages``) for a loaded model.
+"""Open the talker and code predictor backends a plan places (``plan.sections``) for a loaded model.
 
 A stage in the plan runs as its graph on the backend ``StagePlan.backend_for`` picks (the vocoder's
 backend for NPU stages: the simulator here, rknnlite on a board; onnxruntime for host-ONNX
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from rkspeech.core import progress
 from rkspeech.core.errors import RkspeechError
-from rkspeech.plan.stages import STAGE_ROLES
+from rkspeech.plan.sections import STAGE_ROLES
 
 TALKER_ROLES = STAGE_ROLES["talker"][0]  # ("prefill", "decode")
 
