@@ -12,8 +12,8 @@ def register(subparsers) -> None:
         "estimate", help="estimated board time per run / step from the build log's layer table "
                          "(cycles, traffic), per block, with the assumptions; no board needed")
     f = Flags(p, "estimate")
-    f.add(INPUT, "path", metavar="FILE.rknn|BUILD_LOG",
-          help="an .rknn (its FILE.rknn.build.log beside it is read) or a build log")
+    f.add(INPUT, "path", metavar="FILE.rknn|BUILD_LOG", nargs="?",
+          help="an .rknn (its FILE.rknn.build.log beside it is read) or a build log (or --plan)")
     f.add(OUTPUT, "--report", metavar="R.json", help="write the JSON report (every layer) here")
     f.add(OUTPUT, "--json", action="store_true", help="print the JSON report (without layers) on stdout")
     f.add(OUTPUT, "--top", type=int, default=8, help="op types to list (default 8)")
@@ -28,6 +28,9 @@ def register(subparsers) -> None:
           help="compute and traffic of a layer overlap (max, as the compiler) or add up (sum)")
     f.add(ADVANCED, "--cpu-gbps", type=float, default=1.0, help="speed of CPU-fallback layers (default 1)")
     f.add(ADVANCED, "--layer-us", type=float, default=0.0, help="fixed cost per layer, us (default 0)")
+    from rkspeech.cli import estimate_plan
+
+    estimate_plan.add_arguments(f)
     p.set_defaults(func=run)
 
 
@@ -57,6 +60,12 @@ def run(args: argparse.Namespace) -> int:
     from rkspeech.core.reporting import print_table
     from rkspeech.estimate.steptime import Assumptions, estimate_path
 
+    if args.plan is not None or args.path is None:
+        if args.path is not None or args.plan is None:
+            raise RkspeechError("pass one .rknn / build log, or --plan plan.json (not both, not neither)")
+        from rkspeech.cli import estimate_plan
+
+        return estimate_plan.run(args)
     if args.report:
         from rkspeech.core.atomic import check_writable
 

@@ -202,7 +202,6 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
     graphs["vocoder"] = _vocoder_row(vocoder, vplan)
     # the vocoder's sections as its plan has them (NPU graphs, exact host graphs, which backend runs
     # which); vplan.contracts are those of the graphs ort runs, so each set's are read from its ONNX
-    from rkspeech.contracts.read import read_contract
     from rkspeech.contracts.vocoder import VocoderContract
 
     npu_contracts = {role: read_contract(p, VocoderContract) for role, p in vplan.onnx.items()}

@@ -1,0 +1,112 @@
+"""``rkspeech estimate --plan plan.json``: the flags and the printout of the whole-plan estimate.
+
+Not a command of its own: ``cli/estimate.py`` adds these flags to its parser and hands a
+``--plan`` run here.  Standard library only at module level.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(f) -> None:
+    """The ``--plan`` flags, through the command's ``cli.vocabulary.Flags``."""
+    from rkspeech.cli.vocabulary import INPUT
+
+    plan = "whole text-to-speech plan (--plan)"
+    f.add(INPUT, "--plan", metavar="plan.json",
+          help="estimate every stage of this plan (talker, code predictor, vocoder) and the pipeline")
+    f.add(plan, "--target", "--chip", dest="chip", choices=("rk3588", "rk3576"), default=None,
+          help="the board (default: the plan's target, else rk3588)")
+    f.add(plan, "--dispatch-us", type=float, default=None,
+          help="NPU dispatch per compiled layer, us (default 19: nsbb/rknn-stt, RK3588)")
+    f.add(plan, "--a76-gbps", type=float, default=None,
+          help="memory bandwidth of the CPU stages, GB/s (default 17: RK3588 measured, low end)")
+    f.add(plan, "--shared-ddr-gbps", type=float, default=None,
+          help="what CPU and NPU stream together, GB/s (default 22)")
+    f.add(plan, "--kv-read", choices=("capacity", "position"), default=None,
+          help="KV bytes a talker step reads: the whole capacity (fixed-shape graph, default) "
+               "or the filled slots averaged over the utterance")
+    f.add(plan, "--prompt-tokens", type=int, default=None, help="prompt positions (default 40)")
+    f.add(plan, "--utterance-s", type=float, default=None, help="utterance length, s (default 10)")
+
+
+def _ms(v: float) -> str:
+    return f"{v:,.2f}" if v >= 1 else f"{v:.3g}"
+
+
+def _fmt_bytes(b: float) -> str:
+    return f"{b / 1e9:,.2f} GB" if b >= 1e9 else f"{b / 1e6:,.1f} MB"
+
+
+def run(args: argparse.Namespace) -> int:
+    import sys
+    from dataclasses import fields, replace
+
+    from rkspeech.core.atomic import write_json
+    from rkspeech.core.reporting import print_table
+    from rkspeech.estimate.plan_time import PlanAssumptions, estimate_plan, peer_check
+
+    if args.report:
+        from rkspeech.core.atomic import check_writable
+
+        check_writable(args.report, what="report")
+    chip = args.chip
+    if chip is None:
+        from rkspeech.estimate.plan_time import plan_target
+
+        chip = plan_target(args.plan) or "rk3588"
+    given = {"chip": chip, "layer_dispatch_us": args.dispatch_us, "cpu_gbps": args.a76_gbps,
+             "ddr_shared_gbps": args.shared_ddr_gbps, "kv_read": args.kv_read,
+             "prompt_tokens": args.prompt_tokens, "utterance_s": args.utterance_s}
+    # the single-graph flags that mean the same here, when changed from their defaults
+    defaults = {f.name: f.default for f in fields(PlanAssumptions)}
+    for flag, name in (("npu_mhz", "npu_mhz"), ("ddr_gbps", "npu_ddr_gbps"), ("npu_efficiency", "npu_efficiency")):
+        v = getattr(args, flag, None)
+        if v is not None and v != defaults[name]:
+            given[name] = v
+    a = replace(PlanAssumptions(), **{k: v for k, v in given.items() if v is not None}).check()
+    rep = estimate_plan(args.plan, a)
+    if args.report:
+        write_json(args.report, rep)
+    if getattr(args, "json", False):
+        import json
+
+        print(json.dumps(rep, indent=1))
+        return 0
+    print_table("assumptions (no board here: every figure below is an estimate)",
+                [(r["name"], r["value"], r["source"]) for r in rep["assumption_table"]],
+                headers=("assumption", "value", "source"))
+    rows = []
+    for r in rep["stages"]:
+        how = (f"{r['layers']} layers: table {r['layer_table_ms']:.2f} + dispatch {r['dispatch_ms']:.2f} ms"
+               if r["unit"] == "npu" else
+               f"{r['variant']}, {_fmt_bytes(r['bytes_per_call'])} a call, {r['bound']}-bound")
+        rows.append((r["stage"], r["unit"], _ms(r["ms_per_call"]), f"{r['calls_per_audio_s']:,.3g}",
+                     _ms(r["ms_per_audio_s"]), how))
+    print_table("per stage", rows, headers=("stage", "unit", "ms / call", "calls / audio s", "ms / audio s",
+                                            "how"))
+    t = rep["time_to_first_audio"]
+    summary = [(f"{u.upper()} (stages add up)", f"{v['ms_per_audio_s']:,.1f} ms per audio s")
+               for u, v in rep["units"].items()]
+    summary += [("shared DDR floor", f"{rep['ddr_floor_ms_per_audio_s']:,.1f} ms per audio s "
+                                     f"({_fmt_bytes(rep['bytes_per_audio_s'])} per audio s)"),
+                ("steady state (units overlap: max)", f"{rep['steady_ms_per_audio_s']:,.1f} ms per audio s"),
+                ("real-time factor", f"{rep['rtf']:.3f}"),
+                ("limited by", f"{rep['limiting_stage']} (unit: {rep['limiting_unit']})")]
+    if t:
+        summary.append(("time to first audio", (f"{_ms(t['ms'])} ms = prefill {_ms(t['prefill_ms'])} + "
+                                                f"{t['frames']} frames x {_ms(t['per_frame_ms'])} + "
+                                                f"{t['vocoder_stage']} {_ms(t['vocoder_step_ms'])}")))
+    print_table("whole plan (estimate)", summary)
+    print_table("beside public board figures (theirs, measured)", peer_check(rep))
+    top = rep["sensitivity"][:3]
+    print_table("most sensitive to (each assumption 1.2x worse)",
+                [(s["assumption"], f"RTF {s['rtf']:.3f} ({100 * s['change']:+.0f} %)") for s in top])
+    f = rep.get("npu_board_factor_check")
+    if f and "npu" in f["units"]:
+        print_table(f"if the NPU runs {f['factor']:g}x slower than the layer table (docs/estimate.md calibration)",
+                    [("real-time factor", f"{f['rtf']:.3f}, limited by {f['limiting_stage']}")])
+    for n in rep["notes"]:
+        print(f"note: {n}", file=sys.stderr)
+    return 0

@@ -1,0 +1,622 @@
+"""Board time of a whole text-to-speech plan (``rkspeech estimate --plan``): every stage, overlapped.
+
+No board here: every figure below is an estimate under the assumptions of :class:`PlanAssumptions`,
+each with its source, all printed and written to the report.
+
+Per stage, one call:
+
+* **NPU stage** (impl ``rknn``: the .rknn and its build log beside it): the per-graph estimate of
+  ``steptime`` (the compiler's layer table: compute and traffic per layer, summed; one core) plus
+  a dispatch term, ``layers x layer_dispatch_us`` (the compute layers of the log's table).
+* **CPU stage** (impl ``onnx``, onnxruntime on the A76 cores): the bytes the call reads over the
+  cores' memory bandwidth, or its MACs over their arithmetic rate, whichever is longer:
+  bytes = every initializer a node reads (MatMul / Gemm / Conv weights at their stored precision:
+  fp32, int8 + scales and zero points, 4-bit blocks + scales; embedding tables read by ``Gather``
+  are not counted: a call reads one row) + the KV cache inputs (``cache*``) x ``cache_passes``
+  (a flat cache is split into layers inside the graph: read, written, read again).  The weight
+  precision is read from the file (``MatMulNBits`` -> int4, ``MatMulInteger`` -> int8), the plan's
+  ``quantization`` / ``placement`` record is reported beside it.
+
+Per audio second: frames per second from the vocoder's contract (``sample_rate /
+samples_per_token``: 12.5 for the 12 Hz codec); the talker's decode one call a frame, its prefill
+``ceil(prompt_tokens / B)`` calls once per utterance; the code predictor ``capacity`` calls a frame
+(its step contract: one per codebook) or 1 (the frame graph); the vocoder's main step one call per
+B frames, its first step once per utterance.
+
+The pipeline: the CPU stages share the cores and add up; the NPU stages share the NPU and add up;
+the two units run at once (the NPU vocodes while the CPU generates), so the steady-state time per
+audio second is ``max(CPU sum, NPU sum, DDR floor)``, where the DDR floor is every unit's bytes
+per audio second over the shared DDR bandwidth (the NPU's traffic is its layer table's reads +
+writes).  Time to first audio: the prefill, then the frames of the first vocoder step (its B),
+one talker decode and one code predictor frame each, then that vocoder step.  Not modelled: the
+host's own work (sampling, the code predictor's heads when they are outside its graph,
+embeddings), CPU/NPU synchronisation, caches (the weights of these stages do not fit any).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from rkspeech.core.errors import RkspeechError
+
+KV_READS = ("capacity", "position")
+#: docs/estimate.md "Calibration": our Whisper base encoder estimates at 104.9 ms (ideal), a public
+#: RK3588 run took 703 ms: a board ~6.7x slower than the layer table's ideal, every NPU layer alike.
+NPU_BOARD_FACTOR = 6.7
+CHIPS = ("rk3588", "rk3576")
+
+#: Each assumption's source, printed beside its value.
+SOURCES = {
+    "chip": "the plan's target (the layer tables are the compiler's for that chip)",
+    "layer_dispatch_us": ("public: ~19 us per compiled RKNN layer on RK3588 (driver 0.9.6, runtime 2.3.2), "
+                          "nsbb/rknn-stt zipformer/rk3588/OPTIMIZATION_LOG.md"),
+    "cpu_gbps": ("public: RK3588 sequential memory bandwidth 17-22 GB/s measured under sustained load "
+                 "(Turing Pi RK1 benchmarks); the low end, for the 4 A76 cores"),
+    "ddr_shared_gbps": ("the high end of the same 17-22 GB/s: what CPU and NPU together may stream "
+                        "(LPDDR4x-4266 x 64 bit = 34 GB/s peak, Radxa forum)"),
+    "cpu_fp32_gflops": ("peak: 4 A76 cores x 2.4 GHz x 2 NEON pipes x 4 fp32 FMA lanes x 2 "
+                        "(Cortex-A76 software optimization guide); a floor, rarely reached"),
+    "cpu_int8_gops": ("peak: the same pipes with SDOT (16 int8 MACs per instruction): 4x fp32; "
+                      "int8 dynamic and MatMulNBits accuracy_level 4 compute in int8"),
+    "cache_passes_flat": ("a flat cache input is split into layers inside the graph (Split reads and "
+                          "writes it) before attention reads it: 3 passes; docs/cpu-stages.md profiling"),
+    "kv_read": ("capacity: a fixed-shape step graph attends over every slot (masked); position: only "
+                "the filled slots, averaged over the utterance (a position-aware kernel)"),
+    "prompt_tokens": "the recorded published run's prompt: 40 positions (docs/talker-step.md)",
+    "utterance_s": "assumption: a 10 s utterance (prefill and the first vocoder step amortised over it)",
+    "npu_cores_per_stage": ("1: a stateful step runs on one core (docs/estimate.md; multi-core does not "
+                            "help a dispatch-bound model, rknn-stt log)"),
+    "npu_mhz": "RK3588 NPU 1 GHz (docs/estimate.md)",
+    "npu_ddr_gbps": "17 GB/s, the layer table's traffic (docs/estimate.md)",
+    "npu_efficiency": ("1 = the compiler's ideal cycles; the Whisper calibration (docs/estimate.md) "
+                       "says a board is ~6.7x slower"),
+}
+
+
+#: the ``rkspeech estimate`` flag that sets each assumption (for messages)
+FLAGS = {"layer_dispatch_us": "--dispatch-us", "cpu_gbps": "--a76-gbps", "ddr_shared_gbps": "--shared-ddr-gbps",
+         "prompt_tokens": "--prompt-tokens", "utterance_s": "--utterance-s", "npu_mhz": "--npu-mhz",
+         "npu_ddr_gbps": "--ddr-gbps", "npu_efficiency": "--npu-efficiency"}
+
+
+@dataclass(frozen=True)
+class PlanAssumptions:
+    """What the plan estimate assumes (sources in :data:`SOURCES`; all overridable)."""
+
+    chip: str = "rk3588"
+    layer_dispatch_us: float = 19.0
+    cpu_gbps: float = 17.0
+    ddr_shared_gbps: float = 22.0
+    cpu_fp32_gflops: float = 153.6
+    cpu_int8_gops: float = 614.4
+    cache_passes_flat: float = 3.0
+    kv_read: str = "capacity"
+    prompt_tokens: int = 40
+    utterance_s: float = 10.0
+    npu_cores_per_stage: int = 1
+    npu_mhz: float = 1000.0
+    npu_ddr_gbps: float = 17.0
+    npu_efficiency: float = 1.0
+
+    def check(self) -> PlanAssumptions:
+        if self.chip not in CHIPS:
+            raise RkspeechError(f"--target must be one of {', '.join(CHIPS)}, got {self.chip!r}")
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name in ("chip", "kv_read"):
+                continue
+            flag = FLAGS.get(f.name, f"{f.name} (assumption)")
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise RkspeechError(f"{flag} must be a number, got {v!r}")
+            if v < 0 or (v == 0 and f.name != "layer_dispatch_us"):
+                raise RkspeechError(f"{flag} must be {'>= 0' if f.name == 'layer_dispatch_us' else 'positive'}, "
+                                    f"got {v!r}")
+        if self.kv_read not in KV_READS:
+            raise RkspeechError(f"--kv-read must be one of {', '.join(KV_READS)}, got {self.kv_read!r}")
+        return self
+
+    def npu(self):
+        from rkspeech.estimate.steptime import Assumptions
+
+        return Assumptions(npu_mhz=self.npu_mhz, ddr_gbps=self.npu_ddr_gbps, cores=self.npu_cores_per_stage,
+                           npu_efficiency=self.npu_efficiency).check()
+
+    def table(self) -> list[tuple[str, str, str]]:
+        """(name, value, source) for every assumption."""
+        units = {"layer_dispatch_us": " us / layer", "cpu_gbps": " GB/s", "ddr_shared_gbps": " GB/s",
+                 "cpu_fp32_gflops": " GFLOP/s", "cpu_int8_gops": " GOP/s", "utterance_s": " s",
+                 "npu_mhz": " MHz", "npu_ddr_gbps": " GB/s", "prompt_tokens": " positions"}
+        return [(f.name, f"{getattr(self, f.name)}{units.get(f.name, '')}", SOURCES[f.name]) for f in fields(self)]
+
+
+# ---- inputs per stage ------------------------------------------------------------------------
+@dataclass
+class CpuCall:
+    """What one CPU call reads and computes (from an ONNX file or from recorded figures)."""
+
+    weight_bytes: float
+    cache_bytes: float = 0.0  # the KV cache inputs at capacity
+    cache_passes: float = 1.0
+    macs: float = 0.0  # multiply-accumulates of MatMul / Gemm / Conv
+    int8_compute: bool = False
+    variant: str = "fp32"
+    source: str = ""
+    detail: dict = field(default_factory=dict)
+
+
+@dataclass
+class NpuCall:
+    """One NPU call: the layer table's estimate (ms, ideal) and its size."""
+
+    est_ms: float
+    layers: int
+    traffic_bytes: float
+    source: str = ""
+
+
+@dataclass
+class StageInput:
+    name: str  # "talker prefill", "talker decode", "code predictor", "vocoder first", "vocoder main"
+    call: CpuCall | NpuCall
+    per_frame: float = 0.0  # calls per frame (decode 1, code predictor 16 / 1, vocoder main 1/B)
+    per_utterance: float = 0.0  # calls once per utterance (prefill, vocoder first)
+    impl: str = ""
+    note: str = ""
+    positions: int = 1  # positions per call (prefill B)
+    B: int | None = None  # vocoder frames per call
+    cache_capacity: int = 0  # the talker decode's KV capacity (kv_read="position")
+
+    @property
+    def unit(self) -> str:
+        return "npu" if isinstance(self.call, NpuCall) else "cpu"
+
+
+# ---- per call ---------------------------------------------------------------------------------
+def cpu_call_ms(c: CpuCall, a: PlanAssumptions, cache_fraction: float = 1.0) -> tuple[float, float, float, float]:
+    """(ms, memory ms, compute ms, bytes) of one CPU call."""
+    nbytes = c.weight_bytes + c.cache_bytes * c.cache_passes * cache_fraction
+    mem = nbytes / (a.cpu_gbps * 1e9) * 1e3
+    rate = (a.cpu_int8_gops if c.int8_compute else a.cpu_fp32_gflops) * 1e9
+    comp = 2 * c.macs / rate * 1e3
+    return max(mem, comp), mem, comp, nbytes
+
+
+def npu_call_ms(c: NpuCall, a: PlanAssumptions) -> float:
+    return c.est_ms + c.layers * a.layer_dispatch_us / 1e3
+
+
+# ---- from files ---------------------------------------------------------------------------------
+_ITEM = {1: 4, 2: 1, 3: 1, 4: 2, 5: 2, 6: 4, 7: 8, 9: 1, 10: 2, 11: 8, 12: 4, 13: 8, 16: 2, 21: 0.5, 22: 0.5}
+_WEIGHT_OPS = {"MatMul", "Gemm", "MatMulNBits", "MatMulInteger", "DynamicQuantizeMatMul", "Conv", "ConvTranspose",
+               "FusedMatMul"}
+
+
+def _numel(dims) -> int:
+    return math.prod(int(d) for d in dims) if dims else 1
+
+
+def _shapes(model) -> dict[str, list[int]]:
+    """Static tensor shapes from ONNX shape inference (empty where unknown, e.g. after contrib ops)."""
+    import onnx
+
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # noqa: BLE001 - shapes are an improvement, not a requirement
+        return {}
+    out = {}
+    g = inferred.graph
+    for vi in list(g.value_info) + list(g.output) + list(g.input):
+        dims = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+        if dims and all(d > 0 for d in dims):
+            out[vi.name] = dims
+    return out
+
+
+def out_macs(out: list[int], w: int, wdims, node) -> float:
+    """MACs of a MatMul-like node from its output shape: numel(out) x K, K = w / N."""
+    trans_b = any(at.name == "transB" and at.i for at in node.attribute)
+    n_out = wdims[0] if trans_b else wdims[-1]
+    return _numel(out) * w / n_out if n_out else 0.0
+
+
+def onnx_call(path: str | os.PathLike, positions: int = 1) -> CpuCall:
+    """What one call of an ONNX graph reads and computes, from its initializers and inputs."""
+    try:
+        import onnx
+    except ImportError:  # pragma: no cover - onnx is a dependency
+        raise RkspeechError("the plan estimate needs the onnx package (pip install onnx)") from None
+    p = Path(path)
+    try:
+        model = onnx.load(str(p), load_external_data=False)
+    except Exception as exc:  # noqa: BLE001 - any parse failure is the file's
+        raise RkspeechError(f"{p}: not a readable ONNX file ({type(exc).__name__})") from None
+    g = model.graph
+    inits = {t.name: t for t in g.initializer}
+    # Constant nodes holding tensors count as initializers
+    for n in g.node:
+        if n.op_type == "Constant" and n.output:
+            for at in n.attribute:
+                if at.name == "value" and at.HasField("t"):
+                    inits[n.output[0]] = at.t
+
+    def nbytes(t) -> float:
+        if t.raw_data:
+            return float(len(t.raw_data))
+        return _numel(t.dims) * _ITEM.get(t.data_type, 4)
+
+    shapes = _shapes(model)
+    weight = other = 0.0
+    macs = 0.0
+    ops: dict[str, int] = {}
+    int8 = False
+    for n in g.node:
+        ops[n.op_type] = ops.get(n.op_type, 0) + 1
+        if n.op_type == "Constant":
+            continue
+        read = [x for i, x in enumerate(n.input) if x in inits and not (n.op_type == "Gather" and i == 0)]
+        b = sum(nbytes(inits[x]) for x in read)
+        if n.op_type in _WEIGHT_OPS:
+            weight += b
+        else:
+            other += b
+        if n.op_type == "MatMulNBits":
+            attrs = {at.name: at.i for at in n.attribute}
+            macs += attrs.get("N", 0) * attrs.get("K", 0) * positions
+            int8 = int8 or attrs.get("accuracy_level", 0) == 4
+        elif n.op_type in ("MatMul", "MatMulInteger", "Gemm", "FusedMatMul", "DynamicQuantizeMatMul") \
+                and len(n.input) > 1 and n.input[1] in inits:
+            w = _numel(inits[n.input[1]].dims)
+            out = shapes.get(n.output[0])  # rows x N: MACs = rows x K x N = numel(out) x w / N
+            macs += out_macs(out, w, inits[n.input[1]].dims, n) if out else w * positions
+            int8 = int8 or n.op_type in ("MatMulInteger", "DynamicQuantizeMatMul")
+        elif n.op_type in ("Conv", "ConvTranspose") and len(n.input) > 1 and n.input[1] in inits:
+            wd = list(inits[n.input[1]].dims)
+            w = _numel(wd)
+            if n.op_type == "Conv" and shapes.get(n.output[0]):  # numel(out) x Cin/g x k = numel(out) x w / Cout
+                macs += _numel(shapes[n.output[0]]) * w / wd[0]
+            elif n.op_type == "ConvTranspose" and shapes.get(n.input[0]):  # numel(in) x w / Cin
+                macs += _numel(shapes[n.input[0]]) * w / wd[0]
+            else:
+                macs += w * positions  # shapes unknown: one output position (a lower bound)
+    cache = 0.0
+    for vi in g.input:
+        if vi.name.startswith("cache") and vi.name not in inits:
+            t = vi.type.tensor_type
+            dims = [d.dim_value for d in t.shape.dim]
+            if all(d > 0 for d in dims):
+                cache += _numel(dims) * _ITEM.get(t.elem_type, 4)
+    if ops.get("MatMulNBits"):
+        variant = "int4"
+    elif ops.get("MatMulInteger") or ops.get("DynamicQuantizeMatMul"):
+        variant = "int8"
+    else:
+        dt = {inits[n.input[1]].data_type for n in g.node
+              if n.op_type in ("MatMul", "Gemm") and len(n.input) > 1 and n.input[1] in inits}
+        variant = "fp16" if dt == {10} else "fp32"
+    flat = sum(1 for vi in g.input if vi.name == "cache") == 1
+    return CpuCall(weight_bytes=weight + other, cache_bytes=cache, macs=macs, int8_compute=int8, variant=variant,
+                   source=str(p), cache_passes=1.0,
+                   detail={"weight_op_bytes": int(weight), "other_initializer_bytes": int(other),
+                           "cache_input_bytes": int(cache), "flat_cache": flat, "macs_per_call": int(macs),
+                           "positions": positions, "quantized_ops": {k: v for k, v in ops.items()
+                                                                     if k in ("MatMulNBits", "MatMulInteger",
+                                                                              "DynamicQuantizeMatMul")}})
+
+
+def rknn_call(rknn: str | os.PathLike, a: PlanAssumptions) -> NpuCall:
+    """The layer-table estimate of one .rknn (its build log beside it) at ``a``'s NPU figures."""
+    from rkspeech.estimate.steptime import estimate_path
+
+    est = estimate_path(rknn, a.npu())
+    return NpuCall(est_ms=est.est_ms_cores(a.npu_cores_per_stage), layers=len(est.layers),
+                   traffic_bytes=est.traffic_mb * 2**20, source=est.source)
+
+
+# ---- the plan ---------------------------------------------------------------------------------
+def _record(plan_raw: dict, name: str) -> tuple[str | None, str | None]:
+    """(variant, placement) a stage section records, tolerant of what is absent or unexpected."""
+    sec = plan_raw.get(name) if isinstance(plan_raw, dict) else None
+    if not isinstance(sec, dict):
+        return None, None
+    q = sec.get("quantization")
+    variant = None
+    if isinstance(q, dict):
+        v = q.get("variant", q.get("dtype"))
+        variant = str(v) if v is not None else None
+    pl = sec.get("placement")
+    return variant, (str(pl) if isinstance(pl, str) else None)
+
+
+def plan_inputs(plan_path: str | os.PathLike, a: PlanAssumptions) -> tuple[list[StageInput], dict]:
+    """Every stage of the plan as an input to :func:`estimate_stages`, and what the plan says
+    (frames per second, target, notes)."""
+    from rkspeech.plan.plan import load_plan
+
+    p = Path(plan_path)
+    plan = load_plan(p)
+    info: dict[str, Any] = {"plan": str(p), "target": plan.target, "notes": []}
+    if plan.target and plan.target != a.chip:
+        raise RkspeechError(f"plan {p} was built for {plan.target}; its layer tables say nothing about "
+                            f"{a.chip} (pass --target {plan.target}, or build the plan for {a.chip})")
+    k = plan.contract
+    info["frames_per_s"] = k.sample_rate / k.samples_per_token
+    info["frames_source"] = (f"vocoder contract: {k.sample_rate} Hz / {k.samples_per_token} samples a frame")
+    out: list[StageInput] = []
+    for stage_name, sp in plan.stages.items():
+        variant_rec, placement = _record(plan.raw, stage_name)
+        for role, files in sp.artifacts.items():
+            label = {"prefill": "talker prefill", "decode": "talker decode"}.get(role, "code predictor")
+            from rkspeech.contracts.read import read_contract
+
+            # the file's own contract (the section's is one role's: the decode graph's B)
+            file_contract = read_contract(files["rknn"] if sp.impl == "rknn" else files["onnx"])
+            positions = int(getattr(file_contract, "B", 1) or 1)
+            contract = {**sp.contract, **file_contract.to_dict()}
+            if sp.impl == "rknn":
+                call = rknn_call(files["rknn"], a)
+            else:
+                call = onnx_call(files["onnx"], positions=positions)
+                if call.detail["flat_cache"]:
+                    call.cache_passes = a.cache_passes_flat
+                rec = variant_rec or (placement.split("-", 1)[1] if placement and placement.startswith("cpu-")
+                                      else None)
+                call.detail["plan_records"] = {"variant": variant_rec, "placement": placement}
+                if rec and rec not in (call.variant, "fp16", "int16-hybrid"):
+                    info["notes"].append(f"{label}: the plan records {rec}, the file holds {call.variant} "
+                                         "weights; the file's bytes are used")
+            st = StageInput(label, call, impl=sp.impl)
+            if role == "prefill":
+                st.positions = positions
+                st.per_utterance = math.ceil(a.prompt_tokens / st.positions)
+                st.note = f"ceil({a.prompt_tokens} / B={st.positions}) calls once per utterance"
+            elif role == "decode":
+                st.per_frame = 1.0
+                st.note = "one call a frame"
+                st.cache_capacity = int(contract.get("capacity", 0))
+            elif role == "step":
+                st.per_frame = float(contract.get("capacity", 16))
+                st.note = f"step form: {st.per_frame:g} calls a frame (the step contract's capacity)"
+            else:
+                st.per_frame = 1.0
+                st.note = "frame form: one call a frame (the codebooks unrolled inside)"
+            out.append(st)
+    missing = [n for n in ("talker", "code_predictor") if n not in plan.stages]
+    if missing:
+        info["notes"].append(f"the plan has no {' / '.join(missing)} stage (built without them: they run in "
+                             "torch on the host, not estimated); the vocoder is estimated alone")
+    info["tts_stages"] = sorted(plan.stages)
+    # the vocoder
+    if plan.impl == "rknn" and plan.artifacts:
+        for role in ("first", "main"):
+            if role not in plan.artifacts:
+                continue
+            from rkspeech.contracts.rknn_file import read_container
+
+            c = read_container(plan.artifacts[role])
+            B = c.contract.codes_length if c.contract is not None else None
+            if B is None:
+                raise RkspeechError(f"plan {p}: vocoder {role} artifact carries no step contract (B unknown)")
+            st = StageInput(f"vocoder {role}", rknn_call(plan.artifacts[role], a), impl="rknn", B=B)
+            out.append(st)
+    else:
+        graphs = plan.graphs("ort")
+        for role in ("first", "main"):
+            if role in graphs:
+                from rkspeech.contracts.read import read_contract
+                from rkspeech.contracts.vocoder import VocoderContract
+
+                B = read_contract(graphs[role], VocoderContract).codes_length
+                call = onnx_call(graphs[role], positions=1)
+                st = StageInput(f"vocoder {role}", call, impl="onnx", B=B)
+                out.append(st)
+        info["notes"].append("vocoder on the CPU: priced by its conv / matmul MACs (from ONNX shape inference) "
+                             "and bytes; elementwise work (Snake) is not counted")
+    return out, info
+
+
+def _vocoder_rates(stages: list[StageInput], fps: float, a: PlanAssumptions) -> None:
+    first = next((s for s in stages if s.name == "vocoder first"), None)
+    main = next((s for s in stages if s.name == "vocoder main"), None)
+    frames = fps * a.utterance_s
+    if main is not None:
+        done_first = first.B if first is not None else 0
+        main.per_utterance = 0.0
+        main.per_frame = max(frames - done_first, 0.0) / frames / main.B
+        main.note = f"one call per B={main.B} frames" + (f" after the first {done_first}" if first else "")
+    if first is not None:
+        first.per_utterance = 1.0
+        first.note = f"once per utterance (its B={first.B} frames)"
+
+
+def estimate_stages(stages: list[StageInput], fps: float, a: PlanAssumptions,
+                    frames_source: str = "") -> dict[str, Any]:
+    """Per stage ms a call, calls and ms per audio second; the pipeline's steady state, real-time
+    factor, limiting stage and time to first audio."""
+    a = a.check()
+    _vocoder_rates(stages, fps, a)
+    frames_utt = fps * a.utterance_s
+    rows = []
+    by_name = {}
+    for s in stages:
+        calls = s.per_frame * fps + s.per_utterance / a.utterance_s
+        r: dict[str, Any] = {"stage": s.name, "unit": s.unit, "impl": s.impl, "calls_per_audio_s": calls,
+                             "calls_note": s.note}
+        if isinstance(s.call, NpuCall):
+            ms = npu_call_ms(s.call, a)
+            r.update(ms_per_call=ms, layer_table_ms=s.call.est_ms, layers=s.call.layers,
+                     dispatch_ms=s.call.layers * a.layer_dispatch_us / 1e3, bytes_per_call=s.call.traffic_bytes,
+                     variant="fp16 (or as built)", source=s.call.source)
+        else:
+            frac = 1.0
+            cap = s.cache_capacity
+            if a.kv_read == "position" and cap:
+                mean_pos = min(a.prompt_tokens + frames_utt / 2, cap)
+                frac = mean_pos / cap
+            ms, mem, comp, nbytes = cpu_call_ms(s.call, a, frac)
+            r.update(ms_per_call=ms, memory_ms=mem, compute_ms=comp, bytes_per_call=nbytes,
+                     weight_bytes=s.call.weight_bytes, cache_bytes=s.call.cache_bytes * s.call.cache_passes * frac,
+                     bound="memory" if mem >= comp else "compute", variant=s.call.variant, source=s.call.source,
+                     detail=s.call.detail)
+        r["ms_per_audio_s"] = r["ms_per_call"] * calls
+        r["bytes_per_audio_s"] = r["bytes_per_call"] * calls
+        rows.append(r)
+        by_name[s.name] = r
+    units = {}
+    for u in ("cpu", "npu"):
+        us = [r for r in rows if r["unit"] == u]
+        if us:
+            units[u] = {"ms_per_audio_s": sum(r["ms_per_audio_s"] for r in us),
+                        "stages": [r["stage"] for r in us]}
+    total_bytes = sum(r["bytes_per_audio_s"] for r in rows)
+    ddr_ms = total_bytes / (a.ddr_shared_gbps * 1e9) * 1e3
+    candidates = {f"{u} ({', '.join(v['stages'])})": v["ms_per_audio_s"] for u, v in units.items()}
+    candidates["shared DDR bandwidth"] = ddr_ms
+    limit_unit = max(candidates, key=candidates.get) if rows else None
+    steady = max(candidates.values()) if rows else 0.0
+    if limit_unit and not limit_unit.startswith("shared"):
+        u = limit_unit.split(" ", 1)[0]
+        limit_stage = max((r for r in rows if r["unit"] == u), key=lambda r: r["ms_per_audio_s"])["stage"]
+    else:
+        limit_stage = "shared DDR bandwidth" if rows else None
+    # time to first audio
+    ttfa: dict[str, Any] = {}
+    pre = by_name.get("talker prefill")
+    dec = by_name.get("talker decode")
+    cp = by_name.get("code predictor")
+    voc = by_name.get("vocoder first") or by_name.get("vocoder main")
+    first_B = next((s.B for s in stages if s.name == (voc["stage"] if voc else "")), None)
+    if voc is not None:
+        per_frame_gen = (dec["ms_per_call"] if dec else 0.0) + (
+            cp["ms_per_call"] * next(s.per_frame for s in stages if s.name == "code predictor") if cp else 0.0)
+        prefill_ms = pre["ms_per_call"] * math.ceil(a.prompt_tokens / next(
+            s.positions for s in stages if s.name == "talker prefill")) if pre else 0.0
+        ttfa = {"prefill_ms": prefill_ms, "frames": first_B, "per_frame_ms": per_frame_gen,
+                "frames_ms": per_frame_gen * first_B, "vocoder_step_ms": voc["ms_per_call"],
+                "vocoder_stage": voc["stage"]}
+        ttfa["ms"] = ttfa["prefill_ms"] + ttfa["frames_ms"] + ttfa["vocoder_step_ms"]
+        if not (pre and dec and cp):
+            ttfa["note"] = "stages absent from the plan count 0"
+    notes = [f"frames per audio second: {fps:g} ({frames_source or 'given'})",
+             "CPU stages add up (same cores); NPU stages add up (one NPU); the two overlap: steady state = "
+             "max(CPU, NPU, DDR floor)",
+             f"DDR floor: every stage's bytes per audio second ({total_bytes / 1e9:.2f} GB) over the shared "
+             f"{a.ddr_shared_gbps:g} GB/s"]
+    return {
+        "assumptions": asdict(a),
+        "assumption_table": [{"name": n, "value": v, "source": s} for n, v, s in a.table()],
+        "frames_per_audio_s": fps,
+        "stages": rows,
+        "units": units,
+        "ddr_floor_ms_per_audio_s": ddr_ms,
+        "bytes_per_audio_s": total_bytes,
+        "steady_ms_per_audio_s": steady,
+        "rtf": steady / 1000.0,
+        "limiting_unit": limit_unit,
+        "limiting_stage": limit_stage,
+        "time_to_first_audio": ttfa,
+        "notes": notes,
+    }
+
+
+def sensitivity(stages: list[StageInput], fps: float, a: PlanAssumptions, factor: float = 1.2) -> list[dict]:
+    """The real-time factor with each assumption made ``factor`` x worse (rates / factor, costs x
+    factor), most sensitive first.  The NPU clock, efficiency and DDR figure are inside the layer
+    table's ms: they are one entry, those ms x factor (an upper bound for any one of them)."""
+    base = estimate_stages(stages, fps, a)["rtf"]
+    worse = {"cpu_gbps": 1 / factor, "ddr_shared_gbps": 1 / factor, "cpu_int8_gops": 1 / factor,
+             "cpu_fp32_gflops": 1 / factor, "layer_dispatch_us": factor}
+    cases = [(name, [replace(s) for s in stages], replace(a, **{name: getattr(a, name) * f}))
+             for name, f in worse.items()]
+    cases.append(("cache_passes_flat",
+                  [replace(s, call=replace(s.call, cache_passes=s.call.cache_passes * factor))
+                   if isinstance(s.call, CpuCall) and s.call.cache_passes > 1 else s for s in stages], a))
+    cases.append(("npu layer-table ms (npu_mhz, npu_efficiency, npu_ddr_gbps)",
+                  [replace(s, call=replace(s.call, est_ms=s.call.est_ms * factor))
+                   if isinstance(s.call, NpuCall) else s for s in stages], a))
+    out = []
+    for name, st, b in cases:
+        rtf = estimate_stages(st, fps, b)["rtf"]
+        out.append({"assumption": name, "factor": factor, "rtf": rtf, "change": rtf / base - 1 if base else 0.0})
+    return sorted(out, key=lambda r: -abs(r["change"]))
+
+
+def npu_factor_check(stages: list[StageInput], fps: float, a: PlanAssumptions,
+                     factor: float = NPU_BOARD_FACTOR) -> dict[str, Any]:
+    """The same plan with every NPU layer-table ms x ``factor`` (the Whisper calibration of
+    docs/estimate.md; dispatch unchanged): what the estimate says if the board misses the
+    compiler's ideal as the one calibration point did."""
+    st = [replace(s, call=replace(s.call, est_ms=s.call.est_ms * factor)) if isinstance(s.call, NpuCall) else s
+          for s in stages]
+    rep = estimate_stages(st, fps, a)
+    return {"factor": factor, "rtf": rep["rtf"], "limiting_stage": rep["limiting_stage"],
+            "units": {u: v["ms_per_audio_s"] for u, v in rep["units"].items()},
+            "source": "docs/estimate.md calibration: Whisper base encoder 104.9 ms estimated vs 703 ms public (6.7x)"}
+
+
+def estimate_plan(plan_path: str | os.PathLike, a: PlanAssumptions | None = None) -> dict[str, Any]:
+    """The whole report for ``plan.json``."""
+    a = (a or PlanAssumptions()).check()
+    stages, info = plan_inputs(plan_path, a)
+    if not stages:
+        raise RkspeechError(f"plan {plan_path}: no stage to estimate (no vocoder graphs and no talker / "
+                            "code predictor sections)")
+    rep = estimate_stages(stages, info["frames_per_s"], a, info["frames_source"])
+    rep["plan"] = info["plan"]
+    rep["target"] = info["target"]
+    rep["tts_stages"] = info["tts_stages"]
+    if a.chip != "rk3588":
+        info["notes"].append(f"{a.chip}: the CPU, DDR and dispatch defaults are RK3588 figures (no {a.chip} figure "
+                             "is sourced here); pass --a76-gbps, --shared-ddr-gbps and --dispatch-us for it")
+    rep["notes"] = info["notes"] + rep["notes"]
+    rep["sensitivity"] = sensitivity(stages, info["frames_per_s"], a)
+    rep["npu_board_factor_check"] = npu_factor_check(stages, info["frames_per_s"], a)
+    rep["peers"] = PEERS
+    return rep
+
+
+#: Public measured figures the estimate is read beside (theirs, not ours).
+PEERS = {
+    "rtf_best_public_rk3588": {"value": 2.0, "source": "MasterVVK/qwen3-tts-axera-russian docs/BENCHMARKS.md: "
+                                                       "all CPU, 4-bit talker + 4-bit code predictor, fp32 vocoder"},
+    "talker_4bit_ms_per_step": {"value": 30.0, "source": "same: llama.cpp Q4_K_M talker on the A76 cores"},
+    "code_predictor_4bit_ms_per_frame": {"value": 55.0, "source": "same: GGML Q4_0 code predictor on the A76 cores"},
+}
+
+
+def _g(v: float) -> str:
+    return f"{v:.1f}" if v >= 1 else f"{v:.3g}"
+
+
+def peer_check(rep: dict[str, Any]) -> list[tuple[str, str]]:
+    """Our CPU int4 stages beside the public per-step figures (only for CPU stages)."""
+    rows = []
+    by = {r["stage"]: r for r in rep["stages"]}
+    d = by.get("talker decode")
+    if d and d["unit"] == "cpu":
+        rows.append(("talker decode, ms a step", f"ours {_g(d['ms_per_call'])} ({d['variant']}) vs public "
+                     f"~{PEERS['talker_4bit_ms_per_step']['value']:g} (4-bit, A76)"))
+    cp = by.get("code predictor")
+    if cp and cp["unit"] == "cpu":
+        per_frame = cp["ms_per_call"] * cp["calls_per_audio_s"] / rep["frames_per_audio_s"]
+        rows.append(("code predictor, ms a frame", f"ours {_g(per_frame)} ({cp['variant']}) vs public "
+                     f"~{PEERS['code_predictor_4bit_ms_per_frame']['value']:g} (4-bit, A76)"))
+    rows.append(("real-time factor", f"ours {rep['rtf']:.2f} (estimate) vs public best on RK3588 "
+                 f"{PEERS['rtf_best_public_rk3588']['value']:g} (measured; MasterVVK/qwen3-tts-axera-russian)"))
+    return rows
+
+
+def plan_target(plan_path: str | os.PathLike) -> str | None:
+    """The chip a plan says it was built for (``speech_decoder.target``), None when it does not
+    say or cannot be read (``load_plan`` reports the reason later)."""
+    import json
+
+    try:
+        raw = json.loads(Path(plan_path).read_text())
+        t = raw["speech_decoder"]["target"]
+    except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError):
+        return None
+    return t if isinstance(t, str) and t in CHIPS else None
