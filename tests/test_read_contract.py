@@ -85,6 +85,7 @@ def test_rknn_custom_string_of_any_kind(tmp_path_factory, tmp_path, monkeypatch)
     """An .rknn's contract (any kind) comes from its custom string; none is one line."""
     from rkfixtures import session_rknn
 
+    from rkspeech.contracts import read as read_module
     from rkspeech.contracts import rknn_file
 
     c = parse_bytes(session_rknn(tmp_path_factory).read_bytes())
@@ -96,7 +97,7 @@ def test_rknn_custom_string_of_any_kind(tmp_path_factory, tmp_path, monkeypatch)
         c.custom_string = contract.to_json()
         rknn_file._read_custom(c)
         assert c.contract == contract
-        monkeypatch.setattr(rknn_file, "read_container", lambda p, expect_target=None, c=c: c)
+        monkeypatch.setattr(read_module, "read_container", lambda p, expect_target=None, c=c: c)
         assert read_contract(path) == contract
     c.custom_string = None
     with pytest.raises(RkspeechError, match="no custom string, so no rkspeech contract"):

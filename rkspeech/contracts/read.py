@@ -16,14 +16,10 @@ from pathlib import Path
 from typing import TypeVar
 
 from rkspeech.contracts.base import CONTRACT_KEY, Contract
-from rkspeech.contracts.code_predictor import CodePredictorContract
+from rkspeech.contracts.kinds import KINDS
 from rkspeech.contracts.onnx_file import read_graph_io, read_metadata
-from rkspeech.contracts.talker import TalkerContract
-from rkspeech.contracts.vocoder import VocoderContract
+from rkspeech.contracts.rknn_file import read_container
 from rkspeech.core.errors import RkspeechError
-
-#: format string -> contract class: every kind an artifact may carry.
-KINDS: dict[str, type[Contract]] = {c.FORMAT: c for c in (VocoderContract, TalkerContract, CodePredictorContract)}
 
 C = TypeVar("C", bound=Contract)
 
@@ -115,8 +111,6 @@ def read_contract(path: str | os.PathLike, kind: type[C] | None = None) -> C:
     carries; with ``kind``, a file holding another kind of graph is refused in one line."""
     path = Path(path)
     if path.suffix.lower() == ".rknn":
-        from rkspeech.contracts.rknn_file import read_container
-
         text = read_container(path).custom_string
         if not text:
             raise RkspeechError(f"{path}: no custom string, so no rkspeech contract; convert it with "

@@ -37,6 +37,7 @@ import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from rkspeech.contracts.kinds import KINDS
 from rkspeech.core.errors import RkspeechError
 from rkspeech.core.targets import TARGETS
 
@@ -347,8 +348,6 @@ def _read_blob(c: RknnContainer, buf, model_len: int) -> None:
 
 
 def _read_custom(c: RknnContainer) -> None:
-    from rkspeech.contracts.read import KINDS
-
     try:
         value = json.loads(c.custom_string)
     except (ValueError, RecursionError):
