@@ -327,6 +327,45 @@ def test_malformed_wyoming_events_get_errors_while_another_client_is_served(serv
     assert transcript.type == "transcript" and transcript.data["text"] == cli["plain"]["text"].strip()
 
 
+def test_wyoming_audio_formats_and_tiny_low_rate_chunks(server):
+    """Formats the converter cannot take get one-line errors; an 80 KB chunk declaring rate 8000
+    (the lowest accepted; a rate-1 chunk of 80 KB was once resampled to 2.56 GB before any check) is counted at its
+    converted size before converting, so a stream past --max-audio-s is refused, not buffered."""
+    import resource
+
+    from wyoming.audio import AudioChunk, AudioStart, AudioStop
+
+    async def go():
+        replies = []
+        async with _wyoming(server) as c:
+            for rate, width, channels in ((1, 2, 1), (0, 2, 1), (16000, 5, 1), (16000, 0, 1), (16000, 2, 3),
+                                          (16000, 2, 6), (16000, 2, 0)):
+                await c.write_event(AudioStart(rate=rate, width=width, channels=channels).event())
+                replies.append(await c.read_event())
+            await c.write_event(AudioStart(rate=16000, width=2, channels=1).event())
+            await c.write_event(AudioChunk(rate=1, width=2, channels=1, audio=b"\0" * 80_000).event())
+            replies.append(await c.read_event())
+            await c.write_event(AudioChunk(rate=16000, width=2, channels=1, audio=b"\0" * 3).event())
+            replies.append(await c.read_event())
+            # 80 KB at 8 kHz is 2.5 s; 300 such chunks (750 s) pass the default 600 s limit
+            await c.write_event(AudioStart(rate=8000, width=2, channels=1).event())
+            for _ in range(300):
+                await c.write_event(AudioChunk(rate=8000, width=2, channels=1, audio=b"\0" * 80_000).event())
+            await c.write_event(AudioStop().event())
+            replies.append(await c.read_event())
+        return replies
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    replies = asyncio.run(go())
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    for r in replies[:8]:
+        assert r.type == "error" and r.data["code"] == "bad-request" and "\n" not in r.data["text"], r
+        assert "audio format not supported" in r.data["text"]
+    assert replies[8].type == "error" and "not whole frames" in replies[8].data["text"]
+    assert replies[9].type == "error" and "longer than" in replies[9].data["text"], replies[9]
+    assert grown_mb < 300, grown_mb  # the 750 s stream is not kept (24 MB at 16 kHz; 2.6 GB at rate 1)
+
+
 def test_full_queue_is_refused_at_once_on_both_protocols(server, speech):
     """The one engine held and the wait line (2) full: the next request is refused immediately
     (HTTP 503 + Retry-After, Wyoming error 'busy'); once released, requests are served again."""

@@ -46,6 +46,23 @@ log = logging.getLogger("rkspeech.serve")
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+")
 
 
+
+#: Wyoming audio the server converts (``AudioChunkConverter`` takes 1-4 byte samples, mono or
+#: stereo); rates outside this range are refused rather than resampled.
+AUDIO_RATES = (8000, 192000)
+AUDIO_WIDTHS = (1, 2, 3, 4)
+AUDIO_CHANNELS = (1, 2)
+
+
+def check_audio_format(rate, width, channels) -> int:
+    """Bytes per frame of an audio format the server converts; ``ServeError`` (one line) else."""
+    whole = all(isinstance(v, int) and not isinstance(v, bool) for v in (rate, width, channels))
+    ok = whole and AUDIO_RATES[0] <= rate <= AUDIO_RATES[1] and width in AUDIO_WIDTHS and channels in AUDIO_CHANNELS
+    if not ok:
+        raise ServeError(f"audio format not supported: rate {rate!r} (give {AUDIO_RATES[0]}-{AUDIO_RATES[1]} Hz), "
+                         f"width {width!r} (1-4 bytes), channels {channels!r} (1 or 2)")
+    return width * channels
+
 class _Framing(Exception):
     """The stream can no longer be parsed: answer and close."""
 
@@ -176,7 +193,8 @@ class WyomingHandler:
             self.pool.first_model(TRANSCRIBE)
             from wyoming.audio import AudioChunkConverter
 
-            AudioStart.from_event(event)  # validates rate/width/channels
+            start = AudioStart.from_event(event)
+            check_audio_format(start.rate, start.width, start.channels)
             self._converter = AudioChunkConverter(rate=SAMPLE_RATE, width=2, channels=1)
             self._audio, self._audio_bytes, self._too_long = [], 0, False
         elif AudioChunk.is_type(event.type):
@@ -184,12 +202,18 @@ class WyomingHandler:
                 raise ServeError("audio-chunk before audio-start")
             if self._too_long:
                 return
-            chunk = self._converter.convert(AudioChunk.from_event(event))
-            self._audio_bytes += len(chunk.audio)
+            chunk = AudioChunk.from_event(event)
+            frame = check_audio_format(chunk.rate, chunk.width, chunk.channels)
+            if len(chunk.audio) % frame:
+                raise ServeError(f"audio-chunk of {len(chunk.audio)} bytes is not whole frames of {frame} bytes "
+                                 f"(width {chunk.width} x channels {chunk.channels})")
+            # the size after conversion, known before converting: a tiny chunk declaring a low
+            # rate must not allocate gigabytes (the resampler's output grows by 16000 / rate)
+            self._audio_bytes += 2 * (len(chunk.audio) // frame) * SAMPLE_RATE // chunk.rate
             if self._audio_bytes > self.options.max_audio_s * SAMPLE_RATE * 2:
                 self._too_long, self._audio = True, []
                 return
-            self._audio.append(chunk.audio)
+            self._audio.append(self._converter.convert(chunk).audio)
         elif AudioStop.is_type(event.type):
             await self._transcribe()
         elif Synthesize.is_type(event.type):
@@ -206,6 +230,10 @@ class WyomingHandler:
             if self._streaming is None:
                 raise ServeError("synthesize-chunk before synthesize-start")
             self._streaming["text"] += SynthesizeChunk.from_event(event).text
+            if len(self._streaming["text"]) > self.options.max_text_chars:
+                self._streaming = None
+                raise ServeError(f"the text of this synthesize stream has no sentence end within "
+                                 f"{self.options.max_text_chars} characters (--max-text-chars)")
             parts = _SENTENCE_END.split(self._streaming["text"])
             for sentence in parts[:-1]:
                 await self._speak(sentence, self._streaming["voice"], start=not self._stream_started, stop=False)
