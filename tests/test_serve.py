@@ -366,6 +366,32 @@ def test_wyoming_audio_formats_and_tiny_low_rate_chunks(server):
     assert grown_mb < 300, grown_mb  # the 750 s stream is not kept (24 MB at 16 kHz; 2.6 GB at rate 1)
 
 
+def test_bad_text_and_deep_json_get_400s_not_500s(server):
+    """A lone surrogate in the text and JSON nested deeper than the parser recurses: HTTP 400 with one line; over
+    Wyoming an error event, not a dropped connection."""
+    import httpx
+    from wyoming.info import Describe
+
+    url = f"http://{server.addresses['http']}/v1/audio/speech"
+    auth = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
+    lone = httpx.post(url, headers=auth, content=b'{"model": "speech", "input": "Hello \\ud800", "voice": "default"}')
+    assert lone.status_code == 400 and "not valid Unicode: lone surrogate 0xd800" in lone.json()["error"]["message"]
+    deep = httpx.post(url, headers=auth, content=b"[" * 2000 + b"]" * 2000)  # under the body limit
+    assert deep.status_code == 400 and "nested too deep" in deep.json()["error"]["message"]
+
+    async def go():
+        async with _wyoming(server) as c:
+            c._writer.write(b"[" * 18000 + b"]" * 18000 + b"\n")
+            await c._writer.drain()
+            first = await c.read_event()
+            await c.write_event(Describe().event())  # the connection still works
+            return first, await c.read_event()
+
+    first, second = asyncio.run(go())
+    assert first.type == "error" and "nested too deep" in first.data["text"]
+    assert second.type == "info"
+
+
 def test_full_queue_is_refused_at_once_on_both_protocols(server, speech):
     """The one engine held and the wait line (2) full: the next request is refused immediately
     (HTTP 503 + Retry-After, Wyoming error 'busy'); once released, requests are served again."""

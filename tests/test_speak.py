@@ -191,6 +191,21 @@ def test_bad_requests_are_one_line(extra, pattern, tts_custom_ckpt, plan, tmp_pa
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == []
 
 
+def test_text_that_is_not_unicode_is_one_line(tmp_path):
+    """A byte that is not UTF-8 on the command line (a shell passes it as a lone surrogate) is
+    refused in one line, before any model loads."""
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "rkspeech", "speak", os.fsencode("Hello ") + b"\xff",
+                           "--plan", "nowhere.json", "-o", "x.wav"], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == ("rkspeech speak: error: the text is not valid Unicode: byte 0xff "
+                                                    "at character 6 (give UTF-8 text)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
 def test_empty_text_and_wrong_output_are_refused_before_loading(tmp_path, capsys):
     rc, cap = _run(["speak", "  ", "--plan", "nowhere.json", "-o", str(tmp_path / "x.wav")], capsys)
     assert rc == 2 and "the text is empty" in cap.err

@@ -95,8 +95,9 @@ def run(args: argparse.Namespace) -> int:
     from rkspeech.runtime.tts.speak import MIN_REF_AUDIO_S, Speaker, SpeechTiming
     from rkspeech.runtime.wav import WavWriter, to_int16
 
-    if not args.text.strip():
-        raise RkspeechError("the text is empty; give something to say")
+    from rkspeech.core.text import check_text
+
+    check_text(args.text)
     to_stdout = args.output == "-"
     out = None if to_stdout else Path(args.output)
     if out is not None:

@@ -181,8 +181,8 @@ def build_app(pool: ServePool, options: ServeOptions, metrics=None):
         body = await read_body(request, options.max_text_chars * 8 + 4096)
         try:
             spec = json.loads(body or b"{}")
-        except ValueError:
-            raise HttpError(400, "the body is not JSON", "bad_request") from None
+        except (ValueError, RecursionError):
+            raise HttpError(400, "the body is not JSON (or nested too deep)", "bad_request") from None
         if not isinstance(spec, dict):
             raise HttpError(400, "the body must be a JSON object", "bad_request")
         fmt = spec.get("response_format") or "wav"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rkspeech.core.text import unicode_problem
 from rkspeech.serve.engines import ServeError
 
 #: OpenAI ``response_format`` values served for speech (16-bit PCM; others need an encoder).
@@ -29,6 +30,10 @@ class SpeakRequest:
             raise BadSpeechRequest("no text to speak")
         if len(text) > max_chars:
             raise BadSpeechRequest(f"the text has {len(text)} characters, the server's limit is {max_chars}")
+        for what, value in (("the text", text), ("the instructions", instruct)):
+            problem = unicode_problem(value) if isinstance(value, str) else None
+            if problem:
+                raise BadSpeechRequest(f"{what} {problem}")
         speakers = list(engine.speakers or [])
         if speaker is not None and speakers and speaker not in speakers and speaker != "default":
             raise BadSpeechRequest(f"unknown voice {speaker!r}; this server has: {', '.join(speakers)}")

@@ -84,8 +84,8 @@ async def read_event(reader: asyncio.StreamReader):
         raise ValueError("empty event line")
     try:
         header = json.loads(line)
-    except ValueError:
-        raise ValueError("event header is not JSON") from None
+    except (ValueError, RecursionError):
+        raise ValueError("event header is not JSON (or nested too deep)") from None
     if not isinstance(header, dict) or not isinstance(header.get("type"), str):
         raise ValueError("event header has no type")
     data = header.get("data") or {}
@@ -100,7 +100,10 @@ async def read_event(reader: asyncio.StreamReader):
         raise _Framing("data_length / payload_length out of range")
     try:
         if data_length:
-            extra = json.loads(await reader.readexactly(data_length))
+            try:
+                extra = json.loads(await reader.readexactly(data_length))
+            except (ValueError, RecursionError):  # its payload still follows: the framing is lost
+                raise _Framing("event data is not JSON (or nested too deep)") from None
             if not isinstance(extra, dict):
                 raise ValueError("event data is not an object")
             data.update(extra)

@@ -36,6 +36,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from rkspeech.core.errors import RkspeechError
+from rkspeech.core.text import check_text
 from rkspeech.models.qwen3_tts.sampling import GenerationOptions, choose_token, penalize
 
 MIN_NEW_TOKENS = 2
@@ -115,8 +116,9 @@ class TTSModel:
             return self.net.speaker_encoder(mel_spectrogram(audio, self.cfg.speaker_encoder.sample_rate))
 
     def _check_request(self, text, speaker, language, instruct, ref_audio):
-        if not isinstance(text, str) or not text.strip():
-            raise RkspeechError("the text is empty; give a sentence to speak")
+        check_text(text)
+        if instruct:
+            check_text(instruct, "the instruct text")
         kind = self.cfg.tts_model_type
         if kind == "custom_voice":
             if ref_audio is not None:
