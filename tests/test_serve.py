@@ -392,6 +392,36 @@ def test_bad_text_and_deep_json_get_400s_not_500s(server):
     assert second.type == "info"
 
 
+def test_a_client_that_stops_reading_does_not_hold_the_speech_engine():
+    """The consumer takes one chunk and stalls (a socket nobody reads): generation runs on to the
+    end and the engine is free for the next request; a consumer that gives up stops it."""
+    from rkspeech.serve.engines import SPEECH, ServePool
+
+    speaker = ToneSpeaker(delay_s=0.01)
+    pool = ServePool(speakers=[speaker], max_queue=2, request_timeout_s=30, owned=False)
+    text = " ".join(f"w{i}" for i in range(40))
+
+    async def go():
+        stalled = pool.stream(SPEECH, lambda m, t: m.stream(t), text)
+        first = await stalled.__anext__()
+        for _ in range(400):  # 40 words x 10 ms of work: the engine frees while nobody reads
+            if pool.lanes[SPEECH].idle():
+                break
+            await asyncio.sleep(0.01)
+        freed = pool.lanes[SPEECH].idle()
+        other = [c async for c in pool.stream(SPEECH, lambda m, t: m.stream(t), "served meanwhile")]
+        rest = [c async for c in stalled]  # the stalled client still gets every chunk, in order
+        gone = pool.stream(SPEECH, lambda m, t: m.stream(t), text)
+        await gone.__anext__()
+        await gone.aclose()
+        await asyncio.sleep(0.1)
+        return first, freed, other, rest, pool.lanes[SPEECH].idle()
+
+    first, freed, other, rest, idle_after = asyncio.run(go())
+    assert freed and len(other) == 2 and idle_after
+    assert len(rest) == 39 and first.shape == rest[0].shape
+
+
 def test_full_queue_is_refused_at_once_on_both_protocols(server, speech):
     """The one engine held and the wait line (2) full: the next request is refused immediately
     (HTTP 503 + Retry-After, Wyoming error 'busy'); once released, requests are served again."""

@@ -46,6 +46,10 @@ TRANSCRIBE = "transcribe"
 SPEECH = "speech"
 
 
+#: the end of a stream in ``ServePool.stream``'s queue
+_END = object()
+
+
 class ServeError(RkspeechError):
     """A request the server answers with an error (``status`` for HTTP, ``code`` for Wyoming)."""
 
@@ -294,10 +298,35 @@ class ServePool:
     async def stream(self, kind: str, open_iter: Callable, *args,
                      deadline: float | None = None) -> AsyncIterator:
         """Items of ``open_iter(model, *args)`` (an iterator) as they come, each ``next`` in the
-        engine's thread; the engine is held until the iterator ends or the consumer stops."""
-        deadline = deadline or self.deadline()
+        engine's thread.  Generation runs ahead of the consumer into a queue, so the engine is
+        freed when the iterator ends, not when a client has read it all: a client that stops
+        reading must not hold the engine (it held it for good when the engine waited on the
+        socket).  What runs ahead is one request's output, bounded by the text limit.  A consumer
+        that stops early (a client gone) stops the generation."""
+        queue: asyncio.Queue = asyncio.Queue()
+        producer = asyncio.ensure_future(self._produce(kind, open_iter, args, deadline or self.deadline(), queue))
+        try:
+            while True:
+                item = await queue.get()
+                if item is _END:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            if not producer.done():
+                producer.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await producer
+
+    async def _produce(self, kind: str, open_iter: Callable, args: tuple, deadline: float,
+                       queue: asyncio.Queue) -> None:
         lane = self._lane(kind)
-        engine = await self._acquire(kind, deadline)
+        try:
+            engine = await self._acquire(kind, deadline)
+        except Exception as exc:  # noqa: BLE001 - handed to the consumer
+            queue.put_nowait(exc)
+            return
         loop = asyncio.get_running_loop()
         done = object()
         iterator = None
@@ -313,8 +342,13 @@ class ServePool:
                 except asyncio.TimeoutError:
                     raise TimedOut(self.timeout_s) from None
                 if item is done:
+                    queue.put_nowait(_END)
                     return
-                yield item
+                queue.put_nowait(item)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - handed to the consumer
+            queue.put_nowait(exc)
         finally:
             # close the iterator in its thread after any running next(), then free the engine
             close = getattr(iterator, "close", None)
