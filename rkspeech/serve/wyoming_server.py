@@ -127,9 +127,15 @@ class WyomingHandler:
         self.busy = False  # inside handle(): shutdown waits for it; idle connections are closed
 
     async def write(self, event) -> None:
+        """Write one event; a client that has not taken it within the request time limit is
+        dropped (ConnectionError), so a reader that stopped cannot hold a connection's audio."""
         from wyoming.event import async_write_event
 
-        await async_write_event(event, self.writer)
+        try:
+            await asyncio.wait_for(async_write_event(event, self.writer), self.options.request_timeout_s)
+        except asyncio.TimeoutError:
+            self.writer.transport.abort()
+            raise ConnectionResetError("the client did not read within the request time limit") from None
 
     async def error(self, text: str, code: str, endpoint: str = "wyoming") -> None:
         from wyoming.error import Error
