@@ -422,6 +422,38 @@ def test_a_client_that_stops_reading_does_not_hold_the_speech_engine():
     assert len(rest) == 39 and first.shape == rest[0].shape
 
 
+def test_wyoming_connections_are_capped_and_idle_ones_closed():
+    """--max-connections: one more connection is closed at once; --idle-timeout: a connection
+    with no event is closed, and its place serves a new client."""
+    from wyoming.info import Describe
+
+    from rkspeech.serve.engines import ServePool
+    from rkspeech.serve.options import ServeOptions
+    from rkspeech.serve.server import ServerThread
+
+    pool = ServePool(speakers=[ToneSpeaker()], max_queue=2, owned=False)
+    st = ServerThread(pool, ServeOptions(wyoming="tcp://127.0.0.1:0", http=None, idle_timeout_s=4.0,
+                                         max_connections=3)).start()
+    host, port = st.addresses["wyoming"].removeprefix("tcp://").rsplit(":", 1)
+
+    async def go():
+        held = [await asyncio.open_connection(host, int(port)) for _ in range(3)]
+        await asyncio.sleep(0.2)  # the server has taken all three
+        extra_r, _ = await asyncio.open_connection(host, int(port))
+        refused = await asyncio.wait_for(extra_r.read(), 2)  # EOF at once, long before the idle limit
+        closed = [await asyncio.wait_for(r.read(), 15) for r, _ in held]  # idle past 4 s: EOF
+        async with _wyoming(st) as c:  # a place is free again
+            await c.write_event(Describe().event())
+            info = await c.read_event()
+        return refused, closed, info
+
+    try:
+        refused, closed, info = asyncio.run(go())
+    finally:
+        assert st.stop()
+    assert refused == b"" and all(isinstance(c, bytes) for c in closed) and info.type == "info"
+
+
 def test_full_queue_is_refused_at_once_on_both_protocols(server, speech):
     """The one engine held and the wait line (2) full: the next request is refused immediately
     (HTTP 503 + Retry-After, Wyoming error 'busy'); once released, requests are served again."""

@@ -63,6 +63,10 @@ def register(subparsers) -> None:
     f.add(LIMITS, "--max-upload-mb", type=float, default=25.0, help="upload size limit (default 25 MB)")
     f.add(LIMITS, "--max-audio-s", type=float, default=600.0, help="audio length limit (default 600 s)")
     f.add(LIMITS, "--max-text-chars", type=int, default=4096, help="text length limit for speech (default 4096)")
+    f.add(LIMITS, "--idle-timeout", type=float, default=300.0, metavar="S",
+          help="close a Wyoming connection with no event for S seconds (default 300)")
+    f.add(LIMITS, "--max-connections", type=int, default=256, metavar="N",
+          help="Wyoming connections open at once; more are closed at once (default 256)")
     f.add(LIMITS, "--max-speech-s", type=float, default=120.0,
           help="speech generated per request at most (default 120 s): a talker that never chooses "
                "to stop (synthetic weights; a bad prompt) cannot hold an engine for long")
@@ -81,7 +85,8 @@ def options_from_args(args: argparse.Namespace):
         api_key=args.api_key or os.environ.get(API_KEY_ENV) or None,
         max_queue=args.max_queue, request_timeout_s=args.timeout,
         max_upload_bytes=int(args.max_upload_mb * 1024 * 1024), max_audio_s=args.max_audio_s,
-        max_text_chars=args.max_text_chars, beam_size=args.beam_size,
+        max_text_chars=args.max_text_chars, idle_timeout_s=args.idle_timeout,
+        max_connections=args.max_connections, beam_size=args.beam_size,
         language=None if args.language in ("auto", "") else args.language, vad=args.vad,
         model_name=os.path.basename(os.path.normpath(args.whisper_model)) if args.whisper_model else "whisper",
         speech_model_name=os.path.basename(os.path.normpath(args.tts_model)) if args.tts_model else "speech")

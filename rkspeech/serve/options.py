@@ -30,6 +30,11 @@ class ServeOptions:
     max_audio_s: float = 600.0
     max_text_chars: int = 4096
     shutdown_grace_s: float = 30.0
+    #: a Wyoming connection with no event for this long is closed (an idle client holds a
+    #: descriptor; 1,100 idle ones once exhausted a systemd unit's 1024 and took both front ends down)
+    idle_timeout_s: float = 300.0
+    #: Wyoming connections open at once; one more is closed at once, before it costs anything
+    max_connections: int = 256
     # transcription defaults: those of ``rkspeech transcribe`` (see serve.transcription)
     beam_size: int = 5
     language: str | None = None
@@ -40,7 +45,8 @@ class ServeOptions:
     def __post_init__(self):
         for name, low in (("max_queue", 0), ("request_timeout_s", 0.001), ("retry_after_s", 0),
                           ("max_upload_bytes", 1), ("max_audio_s", 0.001), ("max_text_chars", 1),
-                          ("shutdown_grace_s", 0), ("beam_size", 1)):
+                          ("shutdown_grace_s", 0), ("beam_size", 1), ("idle_timeout_s", 0.001),
+                          ("max_connections", 1)):
             if getattr(self, name) < low:
                 raise RkspeechError(f"{name} must be >= {low}, got {getattr(self, name)}")
         if self.wyoming is not None and not self.wyoming.startswith(("tcp://", "unix://")):

@@ -151,7 +151,9 @@ class WyomingHandler:
         try:
             while True:
                 try:
-                    event = await read_event(self.reader)
+                    event = await asyncio.wait_for(read_event(self.reader), self.options.idle_timeout_s)
+                except asyncio.TimeoutError:
+                    break  # idle past --idle-timeout: the descriptor goes back
                 except ValueError as exc:
                     await self.error(f"malformed event: {exc}", "malformed-event")
                     continue
@@ -379,6 +381,11 @@ class WyomingServer:
         info = info_event(self.pool, self.options)
 
         async def on_connect(reader, writer):
+            if len(self._tasks) >= self.options.max_connections:
+                if self.metrics is not None:
+                    self.metrics.requests.labels("wyoming connect", "refused").inc()
+                writer.transport.abort()  # over --max-connections: refused before it costs anything
+                return
             handler = WyomingHandler(reader, writer, self.pool, self.options, self.metrics, info)
             task = asyncio.current_task()
             self._tasks[task] = handler
