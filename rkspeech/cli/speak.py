@@ -35,7 +35,8 @@ def register(subparsers) -> None:
     f.add(VOICE, "--instruct", default=None, help="a description of the voice (voice-design models; "
                                                   "with --speaker on 1.7B custom-voice models)")
     f.add(VOICE, "--ref-audio", default=None, help="a recording of the voice to clone from its speaker "
-                                                   "embedding (Base models)")
+                                                   "embedding (Base models; the speaker encoder runs in torch, "
+                                                   "so cloning needs torch installed)")
     f.add(VOICE, "--language", default=None, help="language name (default: auto)")
     f.add(NPU, "--backend", choices=BACKENDS, default="ort",
           help="backend of the plan's graphs (default ort: the vocoder's exact host graphs; sim: the "
@@ -44,6 +45,12 @@ def register(subparsers) -> None:
     f.add(NPU, "--core-mask", default="auto", choices=CORE_MASKS, help="rknnlite NPU core(s)")
     f.add(NPU, "--host-stages", action="store_true",
           help="run the talker and code predictor in torch even when the plan holds their graphs")
+    f.add(ADVANCED, "--host-loop", choices=("auto", "numpy", "torch"), default="auto",
+          help="what runs the prompt, heads and sampling around the graphs: numpy (no torch; needs a plan "
+               "from `build qwen3-tts` that places the talker and the code predictor), torch (the reference), "
+               "auto (default): numpy when the plan places both stages.  Voice cloning (--ref-audio) also "
+               "needs torch for its speaker encoder; greedy codes are the same either way, sampled codes "
+               "differ (another random stream, the same distribution)")
     f.add(SAMPLING, "--greedy", action="store_true", help="greedy decoding (no sampling)")
     f.add(SAMPLING, "--seed", type=int, default=None, help="sampling seed (default 0, as the server uses)")
     f.add(SAMPLING, "--temperature", type=float, default=None)
@@ -61,7 +68,7 @@ def _options(args, speaker):
     """Sampling controls for the talker; the code predictor keeps qwen-tts' defaults, or argmax
     when the plan runs it as a greedy graph (said on stderr)."""
     from rkspeech.core import progress
-    from rkspeech.models.qwen3_tts.generate import GenerationOptions
+    from rkspeech.models.qwen3_tts.sampling import GenerationOptions
     from rkspeech.runtime.tts.speak import DEFAULT_SEED
 
     seed = DEFAULT_SEED if args.seed is None else args.seed
@@ -122,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
         with progress.stage("load the model and the vocoder plan"):
             speaker = stack.enter_context(Speaker(args.model_dir, args.plan, backend=args.backend,
                                                   threads=args.threads, core_masks=[args.core_mask], target=target,
-                                                  host_stages=args.host_stages))
+                                                  host_stages=args.host_stages, host=args.host_loop))
         options = _options(args, speaker)
         rate = speaker.sample_rate
         ref = (decode_audio(args.ref_audio, sample_rate=rate, what="reference audio", min_seconds=MIN_REF_AUDIO_S)
@@ -145,7 +152,8 @@ def run(args: argparse.Namespace) -> int:
         if args.codes_out:
             with atomic_path(args.codes_out, suffix=".npy") as tmp:
                 np.save(tmp, np.stack(codes).astype(np.int64))
-    report = {"text": args.text, "backend": args.backend, "stage_backends": speaker.stage_names, "output": args.output,
+    report = {"text": args.text, "backend": args.backend, "stage_backends": speaker.stage_names,
+              "host_loop": speaker.host, "output": args.output,
               "sample_rate": rate,
               **timing.to_dict(rate)}
     if args.report:
