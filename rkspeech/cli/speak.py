@@ -45,12 +45,6 @@ def register(subparsers) -> None:
     f.add(NPU, "--core-mask", default="auto", choices=CORE_MASKS, help="rknnlite NPU core(s)")
     f.add(NPU, "--host-stages", action="store_true",
           help="run the talker and code predictor in torch even when the plan holds their graphs")
-    f.add(ADVANCED, "--host-loop", choices=("auto", "numpy", "torch"), default="auto",
-          help="what runs the prompt, heads and sampling around the graphs: numpy (no torch; needs a plan "
-               "from `build qwen3-tts` that places the talker and the code predictor), torch (the reference), "
-               "auto (default): numpy when the plan places both stages.  Voice cloning (--ref-audio) also "
-               "needs torch for its speaker encoder; greedy codes are the same either way, sampled codes "
-               "differ (another random stream, the same distribution)")
     f.add(SAMPLING, "--greedy", action="store_true", help="greedy decoding (no sampling)")
     f.add(SAMPLING, "--seed", type=int, default=None, help="sampling seed (default 0, as the server uses)")
     f.add(SAMPLING, "--temperature", type=float, default=None)
@@ -61,6 +55,12 @@ def register(subparsers) -> None:
           help="at most this many frames of audio, N frames = N/12.5 s (fewer if the talker ends the "
                "utterance first); qwen-tts' max_new_tokens=N+1 gives the same N frames")
     f.threads(ADVANCED, "onnxruntime (intra-op)")
+    f.add(ADVANCED, "--host-loop", choices=("auto", "numpy", "torch"), default="auto",
+          help="what runs the prompt, heads and sampling around the graphs: numpy (no torch; needs a plan "
+               "from `build qwen3-tts` that places the talker and the code predictor), torch (the reference), "
+               "auto (default): numpy when the plan places both stages.  Voice cloning (--ref-audio) also "
+               "needs torch for its speaker encoder; greedy codes are the same either way, sampled codes "
+               "differ (another random stream, the same distribution)")
     p.set_defaults(func=run)
 
 
