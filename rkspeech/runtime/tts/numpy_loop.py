@@ -93,6 +93,22 @@ def choose_token(logits: np.ndarray, sample: bool, temperature: float, top_k: in
     return int(min(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"), len(cdf) - 1))
 
 
+def blas_one_thread():
+    """numpy's BLAS on one thread while a generation runs (``threadpoolctl``, when installed).
+    The loop's products are matrix-vector (a frame's heads: 15 of H x 2048); OpenBLAS spreads them
+    over its worker threads, which then spin between calls and take the cores from the graph
+    runtime: on the reduced plan (2 shared cores) the code predictor took 2.08 s with the default
+    BLAS threads against 0.97 s on one (3 texts x 40 frames, benchmarks/bench_numpy_loop.py).
+    Process-wide while the generation runs (OpenBLAS has one setting), restored when it ends."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        import contextlib
+
+        return contextlib.nullcontext()
+    return threadpool_limits(limits=1, user_api="blas")
+
+
 # -- the code predictor's step graph, its heads on the host ---------------------------------------
 class NumpyCodebookCodePredictor:
     """``runtime.tts.code_predictor_codebook.CodebookCodePredictor`` with numpy host heads: the
@@ -347,6 +363,10 @@ class NumpyTTSModel(RequestChecks):
         return self._loop(prompt, trailing, pad, steps, opts)
 
     def _loop(self, prompt, trailing, pad, steps: int, opts: GenerationOptions) -> Iterator[np.ndarray]:
+        with blas_one_thread():
+            yield from self._frames(prompt, trailing, pad, steps, opts)
+
+    def _frames(self, prompt, trailing, pad, steps: int, opts: GenerationOptions) -> Iterator[np.ndarray]:
         t, w = self.cfg.talker, self.weights
         stack, predictor = self.talker_backend, self.code_predictor_backend
         rng = np.random.default_rng(opts.seed)

@@ -81,8 +81,8 @@ class Speaker:
     ``host``: what runs the host's part of generation (prompt, heads, sampling; :data:`HOST_LOOPS`):
     ``numpy`` (``runtime.tts.numpy_loop``: no torch; needs a plan that places both the talker and
     the code predictor as graphs), ``torch`` (``models.qwen3_tts.generate.TTSModel``, the
-    reference), or ``auto``: numpy when the plan places both stages (and neither ``host_stages``
-    nor a ``model`` is given), else torch.
+    reference), or ``auto``: numpy when the plan places both stages and ``host_stages`` is not
+    set, else torch (a ``model`` given: its own loop).
     """
 
     def __init__(self, model_dir, plan, *, backend: str = "ort", engines: int = 1, threads: int | None = None,
@@ -322,7 +322,9 @@ def _host_loop(host: str, plan, *, host_stages: bool, model) -> str:
     """``numpy`` or ``torch`` for a Speaker (see its docstring); one line when numpy cannot be."""
     both = all(plan.stages.get(k) is not None for k in ("talker", "code_predictor"))
     if host == "auto":
-        return "numpy" if both and not host_stages and model is None else "torch"
+        if model is not None:  # a loaded model says which loop it is
+            return getattr(model, "host", "torch")
+        return "numpy" if both and not host_stages else "torch"
     if host == "numpy":
         if not both:
             raise RkspeechError("the numpy host loop (no torch) needs a plan that places both the talker and the "
