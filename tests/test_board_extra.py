@@ -2,7 +2,7 @@
 
 The extra is read from pyproject.toml (no network here).  Measured once with the registry
 (2026-12-01, docs/numpy-runtime.md): ``pip install --dry-run --report`` of ``.[board]`` into a
-fresh venv resolved 27 distributions, none of them torch."""
+fresh venv resolved 28 distributions, none of them torch."""
 
 from __future__ import annotations
 
