@@ -163,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
         ("output", f"{args.output} ({audio_s:.2f} s of audio, {timing.frames} frames, {rate} Hz, 16-bit)"),
         ("time to first audio", f"{timing.first_audio_s:.3f} s" if timing.first_audio_s is not None else "-"),
         ("total time", f"{seconds:.2f} s (realtime factor {seconds / audio_s:.2f})" if audio_s else f"{seconds:.2f} s"),
-        ("generation (talker, code predictor, sampling)", f"{timing.generate_s:.2f} s"),
+        ("generation (talker, code predictor, sampling)", f"{timing.generate_s:.2f} s (host loop: {speaker.host})"),
         *_stage_rows(timing.stages, speaker.stage_names),
         (f"vocoder ({args.backend})", f"{timing.vocoder_s:.2f} s"),
         ("host (rest)", f"{timing.host_s:.2f} s"),
