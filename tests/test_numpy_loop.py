@@ -258,3 +258,42 @@ def test_host_loop_choice(tts_custom_ckpt, plans, tmp_path):
         assert sp.host == "numpy"
     with Speaker(tts_custom_ckpt, plans["frame"], threads=1, host_stages=True) as sp:
         assert sp.host == "torch" and sp.stage_names == {"talker": "torch", "code_predictor": "torch"}
+
+
+def test_safetensors_reader_equals_torch(tmp_path):
+    """bfloat16 (the published files), float16 and float32 read without torch equal torch's
+    ``.to(torch.float32)`` bit for bit; embedding rows convert alone; a missing key is one line."""
+    torch = pytest.importorskip("torch")
+    from safetensors.torch import save_file
+
+    from rkspeech.runtime.tts.host_weights import EmbeddingRows, SafetensorsFile
+
+    g = torch.Generator().manual_seed(0)
+    tensors = {"bf": torch.randn(5, 7, generator=g).to(torch.bfloat16),
+               "f16": torch.randn(3, 4, generator=g).to(torch.float16),
+               "f32": torch.randn(6, generator=g)}
+    save_file(tensors, str(tmp_path / "w.safetensors"), metadata={"format": "pt"})
+    f = SafetensorsFile(tmp_path / "w.safetensors")
+    for k, t in tensors.items():
+        got = f.get(k)
+        assert got.dtype == np.float32 and got.flags.c_contiguous
+        np.testing.assert_array_equal(got.view(np.uint32), t.to(torch.float32).numpy().view(np.uint32))
+    rows = EmbeddingRows(f, "bf", (5, 7)).rows([4, 0, 4])
+    np.testing.assert_array_equal(rows, tensors["bf"].to(torch.float32).numpy()[[4, 0, 4]])
+    with pytest.raises(RkspeechError, match="missing key nope"):
+        f.get("nope")
+    with pytest.raises(RkspeechError, match=r"has shape \(5, 7\)"):
+        f.get("bf", (7, 5))
+
+
+def test_graphs_of_another_checkpoint_are_refused(tmp_path_factory, plans):
+    """The numpy loop checks each stage graph's contract (fingerprint from the numpy weights): a
+    model root with other weights of the same shape is refused in one line before any frame."""
+    from rkspeech.models.qwen3_tts.synthetic_tts import write_tts_checkpoint
+    from rkspeech.runtime.tts.speak import Speaker
+
+    other = write_tts_checkpoint(tmp_path_factory.mktemp("tts_other"), "reduced", "custom-voice", 1)
+    for form in ("step", "frame"):
+        with pytest.raises(RkspeechError, match="does not match this model") as e:
+            Speaker(other, plans[form], threads=1, host="numpy")
+        assert "\n" not in str(e.value)
