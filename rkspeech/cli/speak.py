@@ -1,7 +1,8 @@
 """``rkspeech speak "TEXT" --model-dir DIR --plan plan.json -o out.wav``: text to speech, streaming.
 
 The talker and code predictor generate frames (as the plan places them: their graphs from
-``build qwen3-tts``, else torch on the host); each frame goes to the plan's streaming vocoder at once, and each finished vocoder step's audio goes straight to the
+``build qwen3-tts``, with the prompt, heads and sampling in numpy and no torch (``--host-loop``),
+else torch on the host); each frame goes to the plan's streaming vocoder at once, and each finished vocoder step's audio goes straight to the
 wav, or with ``-o -`` to stdout as raw 16-bit little-endian mono PCM while generation goes on
 (``| aplay -f S16_LE -r 24000 -c 1``).  Progress and the summary table go to stderr then.
 ``--codes-out`` saves the frames as ``[T, 16]`` int64, the layout ``rkspeech decode`` reads.
