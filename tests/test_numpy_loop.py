@@ -9,7 +9,7 @@ reduced vocoder steps.  What must hold:
 * greedy codes of the numpy host loop equal the torch host loop's over the same graphs, for
   several texts, speakers, languages and both prompt modes, with both code-predictor forms;
 * ``python -m rkspeech speak`` with torch made unimportable writes the same wav, sample for
-  sample, as the torch host loop;
+  sample, as the torch host loop; so does serve's speech endpoint;
 * the numpy sampler draws from the distribution the torch sampler draws from (the random streams
   differ: numpy's PCG64 vs torch.multinomial), checked over many draws from fixed logits;
 * voice cloning without torch is refused in one line that says why.
@@ -297,3 +297,47 @@ def test_graphs_of_another_checkpoint_are_refused(tmp_path_factory, plans):
         with pytest.raises(RkspeechError, match="does not match this model") as e:
             Speaker(other, plans[form], threads=1, host="numpy")
         assert "\n" not in str(e.value)
+
+
+def test_serve_without_torch_speaks_what_the_torch_loop_speaks(tts_custom_ckpt, plans, tmp_path):
+    """``rkspeech serve``'s speech endpoint over the numpy loop in a child process where torch
+    cannot be imported: the wav it streams is the torch loop's PCM for the same text and options."""
+    pytest.importorskip("starlette")
+    pytest.importorskip("uvicorn")
+    from rkspeech.models.qwen3_tts.sampling import GenerationOptions
+    from rkspeech.runtime.tts.speak import Speaker
+    from rkspeech.runtime.wav import to_int16
+
+    text, voice = CASES[1][0], CASES[1][1]
+    opts = GenerationOptions.greedy(max_new_tokens=FRAMES + 1)
+    with Speaker(tts_custom_ckpt, plans["step"], threads=1, host="torch", options=opts) as sp:
+        want = to_int16(sp.speak(text, speaker=voice)).astype("<i2").tobytes()
+    out = tmp_path / "served.wav"
+    code = BLOCKER + textwrap.dedent(f"""
+        import json, urllib.request
+        from rkspeech.models.qwen3_tts.sampling import GenerationOptions
+        from rkspeech.runtime.tts.speak import Speaker
+        from rkspeech.serve.engines import ServePool
+        from rkspeech.serve.options import ServeOptions
+        from rkspeech.serve.server import ServerThread
+
+        sp = Speaker({str(tts_custom_ckpt)!r}, {str(plans["step"])!r}, threads=1,
+                     options=GenerationOptions.greedy(max_new_tokens={FRAMES + 1}))
+        assert sp.host == "numpy"
+        st = ServerThread(ServePool(speakers=[sp], max_queue=2), ServeOptions(wyoming=None, http="127.0.0.1:0")).start()
+        try:
+            req = urllib.request.Request(f"http://{{st.addresses['http']}}/v1/audio/speech", method="POST",
+                                         data=json.dumps({{"model": "tts-1", "voice": {voice!r}, "input": {text!r},
+                                                          "response_format": "wav"}}).encode(),
+                                         headers={{"Content-Type": "application/json"}})
+            with urllib.request.urlopen(req, timeout=300) as r:
+                open({str(out)!r}, "wb").write(r.read())
+        finally:
+            assert st.stop()
+        assert not [m for m in sys.modules if m.split(".")[0] == "torch"] and not attempts, attempts
+    """)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    from rkspeech.serve.audio import wav_header
+
+    assert len(want) > 0 and out.read_bytes() == wav_header(24000) + want
