@@ -242,7 +242,7 @@ def test_sampled_generation_on_the_step_graph(tts_custom_ckpt, plans):
         _codes(tts_custom_ckpt, plans["frame"], "numpy", case, options=GenerationOptions(seed=0, max_new_tokens=4))
 
 
-def test_host_loop_choice(tts_custom_ckpt, plans, tmp_path):
+def test_host_loop_choice(tts_custom_ckpt, plans, tmp_path, tts):
     """numpy needs both stage graphs in the plan: a vocoder-only plan is refused in one line; auto
     picks numpy for a stage plan and torch with --host-stages."""
     from rkspeech.runtime.tts.speak import Speaker
@@ -258,6 +258,8 @@ def test_host_loop_choice(tts_custom_ckpt, plans, tmp_path):
         assert sp.host == "numpy"
     with Speaker(tts_custom_ckpt, plans["frame"], threads=1, host_stages=True) as sp:
         assert sp.host == "torch" and sp.stage_names == {"talker": "torch", "code_predictor": "torch"}
+    with pytest.raises(RkspeechError, match="host loop numpy was asked for with a loaded TTSModel"):
+        Speaker(tts_custom_ckpt, plans["frame"], model=tts, host="numpy")
 
 
 def test_safetensors_reader_equals_torch(tmp_path):

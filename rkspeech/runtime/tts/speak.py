@@ -321,6 +321,9 @@ class _Generation:
 def _host_loop(host: str, plan, *, host_stages: bool, model) -> str:
     """``numpy`` or ``torch`` for a Speaker (see its docstring); one line when numpy cannot be."""
     both = all(plan.stages.get(k) is not None for k in ("talker", "code_predictor"))
+    if model is not None and host != "auto" and host != getattr(model, "host", "torch"):
+        raise RkspeechError(f"host loop {host} was asked for with a loaded {type(model).__name__}; load the "
+                            "model for that loop (or pass host='auto')")
     if host == "auto":
         if model is not None:  # a loaded model says which loop it is
             return getattr(model, "host", "torch")
