@@ -46,6 +46,10 @@ def test_imports_stay_light():
         import rkspeech.runtime.tts.streaming, rkspeech.runtime.runners.onnxruntime, rkspeech.runtime.tts.pool
         import rkspeech.runtime.wav, rkspeech.runtime.tts.codes, rkspeech.plan.plan, rkspeech.cli
         import rkspeech.contracts.read
+        # the numpy host loop and what it opens (text to speech on a stage plan, no torch)
+        import rkspeech.runtime.tts.numpy_loop, rkspeech.runtime.tts.host_weights, rkspeech.runtime.tts.speak
+        import rkspeech.runtime.tts.talker_backend, rkspeech.runtime.tts.code_predictor_backend
+        import rkspeech.runtime.tts.code_predictor_codebook, rkspeech.runtime.tts.open_stages
         rkspeech.cli.build_parser()
         bad = [m for m in sys.modules if m.split(".")[0] in BLOCKED + ("onnxruntime",)]
         assert not bad and not attempts, (bad, attempts)

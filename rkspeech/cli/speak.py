@@ -1,7 +1,8 @@
 """``rkspeech speak "TEXT" --model-dir DIR --plan plan.json -o out.wav``: text to speech, streaming.
 
 The talker and code predictor generate frames (as the plan places them: their graphs from
-``build qwen3-tts``, else torch on the host); each frame goes to the plan's streaming vocoder at once, and each finished vocoder step's audio goes straight to the
+``build qwen3-tts``, with the prompt, heads and sampling in numpy and no torch (``--host-loop``),
+else torch on the host); each frame goes to the plan's streaming vocoder at once, and each finished vocoder step's audio goes straight to the
 wav, or with ``-o -`` to stdout as raw 16-bit little-endian mono PCM while generation goes on
 (``| aplay -f S16_LE -r 24000 -c 1``).  Progress and the summary table go to stderr then.
 ``--codes-out`` saves the frames as ``[T, 16]`` int64, the layout ``rkspeech decode`` reads.
@@ -35,7 +36,8 @@ def register(subparsers) -> None:
     f.add(VOICE, "--instruct", default=None, help="a description of the voice (voice-design models; "
                                                   "with --speaker on 1.7B custom-voice models)")
     f.add(VOICE, "--ref-audio", default=None, help="a recording of the voice to clone from its speaker "
-                                                   "embedding (Base models)")
+                                                   "embedding (Base models; the speaker encoder runs in torch, "
+                                                   "so cloning needs torch installed)")
     f.add(VOICE, "--language", default=None, help="language name (default: auto)")
     f.add(NPU, "--backend", choices=BACKENDS, default="ort",
           help="backend of the plan's graphs (default ort: the vocoder's exact host graphs; sim: the "
@@ -54,6 +56,12 @@ def register(subparsers) -> None:
           help="at most this many frames of audio, N frames = N/12.5 s (fewer if the talker ends the "
                "utterance first); qwen-tts' max_new_tokens=N+1 gives the same N frames")
     f.threads(ADVANCED, "onnxruntime (intra-op)")
+    f.add(ADVANCED, "--host-loop", choices=("auto", "numpy", "torch"), default="auto",
+          help="what runs the prompt, heads and sampling around the graphs: numpy (no torch; needs a plan "
+               "from `build qwen3-tts` that places the talker and the code predictor), torch (the reference), "
+               "auto (default): numpy when the plan places both stages.  Voice cloning (--ref-audio) also "
+               "needs torch for its speaker encoder; greedy codes are the same either way, sampled codes "
+               "differ (another random stream, the same distribution)")
     p.set_defaults(func=run)
 
 
@@ -61,7 +69,7 @@ def _options(args, speaker):
     """Sampling controls for the talker; the code predictor keeps qwen-tts' defaults, or argmax
     when the plan runs it as a greedy graph (said on stderr)."""
     from rkspeech.core import progress
-    from rkspeech.models.qwen3_tts.generate import GenerationOptions
+    from rkspeech.models.qwen3_tts.sampling import GenerationOptions
     from rkspeech.runtime.tts.speak import DEFAULT_SEED
 
     seed = DEFAULT_SEED if args.seed is None else args.seed
@@ -123,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
         with progress.stage("load the model and the vocoder plan"):
             speaker = stack.enter_context(Speaker(args.model_dir, args.plan, backend=args.backend,
                                                   threads=args.threads, core_masks=[args.core_mask], target=target,
-                                                  host_stages=args.host_stages))
+                                                  host_stages=args.host_stages, host=args.host_loop))
         options = _options(args, speaker)
         rate = speaker.sample_rate
         ref = (decode_audio(args.ref_audio, sample_rate=rate, what="reference audio", min_seconds=MIN_REF_AUDIO_S)
@@ -146,7 +154,8 @@ def run(args: argparse.Namespace) -> int:
         if args.codes_out:
             with atomic_path(args.codes_out, suffix=".npy") as tmp:
                 np.save(tmp, np.stack(codes).astype(np.int64))
-    report = {"text": args.text, "backend": args.backend, "stage_backends": speaker.stage_names, "output": args.output,
+    report = {"text": args.text, "backend": args.backend, "stage_backends": speaker.stage_names,
+              "host_loop": speaker.host, "output": args.output,
               "sample_rate": rate,
               **timing.to_dict(rate)}
     if args.report:
@@ -156,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
         ("output", f"{args.output} ({audio_s:.2f} s of audio, {timing.frames} frames, {rate} Hz, 16-bit)"),
         ("time to first audio", f"{timing.first_audio_s:.3f} s" if timing.first_audio_s is not None else "-"),
         ("total time", f"{seconds:.2f} s (realtime factor {seconds / audio_s:.2f})" if audio_s else f"{seconds:.2f} s"),
-        ("generation (talker, code predictor, sampling)", f"{timing.generate_s:.2f} s"),
+        ("generation (talker, code predictor, sampling)", f"{timing.generate_s:.2f} s (host loop: {speaker.host})"),
         *_stage_rows(timing.stages, speaker.stage_names),
         (f"vocoder ({args.backend})", f"{timing.vocoder_s:.2f} s"),
         ("host (rest)", f"{timing.host_s:.2f} s"),

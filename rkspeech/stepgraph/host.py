@@ -1,6 +1,7 @@
 """What the host computes for each graph call: RoPE, the KV slot count, masks, greedy codes.
 
-numpy only at import (the board runtime uses it); ``rope_cos_sin`` imports torch when called.
+numpy only at import (the board runtime uses it); ``rope_cos_sin`` imports torch when called,
+``numpy_rope_cos_sin`` (the board's recipe, no torch) does not.
 
 The vocoder step graph takes ``freqs_in = (position * inv_freq) mod 2*pi`` rather than positions or
 cos/sin: cos/sin as graph inputs broke the seed project's fp16 pipeline, and raw angles near position
@@ -57,6 +58,27 @@ def rope_cos_sin(positions, inv_freq) -> tuple[np.ndarray, np.ndarray]:
     freqs = pos[:, None] * inv_freq[None, :]
     emb = torch.cat((freqs, freqs), dim=-1)
     return emb.cos().numpy(), emb.sin().numpy()
+
+
+def numpy_inverse_frequencies(head_dim: int, rope_theta: float) -> np.ndarray:
+    """``torch_inverse_frequencies`` without torch: the power in float64 rounded to float32 (torch's
+    float32 pow is correctly rounded for all but a few entries; numpy's float32 power differs in
+    4/32 (head_dim 64) to 14/64 (head_dim 128, theta 1e6) entries, this recipe in 0-1), then the
+    same float32 division."""
+    exponents = np.arange(0, head_dim, 2, dtype=np.int64).astype(np.float32) / np.float32(head_dim)
+    power = (np.float64(rope_theta) ** exponents.astype(np.float64)).astype(np.float32)
+    return (np.float32(1.0) / power).astype(np.float32)
+
+
+def numpy_rope_cos_sin(positions, inv_freq) -> tuple[np.ndarray, np.ndarray]:
+    """``rope_cos_sin`` without torch: the same float32 angles (``positions * inv_freq``, exact
+    IEEE products), cos/sin in float64 rounded to float32.  torch's float32 cos/sin are not
+    correctly rounded: ~5 % of entries differ from this in the last bit (numpy's float32 cos:
+    ~15 %); docs/numpy-runtime.md says what that does to the codes."""
+    pos = np.asarray(positions, dtype=np.float32)
+    freqs = pos[:, None] * np.asarray(inv_freq, dtype=np.float32)[None, :]
+    emb = np.concatenate((freqs, freqs), axis=-1).astype(np.float64)
+    return np.cos(emb).astype(np.float32), np.sin(emb).astype(np.float32)
 
 
 def step_mask(contract: TalkerContract, start: int) -> np.ndarray:

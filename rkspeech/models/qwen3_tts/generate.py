@@ -43,42 +43,10 @@ MIN_NEW_TOKENS = 2
 SUPPRESSED_TAIL = 1024
 
 
-class TTSModel:
-    """A loaded Qwen3-TTS model root (talker, code predictor, speaker encoder, text tokenizer)."""
-
-    def __init__(self, cfg, net, tokenizer, files):
-        from rkspeech.models.qwen3_tts.backends import TorchCodePredictor, TorchTalker
-
-        self.cfg, self.net, self.tokenizer, self.files = cfg, net, tokenizer, files
-        t = cfg.talker
-        self._suppress = [i for i in range(t.vocab_size - SUPPRESSED_TAIL, t.vocab_size) if i != t.codec_eos_token_id]
-        #: where the decoder stacks run (``backends``): torch on the host unless a plan says otherwise
-        self.talker_backend = TorchTalker(net.talker)
-        self.code_predictor_backend = TorchCodePredictor(net.talker)
-        #: seconds and calls of the two stages in the last (or current) generation
-        self.last_timing: dict = {}
-
-    def use_backends(self, *, talker=None, code_predictor=None) -> None:
-        """Run the talker and/or the code predictor on other backends (``backends`` interfaces)."""
-        if talker is not None:
-            self.talker_backend = talker
-        if code_predictor is not None:
-            self.code_predictor_backend = code_predictor
-
-    @classmethod
-    def load(cls, model_dir: str | os.PathLike | None) -> TTSModel:
-        from rkspeech.models.qwen3_tts.text_tokenizer import TextTokenizer
-        from rkspeech.models.qwen3_tts.tts_checkpoint import (
-            load_tts_net,
-            read_tts_config,
-            resolve_model_root,
-        )
-
-        files = resolve_model_root(model_dir)
-        cfg = read_tts_config(files)
-        tokenizer = TextTokenizer(files.root)
-        net = load_tts_net(files, cfg)
-        return cls(cfg, net, tokenizer, files)
+class RequestChecks:
+    """What a loaded model root offers and the checks of a request, torch-free: shared by
+    ``TTSModel`` (torch host path) and ``runtime.tts.numpy_loop.NumpyTTSModel`` (numpy host path).
+    Needs ``self.cfg`` (``TTSConfig``) and ``self.tokenizer``."""
 
     # -- what the checkpoint offers ------------------------------------------------------------
     @property
@@ -100,20 +68,6 @@ class TTSModel:
     # -- prompt ----------------------------------------------------------------------------------
     def _ids(self, text: str) -> list[int]:
         return self.tokenizer.encode(text)
-
-    def speaker_embedding(self, audio: np.ndarray):
-        """The x-vector ``[enc_dim]`` of mono float32 24 kHz audio (Base models)."""
-        import torch
-
-        from rkspeech.models.qwen3_tts.speaker_encoder import mel_spectrogram
-
-        if self.net.speaker_encoder is None:
-            raise RkspeechError(f"this {self.variant} checkpoint has no speaker encoder; voice clone needs a Base model")
-        audio = np.asarray(audio, dtype=np.float32)
-        if audio.ndim != 1 or audio.size < 2048:
-            raise RkspeechError("reference audio must be mono float32 at 24 kHz, at least 2048 samples")
-        with torch.no_grad():
-            return self.net.speaker_encoder(mel_spectrogram(audio, self.cfg.speaker_encoder.sample_rate))
 
     def _check_request(self, text, speaker, language, instruct, ref_audio):
         check_text(text)
@@ -167,6 +121,100 @@ class TTSModel:
             raise RkspeechError(f"ref_codes hold ids outside 0..{self.cfg.code_predictor.vocab_size - 1}")
         return codes.astype(np.int64)
 
+    def _check_options(self, options):
+        """The options to run (default ``GenerationOptions()``), checked; sampling code-predictor
+        options are refused when the code predictor is a greedy graph."""
+        opts = options or GenerationOptions()
+        opts.check()
+        if getattr(self.code_predictor_backend, "greedy_only", False) and (
+                opts.subtalker_dosample or opts.subtalker_repetition_penalty != 1.0):
+            raise RkspeechError(f"the code predictor runs as a greedy graph ({self.code_predictor_backend.name}): "
+                                "it cannot sample; use greedy code-predictor options (subtalker_dosample=False, "
+                                "rkspeech speak --greedy or --subtalker-greedy)")
+        return opts
+
+    def _prompt_ids(self, text: str) -> list[int]:
+        ids = self._ids(f"<|im_start|>assistant\n{text}<|im_end|>\n<|im_start|>assistant\n")
+        if len(ids) < 9:
+            raise RkspeechError("the text tokenizer did not split the chat template as expected (need at least 9 "
+                                "tokens around the text); check tokenizer_config.json's special tokens")
+        return ids
+
+    def _language_id(self, lang: str, speaker: str | None) -> int | None:
+        """The codec language token of a checked request (a dialect speaker's own for chinese/auto)."""
+        t = self.cfg.talker
+        language_id = None if lang == "auto" else t.codec_language_id[lang]
+        if lang in ("chinese", "auto") and speaker and t.spk_is_dialect.get(speaker.lower(), False) is not False:
+            language_id = t.codec_language_id[t.spk_is_dialect[speaker.lower()]]
+        return language_id
+
+    def _check_length(self, prompt_len: int, opts) -> int:
+        """Talker steps to run; refuses a prompt longer than the talker's context."""
+        limit = self.cfg.talker.max_position_embeddings
+        if prompt_len >= limit:
+            raise RkspeechError(f"the text is too long: its prompt takes {prompt_len} positions, the talker's "
+                                f"context is {limit}; split it into shorter sentences")
+        return min(opts.max_new_tokens, limit - prompt_len)
+
+    def use_backends(self, *, talker=None, code_predictor=None) -> None:
+        """Run the talker and/or the code predictor on other backends (``backends`` interfaces)."""
+        if talker is not None:
+            self.talker_backend = talker
+        if code_predictor is not None:
+            self.code_predictor_backend = code_predictor
+
+    def generate_codes(self, text: str, **kw) -> np.ndarray:
+        """All frames as ``int64 [T, num_code_groups]`` (``T`` may be 0)."""
+        frames = list(self.generate_frames(text, **kw))
+        if not frames:
+            return np.zeros((0, self.num_code_groups), dtype=np.int64)
+        return np.stack(frames)
+
+
+class TTSModel(RequestChecks):
+    """A loaded Qwen3-TTS model root (talker, code predictor, speaker encoder, text tokenizer)."""
+
+    def __init__(self, cfg, net, tokenizer, files):
+        from rkspeech.models.qwen3_tts.backends import TorchCodePredictor, TorchTalker
+
+        self.cfg, self.net, self.tokenizer, self.files = cfg, net, tokenizer, files
+        t = cfg.talker
+        self._suppress = [i for i in range(t.vocab_size - SUPPRESSED_TAIL, t.vocab_size) if i != t.codec_eos_token_id]
+        #: where the decoder stacks run (``backends``): torch on the host unless a plan says otherwise
+        self.talker_backend = TorchTalker(net.talker)
+        self.code_predictor_backend = TorchCodePredictor(net.talker)
+        #: seconds and calls of the two stages in the last (or current) generation
+        self.last_timing: dict = {}
+
+    @classmethod
+    def load(cls, model_dir: str | os.PathLike | None) -> TTSModel:
+        from rkspeech.models.qwen3_tts.text_tokenizer import TextTokenizer
+        from rkspeech.models.qwen3_tts.tts_checkpoint import (
+            load_tts_net,
+            read_tts_config,
+            resolve_model_root,
+        )
+
+        files = resolve_model_root(model_dir)
+        cfg = read_tts_config(files)
+        tokenizer = TextTokenizer(files.root)
+        net = load_tts_net(files, cfg)
+        return cls(cfg, net, tokenizer, files)
+
+    def speaker_embedding(self, audio: np.ndarray):
+        """The x-vector ``[enc_dim]`` of mono float32 24 kHz audio (Base models)."""
+        import torch
+
+        from rkspeech.models.qwen3_tts.speaker_encoder import mel_spectrogram
+
+        if self.net.speaker_encoder is None:
+            raise RkspeechError(f"this {self.variant} checkpoint has no speaker encoder; voice clone needs a Base model")
+        audio = np.asarray(audio, dtype=np.float32)
+        if audio.ndim != 1 or audio.size < 2048:
+            raise RkspeechError("reference audio must be mono float32 at 24 kHz, at least 2048 samples")
+        with torch.no_grad():
+            return self.net.speaker_encoder(mel_spectrogram(audio, self.cfg.speaker_encoder.sample_rate))
+
     def build_prompt(self, text: str, *, speaker=None, language=None, instruct=None, ref_audio=None,
                      ref_text: str | None = None, ref_codes: np.ndarray | None = None,
                      text_in_prompt: bool | None = None):
@@ -178,10 +226,7 @@ class TTSModel:
         cfg, t, talker = self.cfg, self.cfg.talker, self.net.talker
         if text_in_prompt is None:
             text_in_prompt = cfg.tts_model_type != "base"
-        ids = self._ids(f"<|im_start|>assistant\n{text}<|im_end|>\n<|im_start|>assistant\n")
-        if len(ids) < 9:
-            raise RkspeechError("the text tokenizer did not split the chat template as expected (need at least 9 "
-                                "tokens around the text); check tokenizer_config.json's special tokens")
+        ids = self._prompt_ids(text)
 
         def tt(x):
             return torch.tensor([x], dtype=torch.long)
@@ -195,9 +240,7 @@ class TTSModel:
             speaker_embed = talker.codec([t.spk_id[speaker.lower()]])[0, 0]
         else:
             speaker_embed = None
-        language_id = None if lang == "auto" else t.codec_language_id[lang]
-        if lang in ("chinese", "auto") and speaker and t.spk_is_dialect.get(speaker.lower(), False) is not False:
-            language_id = t.codec_language_id[t.spk_is_dialect[speaker.lower()]]
+        language_id = self._language_id(lang, speaker)
         bos, eos, pad = talker.text(tt([cfg.tts_bos_token_id, cfg.tts_eos_token_id, cfg.tts_pad_token_id])).chunk(3, dim=1)
         if language_id is None:
             control = [t.codec_nothink_id, t.codec_think_bos_id, t.codec_think_eos_id]
@@ -256,23 +299,12 @@ class TTSModel:
         reference; they do not repeat it."""
         import torch
 
-        opts = options or GenerationOptions()
-        opts.check()
-        if getattr(self.code_predictor_backend, "greedy_only", False) and (
-                opts.subtalker_dosample or opts.subtalker_repetition_penalty != 1.0):
-            raise RkspeechError(f"the code predictor runs as a greedy graph ({self.code_predictor_backend.name}): "
-                                "it cannot sample; use greedy code-predictor options (subtalker_dosample=False, "
-                                "rkspeech speak --greedy or --subtalker-greedy)")
+        opts = self._check_options(options)
         with torch.no_grad():
             prompt, trailing, pad = self.build_prompt(text, speaker=speaker, language=language, instruct=instruct,
                                                       ref_audio=ref_audio, ref_text=ref_text, ref_codes=ref_codes,
                                                       text_in_prompt=opts.text_in_prompt)
-        t = self.cfg.talker
-        limit = t.max_position_embeddings
-        if prompt.shape[1] >= limit:
-            raise RkspeechError(f"the text is too long: its prompt takes {prompt.shape[1]} positions, the talker's "
-                                f"context is {limit}; split it into shorter sentences")
-        steps = min(opts.max_new_tokens, limit - prompt.shape[1])
+        steps = self._check_length(prompt.shape[1], opts)
         # no_grad wrapped around the generator function: torch sets it only while the generator runs,
         # so the caller's own code between frames keeps its grad mode
         return torch.no_grad()(self._loop)(prompt, trailing, pad, steps, opts)
@@ -337,14 +369,6 @@ class TTSModel:
             # summed as qwen-tts sums them (one cat + sum, the same float rounding)
             x = torch.cat(embeds, dim=1).sum(1, keepdim=True) + text_in
             hidden = talk(x[0].numpy())
-
-    def generate_codes(self, text: str, **kw) -> np.ndarray:
-        """All frames as ``int64 [T, num_code_groups]`` (``T`` may be 0)."""
-        frames = list(self.generate_frames(text, **kw))
-        if not frames:
-            return np.zeros((0, self.num_code_groups), dtype=np.int64)
-        return np.stack(frames)
-
 
 class LazyTTSModel:
     """A model root's ``TTSModel``, loaded on first ``get()`` and then shared: the stages of one

@@ -2,9 +2,10 @@
 
 :class:`Speaker` holds one loaded Qwen3-TTS model (talker, code predictor, speaker encoder) and
 an engine pool over the plan's vocoder.  A plan from ``rkspeech build qwen3-tts`` also places
-the talker and the code predictor (``plan.sections``): those run as their graphs
-(``runtime.tts.open_stages``), the rest in torch on the host; a ``qwen3-tts-vocoder`` plan leaves both
-in torch.  :meth:`Speaker.stream` yields PCM while generation
+the talker and the code predictor (``plan.sections``): those run as their graphs and the host's
+part (prompt, heads, sampling) in numpy, without torch (``runtime.tts.numpy_loop``; torch only for
+voice cloning's speaker encoder); ``host="torch"`` keeps the host's part in torch
+(``runtime.tts.open_stages``, the reference); a ``qwen3-tts-vocoder`` plan leaves both stages in torch.  :meth:`Speaker.stream` yields PCM while generation
 goes on: each frame (16 codes) is pushed into a :class:`StreamingVocoder` as soon as the
 generator yields it, so the first audio comes after the first step's worth of frames (the
 plan's first B, else its main B), not after the whole utterance.  The steps the vocoder runs
@@ -58,6 +59,8 @@ class SpeechTiming:
 #: Sampling seed when the caller gives none (``rkspeech speak --seed``, the server): the same text
 #: and voice give the same audio from the CLI and from a server.
 DEFAULT_SEED = 0
+#: What runs the host's part of generation (``Speaker(host=...)``, ``rkspeech speak --host-loop``).
+HOST_LOOPS = ("auto", "numpy", "torch")
 #: The shortest reference recording ``rkspeech speak --ref-audio`` accepts (``runtime.audio.decode_audio``'s
 #: ``min_seconds``).
 MIN_REF_AUDIO_S = 0.5
@@ -74,10 +77,17 @@ class Speaker:
     :data:`DEFAULT_SEED`).  Each :meth:`stream` call owns its
     own generation state and vocoder stream, so calls from several threads do not mix; the
     torch talker is shared and serialised by a lock (one generation at a time per Speaker).
+
+    ``host``: what runs the host's part of generation (prompt, heads, sampling; :data:`HOST_LOOPS`):
+    ``numpy`` (``runtime.tts.numpy_loop``: no torch; needs a plan that places both the talker and
+    the code predictor as graphs), ``torch`` (``models.qwen3_tts.generate.TTSModel``, the
+    reference), or ``auto``: numpy when the plan places both stages and ``host_stages`` is not
+    set, else torch (a ``model`` given: its own loop).
     """
 
     def __init__(self, model_dir, plan, *, backend: str = "ort", engines: int = 1, threads: int | None = None,
-                 core_masks=None, target: str | None = None, model=None, options=None, host_stages: bool = False):
+                 core_masks=None, target: str | None = None, model=None, options=None, host_stages: bool = False,
+                 host: str = "auto"):
         import threading
 
         from rkspeech.plan.plan import check_plan_for_model, load_plan
@@ -85,19 +95,35 @@ class Speaker:
 
         from rkspeech.models.qwen3_tts.vocoder_checkpoint import read_config, resolve_checkpoint
 
+        if host not in HOST_LOOPS:
+            raise RkspeechError(f"host loop must be one of {', '.join(HOST_LOOPS)}, got {host!r}")
         self.backend = backend
         self.options = options  # GenerationOptions for stream() calls that give none
-        self.model = model if model is not None else _load_model(model_dir)
         self.plan = load_plan(plan, backend=backend, expect_target=target if backend == "rknnlite" else None)
+        self.host = _host_loop(host, self.plan, host_stages=host_stages, model=model)
+        if model is not None:
+            self.model = model
+        elif self.host == "numpy":
+            from rkspeech.runtime.tts.numpy_loop import NumpyTTSModel
+
+            self.model = NumpyTTSModel.load(model_dir)
+        else:
+            self.model = _load_model(model_dir)
         check_plan_for_model(self.plan, read_config(resolve_checkpoint(self.model.files.root)))
         self.pool = open_pool(self.plan, backend, size=engines, threads=threads, core_masks=core_masks,
                               target=target)
         self.stage_backends: dict = {}
         try:
-            from rkspeech.runtime.tts.open_stages import open_stage_backends
+            if self.host == "numpy":
+                from rkspeech.runtime.tts.numpy_loop import open_numpy_stages
 
-            self.stage_backends = open_stage_backends(self.plan, backend, model=self.model, threads=threads,
-                                                      target=target, host_stages=host_stages)
+                self.stage_backends = open_numpy_stages(self.plan, backend, model=self.model, threads=threads,
+                                                        target=target)
+            else:
+                from rkspeech.runtime.tts.open_stages import open_stage_backends
+
+                self.stage_backends = open_stage_backends(self.plan, backend, model=self.model, threads=threads,
+                                                          target=target, host_stages=host_stages)
         except BaseException:
             self.close()
             raise
@@ -135,7 +161,7 @@ class Speaker:
     def default_options(self, **kw):
         """Sampling with :data:`DEFAULT_SEED` (qwen-tts' controls), the code predictor greedy
         when its graph is (``kw``: GenerationOptions fields to set)."""
-        from rkspeech.models.qwen3_tts.generate import GenerationOptions
+        from rkspeech.models.qwen3_tts.sampling import GenerationOptions
 
         kw.setdefault("seed", DEFAULT_SEED)
         if self.greedy_code_predictor:
@@ -290,6 +316,28 @@ class _Generation:
             if isinstance(item, BaseException):
                 raise item
             yield item
+
+
+def _host_loop(host: str, plan, *, host_stages: bool, model) -> str:
+    """``numpy`` or ``torch`` for a Speaker (see its docstring); one line when numpy cannot be."""
+    both = all(plan.stages.get(k) is not None for k in ("talker", "code_predictor"))
+    if model is not None and host != "auto" and host != getattr(model, "host", "torch"):
+        raise RkspeechError(f"host loop {host} was asked for with a loaded {type(model).__name__}; load the "
+                            "model for that loop (or pass host='auto')")
+    if host == "auto":
+        if model is not None:  # a loaded model says which loop it is
+            return getattr(model, "host", "torch")
+        return "numpy" if both and not host_stages else "torch"
+    if host == "numpy":
+        if not both:
+            raise RkspeechError("the numpy host loop (no torch) needs a plan that places both the talker and the "
+                                "code predictor as graphs (rkspeech build qwen3-tts); this plan holds "
+                                + (", ".join(k for k in ("talker", "code_predictor") if plan.stages.get(k)) or
+                                   "only the vocoder") + "; use --host-loop torch")
+        if host_stages:
+            raise RkspeechError("--host-stages runs the talker and the code predictor in torch; it needs "
+                                "--host-loop torch (or auto), not numpy")
+    return host
 
 
 def _load_model(model_dir):

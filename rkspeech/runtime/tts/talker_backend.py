@@ -19,16 +19,30 @@ import numpy as np
 from rkspeech.core.errors import RkspeechError
 from rkspeech.contracts.read import read_contract
 from rkspeech.contracts.talker import TalkerContract
-from rkspeech.stepgraph.host import rope_cos_sin, step_mask, torch_inverse_frequencies
+from rkspeech.stepgraph.host import (
+    numpy_inverse_frequencies,
+    numpy_rope_cos_sin,
+    rope_cos_sin,
+    step_mask,
+    torch_inverse_frequencies,
+)
+
+#: where RoPE's cos/sin come from: torch (the reference's values bit for bit) or numpy (no torch;
+#: ``stepgraph.host.numpy_rope_cos_sin``)
+ROPE_RECIPES = ("torch", "numpy")
 
 
 class GraphTalker:
     """``start(capacity)`` / ``forward(embeds [t, Ht]) -> [Ht]`` / ``close()`` over a decode runner
     (B = 1) and an optional prefill runner (B > 1; without it the prompt runs one position at a
-    time).  ``model`` (``talker.model``), when given, is checked against the contracts."""
+    time).  ``model`` (``talker.model``), when given, is checked against the contracts.  ``rope``:
+    ``ROPE_RECIPES``, torch (default) or numpy (the torch-free host path)."""
 
     def __init__(self, decode, decode_contract: TalkerContract, prefill=None,
-                 prefill_contract: TalkerContract | None = None, *, model=None, name: str = "graph"):
+                 prefill_contract: TalkerContract | None = None, *, model=None, name: str = "graph",
+                 rope: str = "torch"):
+        if rope not in ROPE_RECIPES:
+            raise RkspeechError(f"rope must be one of {ROPE_RECIPES}, got {rope!r}")
         if decode_contract.B != 1:
             raise RkspeechError(f"the talker decode graph must have B=1, got B={decode_contract.B}")
         if prefill is not None:
@@ -47,7 +61,12 @@ class GraphTalker:
         self.contract = decode_contract
         self.capacity = decode_contract.capacity
         self.name = name
-        self.inv_freq = torch_inverse_frequencies(decode_contract.head_dim, decode_contract.rope_theta)
+        if rope == "torch":
+            self.inv_freq = torch_inverse_frequencies(decode_contract.head_dim, decode_contract.rope_theta)
+            self._cos_sin = rope_cos_sin
+        else:
+            self.inv_freq = numpy_inverse_frequencies(decode_contract.head_dim, decode_contract.rope_theta)
+            self._cos_sin = numpy_rope_cos_sin
         self.cache: np.ndarray | None = None
         self.length = 0
         #: calls per graph since start() (the NPU-call count of an utterance)
@@ -89,7 +108,7 @@ class GraphTalker:
         B, n, start = contract.B, x.shape[0], self.length
         if n < B:
             x = np.concatenate([x, np.zeros((B - n, x.shape[1]), dtype=np.float32)])
-        cos, sin = rope_cos_sin(np.arange(start, start + B), self.inv_freq)
+        cos, sin = self._cos_sin(np.arange(start, start + B), self.inv_freq)
         feed = {"embeds": x, "cos": cos, "sin": sin, "mask": step_mask(contract, start)}
         if contract.cache_io == "flat":
             feed["cache"] = self.cache
@@ -110,7 +129,8 @@ class GraphTalker:
         self.cache = None
 
 
-def open_graph_talker(decode_path, prefill_path=None, *, backend: str = "ort", model=None, **runner_kw) -> GraphTalker:
+def open_graph_talker(decode_path, prefill_path=None, *, backend: str = "ort", model=None, rope: str = "torch",
+                      **runner_kw) -> GraphTalker:
     """A ``GraphTalker`` over ONNX (``ort``, ``sim``) or .rknn (``rknnlite``) files; the contracts
     come from the ONNX metadata (for .rknn: the custom string)."""
     from rkspeech.runtime.runners import open_runner
@@ -122,7 +142,8 @@ def open_graph_talker(decode_path, prefill_path=None, *, backend: str = "ort", m
         runners.append(open_runner(backend, decode_path, **runner_kw))
         if prefill_path:
             runners.append(open_runner(backend, prefill_path, **runner_kw))
-        return GraphTalker(runners[0], dc, runners[1] if prefill_path else None, pc, model=model, name=backend)
+        return GraphTalker(runners[0], dc, runners[1] if prefill_path else None, pc, model=model, name=backend,
+                           rope=rope)
     except BaseException:
         for r in runners:
             r.close()
