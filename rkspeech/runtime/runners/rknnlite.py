@@ -36,6 +36,7 @@ class RknnLiteRunner(Runner):
         if core_mask not in CORE_MASKS:
             raise RkspeechError(f"core mask {core_mask!r}: choose one of {', '.join(CORE_MASKS)}")
         rknn_path = os.fspath(rknn_path)
+        self.path = rknn_path
         c = read_container(rknn_path)
         self.container = c
         for infos, specs in ((c.inputs, self._inputs), (c.outputs, self._outputs)):
@@ -57,7 +58,15 @@ class RknnLiteRunner(Runner):
         if self.rknn is None:
             raise RkspeechError(f"{self.name}: the runner is closed")
         inputs = list(arrays.values())
-        return self.rknn.inference(inputs=inputs, data_format=rknn_data_formats(inputs))
+        outputs = self.rknn.inference(inputs=inputs, data_format=rknn_data_formats(inputs))
+        if outputs is None:  # rknn-toolkit-lite2 returns None on any error; the reason is only in its log
+            raise RkspeechError(f"{os.path.basename(self.path)}: rknn-lite inference returned no outputs (the "
+                                "runtime's reason is in its log above; a librknnrt older than the toolkit that "
+                                "built the .rknn is the usual cause: rkspeech doctor)")
+        if len(outputs) != len(self._outputs):
+            raise RkspeechError(f"{os.path.basename(self.path)}: rknn-lite returned {len(outputs)} outputs, the "
+                                f".rknn declares {len(self._outputs)}")
+        return outputs
 
     def close(self) -> None:
         if getattr(self, "rknn", None) is not None:
