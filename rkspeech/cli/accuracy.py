@@ -1,4 +1,4 @@
-"""``rkspeech accuracy``: where fp16 loses accuracy, block by block and layer by layer (issue 15)."""
+"""``rkspeech accuracy``: where fp16 loses accuracy, block by block and layer by layer."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """``rkspeech verify``: a converted step on the x86 simulator, stepwise, against onnxruntime and the full decode.
 
-``--plot R.png`` adds the accuracy map's picture (issue 15; ``rkspeech.accuracy``): drawn from
+``--plot R.png`` adds the accuracy map's picture (``rkspeech.accuracy``): drawn from
 ``--accuracy-report`` (a build's accuracy-report.json, or ``rkspeech accuracy --report``) when
 given, else mapped here on ``--onnx`` in ``--accuracy-pieces`` blocks (one simulator build each,
 fed step 3 of a stepwise decode); the map's headline then goes into ``--report`` too."""

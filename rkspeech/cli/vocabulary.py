@@ -1,4 +1,4 @@
-"""One CLI vocabulary for every ``rkspeech`` command (issue 25, item 5), and its old spellings.
+"""One CLI vocabulary for every ``rkspeech`` command, and its old spellings.
 
 ``VOCABULARY``: one row per concept -> the one spelling every command uses (CONVENTIONS.md,
 "CLI vocabulary", is the same table).  ``ALIASES``: per command, each old spelling -> its new

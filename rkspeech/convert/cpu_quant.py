@@ -9,7 +9,7 @@ frame or step: any ONNX that carries the ``rkspeech.contract`` metadata) and wri
   nearest, block-wise along K): every MatMul with a 2-D constant weight becomes a
   ``com.microsoft`` ``MatMulNBits`` node; ``block_size`` (a power of two >= 16), ``symmetric``
   and ``accuracy_level`` are recorded.  Defaults, measured (``benchmarks/bench_cpu_quant.py``,
-  docs/cpu-stages.md, 2026-12-01): block 32 (reduced talker logit SNR 26.9 dB vs 25.6 dB at
+  docs/cpu-stages.md): block 32 (reduced talker logit SNR 26.9 dB vs 25.6 dB at
   block 128; code predictor step 17.1 vs 16.1 dB; at the published size 320 MB vs 268 MB and
   the talker decode step ~8 % slower than at block 128), asymmetric (26.9 vs 26.0 dB symmetric),
   ``accuracy_level`` 4 (the activations quantized to int8 per block inside the kernel: the
@@ -19,7 +19,7 @@ frame or step: any ONNX that carries the ``rkspeech.contract`` metadata) and wri
   int8 weights, activations quantized to uint8 per call (``DynamicQuantizeLinear`` +
   ``MatMulInteger``).  Why dynamic and not weight-only int8: onnxruntime 1.19.2 has no
   weight-only int8 CPU path: its ``MatMulNBits`` kernel refuses ``bits=8`` ("Only 4b quantization
-  is supported for MatMulNBits op", measured 2026-12-01), and its other int8 route
+  is supported for MatMulNBits op", measured), and its other int8 route
   (``quantize_static``, QDQ) quantizes the activations too and needs a calibration set.
   Per channel is the default: reduced talker logit SNR 46.1 dB vs 44.2 dB per tensor (code
   predictor step 36.7 vs 34.9 dB) for 4 % more bytes.  Published step time vs fp32 in the same

@@ -25,17 +25,10 @@ Time is counted where it is spent: ``model.timing`` holds seconds inside ``encod
 (``decoder_s``); everything else of a transcription is host work (feature extraction, VAD,
 faster-whisper's Python loop).
 
-Measured 2026-11-30 (tiny.en float32, x86_64 2 cores shared with other jobs, load 4-5): with
-``beam_size=5, word_timestamps=True``, with and without ``vad_filter`` and through
-``BatchedInferencePipeline``, text, segment boundaries and word timings equal stock
-faster-whisper's with the encoder on onnxruntime (espeak-ng speech: 190 wpm, 44.1 kHz stereo, a
-two-window 40 s file); on the rk3588 fp16 simulator the text is identical and 0 of 39 word
-timings moved.  88 s of speech, beam 5, 1 thread: wall 21.4 s = encoder 3.7 s (onnxruntime;
-CTranslate2's own 4.6 s) + decoder 17.6 s + host 0.10 s (0.45 %); medians of 3,
-``benchmarks/bench_whisper_transcribe.py``.  Whisper base, multilingual (real weights, see
-``tests/whisper_weights.py``): languages detected (en, de, es espeak-ng speech), text, segments
-and word timings equal stock's on onnxruntime; on the simulator text identical and 1 of 49 word
-timings moved by one 20 ms step; ``task="translate"`` identical once both sides seed
+Claim, checked by tests/test_whisper_model.py and measured in docs/whisper-transcribe.md: with
+the encoder offloaded (onnxruntime, or the rk3588 fp16 simulator), text, segment boundaries and
+word timings equal stock faster-whisper's (beam search, word timestamps, VAD, batched; on the
+simulator a word timing may move by one 20 ms frame); ``task="translate"`` once both sides seed
 CTranslate2's sampler (``transcribe_audio(seed=...)``): the temperature fallback samples.
 
 faster-whisper is imported when the class is first used (PEP 562 ``__getattr__``), so importing
