@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from rkspeech.core.placement import PLACEMENTS
 from rkspeech.core.targets import DEFAULT_TARGET, TARGETS
 from rkspeech.pipelines.code_predictor_forms import DEFAULT_FORM, FORMS
 from rkspeech.contracts.formulations import CHOICES, DEFAULT_FORMULATION
@@ -41,6 +42,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--skip-talker-rknn", action="store_true",
                    help="talker as ONNX only (onnxruntime on the host; RKLLM is the board route)")
     p.add_argument("--skip-code-predictor", action="store_true", help="no code predictor graph (torch)")
+    p.add_argument("--talker", choices=PLACEMENTS, default=None,
+                   help="where the talker runs: npu (default; .rknn), or cpu-fp32 / cpu-int8 / cpu-int4 (its ONNX "
+                        "graphs on onnxruntime, weights fp32, int8 dynamic or 4-bit MatMulNBits); "
+                        "--skip-talker-rknn = cpu-fp32")
+    p.add_argument("--code-predictor", choices=PLACEMENTS, default=None,
+                   help="where the code predictor runs: npu (default) or cpu-fp32 / cpu-int8 / cpu-int4")
+    p.add_argument("--vocoder", choices=PLACEMENTS, default="npu", help="where the vocoder runs: npu (only npu for now)")
+    p.add_argument("--cpu-threads", type=int, default=None,
+                   help="onnxruntime threads recorded in the plan for the CPU stages (default: the runtime's)")
+    p.add_argument("--cpu-check-frames", type=int, default=8,
+                   help="frames per text of the CPU stages' teacher-forced agreement with fp32 (0: none)")
     p.add_argument("--skip-verify", action="store_true", help="no simulator verification")
     p.add_argument("--timeout", type=float, default=None, help="per-conversion timeout, seconds")
     p.add_argument("--fail-on-cpu", action="store_true", help="fail when compute ops land on the CPU")
@@ -59,15 +71,44 @@ def options_from(args: argparse.Namespace):
         code_predictor_calibration_frames=args.code_predictor_calibration_frames,
         talker_capacity=args.talker_capacity, talker_prefill=args.talker_prefill, skip_talker=args.skip_talker,
         skip_talker_rknn=args.skip_talker_rknn, skip_verify=args.skip_verify, timeout=args.timeout,
-        fail_on_cpu=args.fail_on_cpu, force=args.force)
+        fail_on_cpu=args.fail_on_cpu, force=args.force, talker=args.talker, code_predictor=args.code_predictor,
+        vocoder=args.vocoder, cpu_threads=args.cpu_threads, cpu_check_frames=args.cpu_check_frames)
 
 
 def _ops(row: dict) -> str:
     pl = row.get("placement")
     if not pl:
-        return "not converted (host)"
+        cpu = row.get("cpu")
+        return f"{cpu['placement']} (onnxruntime, not converted)" if cpu else "not converted (host)"
     types = ", ".join(f"{k} x{v}" for k, v in sorted((pl.get("cpu_op_types") or {}).items(), key=lambda kv: -kv[1])[:4])
     return f"{pl.get('npu_ops')} / {pl.get('cpu_ops')}" + (f"  ({types})" if types else "")
+
+
+def _cpu_rows(name: str, cpu: dict | None) -> list[tuple]:
+    """A CPU stage: its weights (record, sizes) and its agreement with the fp32 graph."""
+    if not cpu:
+        return []
+    q = cpu.get("quantization")
+    files = cpu.get("files") or {}
+    before = sum(f["fp32_bytes"] for f in files.values())
+    after = sum(f["variant_bytes"] for f in files.values())
+    if q:
+        how = f"{q['variant']} ({q['quantizer'].rsplit('.', 1)[-1]}, onnxruntime {q['onnxruntime']}"
+        how += (f", block {q['block_size']}, accuracy level {q.get('accuracy_level')})" if q["bits"] == 4
+                else f", per channel {q.get('per_channel')})")
+    else:
+        how = "fp32 (the exported graphs as they are)"
+    rows = [(f"{name}: CPU weights", f"{how}; {after / 1e6:.2f} MB ({after / before:.2f} x fp32 {before / 1e6:.2f} MB)"
+             if before else how)]
+    c = cpu.get("check")
+    if c:
+        snr = f"{c['logit_snr_db']:.1f} dB" if c.get("logit_snr_db") is not None else "identical"
+        div = c.get("first_diverging_frame")
+        stop = "" if "same_stop" not in c else f", same stop {'yes' if c['same_stop'] else 'NO'}"
+        rows.append((f"{name} vs fp32 (teacher forced)",
+                     f"agreement {100 * c['agreement']:.1f} % of {c['decisions']} decisions, first diverging "
+                     f"frame {'-' if div is None else div}, logit SNR {snr}{stop}"))
+    return rows
 
 
 def summary_rows(summary: dict) -> list[tuple]:
@@ -80,6 +121,7 @@ def summary_rows(summary: dict) -> list[tuple]:
                                            f"REGTASK lines {b.get('regtask_overflow_lines')}"))
         if row.get("rknn") and row["rknn"].get("bytes"):
             rows.append((f"{name}: .rknn", f"{row['rknn']['bytes'] / 1e6:.1f} MB"))
+        rows += _cpu_rows(name, row.get("cpu"))
     cp_row = summary["graphs"].get("code_predictor") or {}
     sim = cp_row.get("sim")
     if sim:
