@@ -63,8 +63,10 @@ def open_stage_backends(plan, backend: str, *, model=None, threads: int | None =
         return threads if threads is not None else getattr(stage, "threads", None)
 
     def where(stage, be, n) -> str:
+        from rkspeech.core.threads import default_threads
+
         placement = getattr(stage, "placement", None) or stage.impl
-        return f"{placement} on {be}" + (f", {n} threads" if be == "ort" and n else "")
+        return f"{placement} on {be}" + (f", {n or default_threads()} threads" if be == "ort" else "")
 
     cp = plan.stages.get("code_predictor")
     if cp is not None:
