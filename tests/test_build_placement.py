@@ -49,17 +49,20 @@ def vocoder_plan(tmp_path_factory, reduced_model):
                       contracts={r: read_contract(p) for r, p in graphs.items()}, rknn=rknn, onnx=graphs)
 
 
+def _build_argv(tts_custom_ckpt, vocoder_plan, home):
+    return ["build", "qwen3-tts", "--model-dir", os.path.relpath(tts_custom_ckpt, home), "--out", "out",
+            "--vocoder-plan", os.path.relpath(vocoder_plan, home), "--talker", "cpu-int4", "--code-predictor",
+            "cpu-int8", "--cpu-threads", "1", "--cpu-check-frames", "4", "--talker-capacity", str(CAPACITY),
+            "--talker-prefill", str(PREFILL)]
+
+
 @pytest.fixture(scope="module")
 def built(tts_custom_ckpt, vocoder_plan, tmp_path_factory):
     """The build as a user runs it: from a folder of their own, relative paths in and out."""
     from rkfixtures import run_relative
 
     home = tmp_path_factory.mktemp("tts_cpu_build")
-    rc, _, new = run_relative(home, [
-        "build", "qwen3-tts", "--model-dir", os.path.relpath(tts_custom_ckpt, home), "--out", "out",
-        "--vocoder-plan", os.path.relpath(vocoder_plan, home), "--talker", "cpu-int4", "--code-predictor", "cpu-int8",
-        "--cpu-threads", "1", "--cpu-check-frames", "4", "--talker-capacity", str(CAPACITY),
-        "--talker-prefill", str(PREFILL)])
+    rc, _, new = run_relative(home, _build_argv(tts_custom_ckpt, vocoder_plan, home))
     assert rc == 0
     assert all(p.startswith("out/") for p in new), sorted(new)
     return home / "out"
@@ -149,6 +152,23 @@ def test_speak_runs_the_cpu_variants(built, tts_custom_ckpt, tmp_path, capsys):
     pcm, rate = sf.read(tmp_path / "s.wav", dtype="int16")
     assert report["frames"] == 6 and rate == 24000 and len(pcm) == report["frames"] * 1920
     assert np.abs(pcm).max() > 0
+
+
+def test_a_second_build_resumes(built, tts_custom_ckpt, vocoder_plan, capsys):
+    """Every stage of the CPU build, the variants and the agreement check included, is skipped
+    when nothing changed, and the plan comes out the same."""
+    from rkfixtures import run_relative
+
+    home = built.parent
+    plan = (built / "plan.json").read_text()
+    capsys.readouterr()
+    rc, err, _ = run_relative(home, _build_argv(tts_custom_ckpt, vocoder_plan, home), capsys)
+    assert rc == 0
+    flat = " ".join(err.split())
+    for stage in ("talker_quantize_int4", "code_predictor_quantize_int8", "cpu_check", "talker_export"):
+        assert f"skip: {stage}" in flat, err
+    assert "== " not in err, err
+    assert (built / "plan.json").read_text() == plan
 
 
 def _edit_plan(built, tmp_path, edit):
