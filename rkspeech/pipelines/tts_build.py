@@ -29,7 +29,7 @@ from pathlib import Path
 from rkspeech.contracts.read import read_contract
 from rkspeech.core.atomic import check_writable, folder_lock, write_json
 from rkspeech.core.errors import RkspeechError
-from rkspeech.core.placement import PLACEMENTS, cpu_variant
+from rkspeech.core.placement import PLACEMENTS
 from rkspeech.core.targets import DEFAULT_TARGET, TARGETS
 from rkspeech.pipelines.code_predictor_forms import DEFAULT_FORM
 from rkspeech.pipelines.vocoder_build import BUILD_REPORT, PLAN_FILE
