@@ -130,7 +130,9 @@ def _cpu_record(q: dict, where: str, placement: str, roles) -> dict:
         if not isinstance(v, types) or isinstance(v, bool):
             raise bad(f"{key} is {v!r}")
     want = CPU_VARIANTS.get(placement)
-    if q["variant"] != want or want == "fp32":
+    if want == "fp32":
+        raise bad("a cpu-fp32 stage runs its exported graphs as they are and carries no record")
+    if q["variant"] != want:
         raise bad(f"variant {q['variant']!r} for placement {placement!r}")
     if q["bits"] != {"int8": 8, "int4": 4}[want]:
         raise bad(f"bits {q['bits']!r} for variant {want}")
