@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from rkspeech.cli.vocabulary import ADVANCED, INPUT, NPU, OUTPUT, SIM_CHECK, Flags
+from rkspeech.core.placement import PLACEMENTS
 from rkspeech.core.targets import DEFAULT_TARGET, TARGETS
 from rkspeech.pipelines.code_predictor_forms import DEFAULT_FORM, FORMS
 from rkspeech.contracts.formulations import CHOICES, DEFAULT_FORMULATION
@@ -50,6 +51,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
           help="talker as ONNX only (onnxruntime on the host; RKLLM is the board route)")
     f.add(ADVANCED, "--skip-code-predictor", action="store_true", help="no code predictor graph (torch)")
     f.add(ADVANCED, "--force", action="store_true", help="re-run every stage")
+    f.add("placement", "--talker", choices=PLACEMENTS, default=None,
+          help="where the talker runs: npu (default; .rknn), or cpu-fp32 / cpu-int8 / cpu-int4 (its ONNX "
+               "graphs on onnxruntime, weights fp32, int8 dynamic or 4-bit MatMulNBits); "
+               "--skip-talker-rknn = cpu-fp32")
+    f.add("placement", "--code-predictor", choices=PLACEMENTS, default=None,
+          help="where the code predictor runs: npu (default) or cpu-fp32 / cpu-int8 / cpu-int4")
+    f.add("placement", "--vocoder", choices=PLACEMENTS, default="npu",
+          help="where the vocoder runs: npu (only npu for now)")
+    f.add("placement", "--cpu-threads", type=int, default=None, metavar="N",
+          help="onnxruntime threads recorded in the plan for the CPU stages (default: the runtime's)")
+    f.add("placement", "--cpu-check-frames", type=int, default=8, metavar="N",
+          help="frames per text of the CPU stages' teacher-forced agreement with fp32 (0: none)")
 
 
 def options_from(args: argparse.Namespace):
@@ -64,15 +77,44 @@ def options_from(args: argparse.Namespace):
         code_predictor_calibration_frames=args.code_predictor_calibration_frames,
         talker_capacity=args.talker_capacity, talker_prefill=args.talker_prefill, skip_talker=args.skip_talker,
         skip_talker_rknn=args.skip_talker_rknn, skip_verify=args.skip_verify, timeout=args.timeout,
-        fail_on_cpu=args.fail_on_cpu, force=args.force)
+        fail_on_cpu=args.fail_on_cpu, force=args.force, talker=args.talker, code_predictor=args.code_predictor,
+        vocoder=args.vocoder, cpu_threads=args.cpu_threads, cpu_check_frames=args.cpu_check_frames)
 
 
 def _ops(row: dict) -> str:
     pl = row.get("placement")
     if not pl:
-        return "not converted (host)"
+        cpu = row.get("cpu")
+        return f"{cpu['placement']} (onnxruntime, not converted)" if cpu else "not converted (host)"
     types = ", ".join(f"{k} x{v}" for k, v in sorted((pl.get("cpu_op_types") or {}).items(), key=lambda kv: -kv[1])[:4])
     return f"{pl.get('npu_ops')} / {pl.get('cpu_ops')}" + (f"  ({types})" if types else "")
+
+
+def _cpu_rows(name: str, cpu: dict | None) -> list[tuple]:
+    """A CPU stage: its weights (record, sizes) and its agreement with the fp32 graph."""
+    if not cpu:
+        return []
+    q = cpu.get("quantization")
+    files = cpu.get("files") or {}
+    before = sum(f["fp32_bytes"] for f in files.values())
+    after = sum(f["variant_bytes"] for f in files.values())
+    if q:
+        how = f"{q['variant']} ({q['quantizer'].rsplit('.', 1)[-1]}, onnxruntime {q['onnxruntime']}"
+        how += (f", block {q['block_size']}, accuracy level {q.get('accuracy_level')})" if q["bits"] == 4
+                else f", per channel {q.get('per_channel')})")
+    else:
+        how = "fp32 (the exported graphs as they are)"
+    rows = [(f"{name}: CPU weights", f"{how}; {after / 1e6:.2f} MB ({after / before:.2f} x fp32 {before / 1e6:.2f} MB)"
+             if before else how)]
+    c = cpu.get("check")
+    if c:
+        snr = f"{c['logit_snr_db']:.1f} dB" if c.get("logit_snr_db") is not None else "identical"
+        div = c.get("first_diverging_frame")
+        stop = "" if "same_stop" not in c else f", same stop {'yes' if c['same_stop'] else 'NO'}"
+        rows.append((f"{name} vs fp32 (teacher forced)",
+                     f"agreement {100 * c['agreement']:.1f} % of {c['decisions']} decisions, first diverging "
+                     f"frame {'-' if div is None else div}, logit SNR {snr}{stop}"))
+    return rows
 
 
 def summary_rows(summary: dict) -> list[tuple]:
@@ -85,6 +127,7 @@ def summary_rows(summary: dict) -> list[tuple]:
                                            f"REGTASK lines {b.get('regtask_overflow_lines')}"))
         if row.get("rknn") and row["rknn"].get("bytes"):
             rows.append((f"{name}: .rknn", f"{row['rknn']['bytes'] / 1e6:.1f} MB"))
+        rows += _cpu_rows(name, row.get("cpu"))
     cp_row = summary["graphs"].get("code_predictor") or {}
     sim = cp_row.get("sim")
     if sim:

@@ -118,7 +118,7 @@ def torch_frame_logits(tts, captured) -> np.ndarray:
 def build_code_predictor(stages, files, out: Path, *, target: str, verify_frames: int = 20,
                          skip_verify: bool = False, timeout: float | None = None, model=None,
                          dtype: str = "fp16", calibration_frames: int = 240, hybrid=None,
-                         form: str = DEFAULT_FORM) -> dict:
+                         form: str = DEFAULT_FORM, convert: bool = True) -> dict:
     """Run (or resume) the code predictor's stages in ``out / "code_predictor"``; the report.
 
     ``stages``: a ``pipelines.resumable.StageRunner`` (its state file may be shared with the other
@@ -126,8 +126,11 @@ def build_code_predictor(stages, files, out: Path, *, target: str, verify_frames
     model root's ``ModelFiles``; ``model``: a ``LazyTTSModel`` shared with the build's other
     stages (default: one of its own); ``dtype``: ``DTYPES`` (``int16-hybrid``: calibrated on
     ``calibration_frames`` frames, ``hybrid`` a ``convert.hybrid_int16.HybridInt16Options``); ``form``:
-    ``code_predictor_forms.FORMS``."""
+    ``code_predictor_forms.FORMS``; ``convert=False``: export (and its onnxruntime check) only, for a
+    CPU placement (no lint, .rknn or simulator; ``placement``, ``build``, ``sim`` are None)."""
     shape = get_form(form)
+    if not convert and dtype != "fp16":
+        raise RkspeechError(f"a code predictor that is not converted has no {dtype} build; use dtype fp16")
     if dtype not in DTYPES:
         raise RkspeechError(f"unknown code predictor dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
     if calibration_frames < 1:
@@ -186,6 +189,14 @@ def build_code_predictor(stages, files, out: Path, *, target: str, verify_frames
         calib = stages.run("code_predictor_calibrate", {"frames": calibration_frames, "form": form},
                            ckpt + [onnx_path], lambda: [dataset], do_calib)
 
+    if not convert:
+        return {"target": None, "form": form, "role": shape.role, "dtype": dtype,
+                **({"embed": EMBED} if form == "frame" else {}),
+                "artifacts": {"onnx": str(onnx_path), "rknn": None},
+                "contract": shape.read_contract(onnx_path).to_json(),
+                "placement": None, "build": None, "rknn": {"bytes": None, "onnx_bytes": export["bytes"]},
+                "lint": None, "sim": None,
+                "stages": {k: v for k, v in stages.timings.items() if k.startswith("code_predictor_")}}
     graph = Graph(shape.role, onnx_path, rknn_path, shape.read_contract(onnx_path).to_json(), dtype=dtype,
                   dataset=dataset if i16 else None, hybrid=hybrid if i16 else None)
     seq = run_sequence(stages, [graph], target=target, timeout=timeout, prefix="code_predictor_")

@@ -7,6 +7,15 @@ inspected and (unless skipped) verified on the simulator; then ``OUT/plan.json``
 artifact with its contract (``plan.sections``) and ``OUT/build-report.json`` with, per graph
 (``talker``, ``code_predictor``, ``vocoder``), the placement, the build log's figures and the
 .rknn size.  ``rkspeech speak --plan OUT/plan.json`` runs whichever stages the plan places.
+
+Placement per stage (``talker``, ``code_predictor``; ``core.placement.PLACEMENTS``): ``npu`` (the
+default: converted as above) or ``cpu-fp32`` / ``cpu-int8`` / ``cpu-int4``: exported and checked
+as above, never converted; the int8 / int4 variants written by a resumable stage
+(``pipelines.cpu_stages``), the plan's section ``impl`` ``onnx`` pointing at them with their
+record under ``quantization``; the report's ``graphs.<stage>.cpu`` holds the record, the file
+sizes and the teacher-forced agreement with the fp32 graph (``cpu_check_frames`` frames per text;
+report only).  ``skip_talker_rknn`` is ``talker="cpu-fp32"``.  The vocoder runs on the NPU
+(``vocoder="npu"``, the only value for now; ``speak --backend ort`` runs its exact host graphs).
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ from pathlib import Path
 from rkspeech.contracts.read import read_contract
 from rkspeech.core.atomic import check_writable, folder_lock, write_json
 from rkspeech.core.errors import RkspeechError
+from rkspeech.core.placement import PLACEMENTS
 from rkspeech.core.targets import DEFAULT_TARGET, TARGETS
 from rkspeech.pipelines.code_predictor_forms import DEFAULT_FORM
 from rkspeech.pipelines.vocoder_build import BUILD_REPORT, PLAN_FILE
@@ -52,7 +62,13 @@ class TTSBuildOptions:
     talker_capacity: int = 512  # KV positions: prompt + frames of one utterance
     talker_prefill: int = 32  # positions per prefill call
     skip_talker: bool = False  # no talker graph (torch on the host)
-    skip_talker_rknn: bool = False  # talker graphs as ONNX only (onnxruntime on the host)
+    skip_talker_rknn: bool = False  # talker graphs as ONNX only (onnxruntime on the host): talker="cpu-fp32"
+    # placement per stage (core.placement.PLACEMENTS); None: npu (talker: cpu-fp32 with skip_talker_rknn)
+    talker: str | None = None
+    code_predictor: str | None = None
+    vocoder: str = "npu"  # only npu for now
+    cpu_threads: int | None = None  # onnxruntime threads recorded for the CPU stages (None: the runtime's default)
+    cpu_check_frames: int = 8  # frames per text of the CPU stages' agreement check (0: none)
     # all
     skip_verify: bool = False
     timeout: float | None = None
@@ -79,6 +95,35 @@ def _validate(o: TTSBuildOptions) -> None:
             raise RkspeechError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(o, name)}")
     if o.talker_prefill > o.talker_capacity:
         raise RkspeechError(f"--talker-prefill {o.talker_prefill} exceeds --talker-capacity {o.talker_capacity}")
+    for flag, value in (("--talker", o.talker), ("--code-predictor", o.code_predictor), ("--vocoder", o.vocoder)):
+        if value is not None and value not in PLACEMENTS:
+            raise RkspeechError(f"unknown {flag} {value!r}; choose one of {', '.join(PLACEMENTS)}")
+    if o.vocoder != "npu":
+        raise RkspeechError(f"--vocoder {o.vocoder}: not available yet, the vocoder is built for the NPU "
+                            "(speak --backend ort runs its exact host graphs on the CPU)")
+    if o.skip_talker_rknn and o.talker == "npu":
+        raise RkspeechError("--skip-talker-rknn places the talker on the CPU (cpu-fp32); drop it or --talker npu")
+    if o.skip_talker and o.talker not in (None, "npu"):
+        raise RkspeechError(f"--skip-talker keeps the talker in torch; drop it or --talker {o.talker}")
+    if o.skip_code_predictor and o.code_predictor not in (None, "npu"):
+        raise RkspeechError(f"--skip-code-predictor keeps the code predictor in torch; drop it or "
+                            f"--code-predictor {o.code_predictor}")
+    if o.code_predictor not in (None, "npu") and o.code_predictor_dtype != "fp16":
+        raise RkspeechError(f"--code-predictor-dtype {o.code_predictor_dtype} is an NPU conversion; "
+                            f"--code-predictor {o.code_predictor} runs the exported graph on the CPU")
+    if o.cpu_threads is not None and o.cpu_threads < 1:
+        raise RkspeechError(f"--cpu-threads must be >= 1, got {o.cpu_threads}")
+    if o.cpu_check_frames < 0:
+        raise RkspeechError(f"--cpu-check-frames must be >= 0, got {o.cpu_check_frames}")
+
+
+def talker_placement(o: TTSBuildOptions) -> str:
+    """The talker's placement: ``talker``, else ``cpu-fp32`` with ``skip_talker_rknn``, else npu."""
+    return o.talker or ("cpu-fp32" if o.skip_talker_rknn else "npu")
+
+
+def code_predictor_placement(o: TTSBuildOptions) -> str:
+    return o.code_predictor or "npu"
 
 
 def build_tts(options: TTSBuildOptions) -> dict:
@@ -145,6 +190,7 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
     from rkspeech.plan.plan import load_plan, write_plan
     from rkspeech.convert.hybrid_int16 import HybridInt16Options
     from rkspeech.plan.sections import stage_section
+    from rkspeech.pipelines.cpu_stages import check_cpu_stages, cpu_row, quantize_stage
 
     started = time.perf_counter()
     if o.vocoder_plan is not None:
@@ -165,6 +211,8 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
     sections: dict[str, dict] = {}
     graphs: dict[str, dict] = {}
     cp = talker = None
+    cp_place, talker_place = code_predictor_placement(o), talker_placement(o)
+    cpu_checks: dict[str, dict] = {}  # stage -> what check_cpu_stages compares
     if not o.skip_code_predictor:
         from rkspeech.pipelines.code_predictor_build import build_code_predictor
 
@@ -172,33 +220,67 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
                                   skip_verify=o.skip_verify, timeout=o.timeout, model=model,
                                   dtype=o.code_predictor_dtype,
                                   calibration_frames=o.code_predictor_calibration_frames,
-                                  form=o.code_predictor_form)
+                                  form=o.code_predictor_form, convert=cp_place == "npu")
         a = cp["artifacts"]
-        quant = None
-        if cp.get("dtype", "fp16") != "fp16":
-            quant = {"dtype": cp["dtype"], "dataset": cp["calibration"]["dataset"],
-                     "hybrid": HybridInt16Options.from_dict(cp.get("hybrid")).to_dict()}
-        sections["code_predictor"] = stage_section(
-            impl="rknn", target=o.target, artifacts={cp["role"]: {"onnx": a["onnx"], "rknn": a["rknn"]}},
-            contract=read_contract(a["onnx"]).to_dict(), base=out, quantization=quant)
-        graphs["code_predictor"] = {**_graph_row(cp.get("convert") or cp, (cp.get("rknn") or {}).get("bytes")),
-                                    "form": cp.get("form"), "dtype": cp.get("dtype"), "sim": cp.get("sim")}
+        cpu_checks["code_predictor"] = {"placement": cp_place, "role": cp["role"], "fp32": Path(a["onnx"])}
+        if cp_place != "npu":
+            src = {cp["role"]: Path(a["onnx"])}
+            q = quantize_stage(stages, "code_predictor", cp_place, src, out / "code_predictor" / "cpu")
+            sections["code_predictor"] = stage_section(
+                impl="onnx", target=None, artifacts={r: {"onnx": p} for r, p in q["artifacts"].items()},
+                contract=read_contract(a["onnx"]).to_dict(), base=out, quantization=q["record"],
+                placement=cp_place, threads=o.cpu_threads)
+            graphs["code_predictor"] = {**_graph_row(None, None), "form": cp.get("form"), "dtype": "fp32",
+                                        "sim": None, "cpu": cpu_row(q, src)}
+            if q["record"]:
+                cpu_checks["code_predictor"]["variant"] = q["artifacts"][cp["role"]]
+        else:
+            quant = None
+            if cp.get("dtype", "fp16") != "fp16":
+                quant = {"dtype": cp["dtype"], "dataset": cp["calibration"]["dataset"],
+                         "hybrid": HybridInt16Options.from_dict(cp.get("hybrid")).to_dict()}
+            sections["code_predictor"] = stage_section(
+                impl="rknn", target=o.target, artifacts={cp["role"]: {"onnx": a["onnx"], "rknn": a["rknn"]}},
+                contract=read_contract(a["onnx"]).to_dict(), base=out, quantization=quant)
+            graphs["code_predictor"] = {**_graph_row(cp.get("convert") or cp, (cp.get("rknn") or {}).get("bytes")),
+                                        "form": cp.get("form"), "dtype": cp.get("dtype"), "sim": cp.get("sim")}
     if not o.skip_talker:
         from rkspeech.pipelines.talker_build import build_talker
 
         talker = build_talker(stages, files, out, target=o.target, capacity=o.talker_capacity,
-                              prefill_B=o.talker_prefill, skip_rknn=o.skip_talker_rknn,
+                              prefill_B=o.talker_prefill, skip_rknn=talker_place != "npu",
                               skip_verify=o.skip_verify, timeout=o.timeout, model=model)
         a = talker["artifacts"]
-        has_rknn = all(a[r].get("rknn") for r in ("prefill", "decode"))
-        sections["talker"] = stage_section(
-            impl="rknn" if has_rknn else "onnx", target=o.target if has_rknn else None,
-            artifacts={r: {"onnx": a[r]["onnx"], "rknn": a[r].get("rknn")} for r in ("prefill", "decode")},
-            contract=read_contract(a["decode"]["onnx"]).to_dict(), base=out)
+        src = {r: Path(a[r]["onnx"]) for r in ("prefill", "decode")}
+        cpu_checks["talker"] = {"placement": talker_place, "fp32": src}
+        q = (quantize_stage(stages, "talker", talker_place, src, out / "talker" / "cpu")
+             if talker_place != "npu" else None)
+        if q is not None:
+            sections["talker"] = stage_section(
+                impl="onnx", target=None, artifacts={r: {"onnx": p} for r, p in q["artifacts"].items()},
+                contract=read_contract(a["decode"]["onnx"]).to_dict(), base=out, quantization=q["record"],
+                placement=talker_place, threads=o.cpu_threads)
+            if q["record"]:
+                cpu_checks["talker"]["variant"] = q["artifacts"]
+        else:
+            sections["talker"] = stage_section(
+                impl="rknn", target=o.target,
+                artifacts={r: {"onnx": a[r]["onnx"], "rknn": a[r].get("rknn")} for r in ("prefill", "decode")},
+                contract=read_contract(a["decode"]["onnx"]).to_dict(), base=out)
         graphs["talker"] = {**_graph_row(talker if talker.get("placement") else None, None),
                             "per_graph": {r: _graph_row(talker["graphs"][r] if "placement" in talker["graphs"][r]
                                                         else None, None) for r in ("prefill", "decode")},
-                            "verify": talker.get("verify")}
+                            "verify": talker.get("verify"),
+                            **({"cpu": cpu_row(q, src)} if q is not None else {})}
+    check = None
+    if o.cpu_check_frames and not o.skip_verify and any("variant" in c for c in cpu_checks.values()):
+        check = check_cpu_stages(stages, model, talker=cpu_checks.get("talker"),
+                                 code_predictor=cpu_checks.get("code_predictor"),
+                                 ckpt=[Path(files.config), Path(files.weights)], frames=o.cpu_check_frames,
+                                 threads=o.cpu_threads)
+        for name in ("talker", "code_predictor"):
+            if check.get(name):
+                graphs[name]["cpu"]["check"] = check[name]
     graphs["vocoder"] = _vocoder_row(vocoder, vplan)
     # the vocoder's sections as its plan has them (NPU graphs, exact host graphs, which backend runs
     # which); vplan.contracts are those of the graphs ort runs, so each set's are read from its ONNX
@@ -215,7 +297,9 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
     summary = {
         "model": "qwen3-tts", "target": o.target, "plan": str(plan_path),
         "graphs": graphs,
-        "vocoder": vocoder, "code_predictor": cp, "talker": talker,
+        "vocoder": vocoder, "code_predictor": cp, "talker": talker, "cpu_check": check,
+        "placements": {"talker": None if o.skip_talker else talker_place,
+                       "code_predictor": None if o.skip_code_predictor else cp_place, "vocoder": o.vocoder},
         "stages": stages.timings,
         "seconds": round(time.perf_counter() - started, 1),
         "options": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(o).items()},

@@ -18,7 +18,22 @@ A code predictor built as an int16 + fp16 hybrid also holds ``"quantization": {"
 simulator needs to build it as the .rknn was built (a board loads the .rknn as it is).
 
 ``impl`` says where the stage is meant to run: ``rknn`` (the NPU: the simulator here, rknnlite on
-a board) or ``onnx`` (onnxruntime on the host, e.g. a talker built with ``--skip-talker-rknn``).
+a board) or ``onnx`` (onnxruntime on the host's CPU).  ``placement`` (``core.placement``:
+``npu``, ``cpu-fp32``, ``cpu-int8``, ``cpu-int4``) says which weights: a plan without it is
+``npu`` for ``rknn`` and ``cpu-fp32`` for ``onnx`` (plans before 2026-12-01; ``--skip-talker-rknn``).
+A ``cpu-int8`` / ``cpu-int4`` stage's ``onnx`` artifacts are the quantized variants
+(``convert.cpu_quant``) and its ``quantization`` is their record, no dataset::
+
+    "talker": {"impl": "onnx", "placement": "cpu-int4", "threads": 2,
+               "artifacts": {"prefill": {"onnx": "talker/cpu/..int4.onnx"}, "decode": {...}},
+               "quantization": {"variant": "int4", "quantizer": "onnxruntime...MatMul4BitsQuantizer",
+                                "bits": 4, "block_size": 32, "symmetric": false, "accuracy_level": 4,
+                                "onnxruntime": "1.19.2",
+                                "graphs": {"decode": {"source": "talker/onnx/...onnx", "bytes_before": ..,
+                                                      "bytes_after": .., "quantized_ops": {..}}, ...}}}
+
+``threads`` (optional, CPU stages): onnxruntime intra-op threads for that stage's graphs; a
+caller's explicit thread count wins (``runtime.tts.open_stages.open_stage_backends``).
 A stage absent from the plan runs in torch on the host.  Paths are relative to the plan's folder.
 Validation: the files the chosen backend needs exist, and each ONNX artifact's contract has the
 section's format (the stage loaders check the rest against the model).  Standard library only.
@@ -31,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rkspeech.core.errors import RkspeechError
+from rkspeech.core.placement import CPU_VARIANTS, PLACEMENTS
 
 #: stage name -> the artifact role sets its section may hold (exactly one of them)
 STAGE_ROLES = {"talker": (("prefill", "decode"),), "code_predictor": (("step",), ("frame",))}
@@ -46,14 +62,19 @@ class StagePlan:
     target: str | None
     artifacts: dict[str, dict[str, Path]]  # role -> {"onnx": path, "rknn": path}
     contract: dict = field(default_factory=dict)
-    #: ``{"dtype", "dataset" (Path), "hybrid"}`` for a quantized build, else empty
+    #: ``{"dtype", "dataset" (Path), "hybrid"}`` for a quantized NPU build; a CPU variant's record
+    #: (``{"variant", "quantizer", "bits", ...}``, see the module docstring); else empty
     quantization: dict = field(default_factory=dict)
+    #: ``core.placement.PLACEMENTS``: where and with which weights the stage runs
+    placement: str = "npu"
+    #: onnxruntime intra-op threads of a CPU stage (None: the caller's, else ``core.threads``)
+    threads: int | None = None
 
     def simulator_build(self) -> dict:
         """The ``GraphCodePredictor`` / ``open_runner`` build keywords (``dtype``, ``dataset``,
         ``hybrid``) that make the simulator build this stage as its .rknn was built."""
         q = self.quantization
-        if not q:
+        if not q or "dtype" not in q:  # none, or a CPU variant's record (onnxruntime runs it)
             return {}
         return {"dtype": q["dtype"], "dataset": str(q["dataset"]), "hybrid": q.get("hybrid")}
 
@@ -70,24 +91,76 @@ class StagePlan:
 
 
 def stage_section(*, impl: str, target: str | None, artifacts: dict[str, dict[str, Path | None]],
-                  contract: dict, base: Path, quantization: dict | None = None) -> dict:
+                  contract: dict, base: Path, quantization: dict | None = None, placement: str | None = None,
+                  threads: int | None = None) -> dict:
     """A stage's JSON section, paths made relative to ``base`` (the plan's folder);
-    ``quantization``: ``{"dtype", "dataset", "hybrid"}`` of a quantized build (None: fp16)."""
+    ``quantization``: ``{"dtype", "dataset", "hybrid"}`` of a quantized NPU build, or a CPU
+    variant's record (``{"variant", ..., "graphs": {role: {"source": path, ...}}}``; None: fp16 /
+    fp32); ``placement``: ``core.placement.PLACEMENTS`` (None: from ``impl``); ``threads``: a CPU
+    stage's onnxruntime threads (None: not recorded)."""
     def rel(x) -> str:
         return os.path.relpath(Path(x).resolve(), base.resolve())
 
-    sec = {"impl": impl, "target": target, "contract": contract,
+    sec = {"impl": impl, "target": target, "placement": placement or ("npu" if impl == "rknn" else "cpu-fp32"),
+           "contract": contract,
            "artifacts": {role: {kind: rel(p) for kind, p in files.items() if p is not None}
                          for role, files in artifacts.items()}}
-    if quantization:
+    if threads is not None:
+        sec["threads"] = int(threads)
+    if quantization and "variant" in quantization:
+        graphs = {role: {**g, **({"source": rel(g["source"])} if g.get("source") else {})}
+                  for role, g in (quantization.get("graphs") or {}).items()}
+        sec["quantization"] = {**quantization, "graphs": graphs}
+    elif quantization:
         sec["quantization"] = {**quantization, "dataset": rel(quantization["dataset"])}
     return sec
 
 
-def _quantization(sec: dict, base: Path, where: str, need_files: bool) -> dict:
+#: what a CPU variant's record must hold: key -> accepted types
+_CPU_RECORD = {"variant": (str,), "quantizer": (str,), "bits": (int,), "onnxruntime": (str,)}
+
+
+def _cpu_record(q: dict, where: str, placement: str, roles) -> dict:
+    """A CPU variant's ``quantization`` record, checked (one line naming the first fault)."""
+    def bad(why: str):
+        return RkspeechError(f"{where}.quantization is not a valid CPU weight record ({why}); rebuild the plan")
+
+    for key, types in _CPU_RECORD.items():
+        v = q.get(key)
+        if not isinstance(v, types) or isinstance(v, bool):
+            raise bad(f"{key} is {v!r}")
+    want = CPU_VARIANTS.get(placement)
+    if want == "fp32":
+        raise bad("a cpu-fp32 stage runs its exported graphs as they are and carries no record")
+    if q["variant"] != want:
+        raise bad(f"variant {q['variant']!r} for placement {placement!r}")
+    if q["bits"] != {"int8": 8, "int4": 4}[want]:
+        raise bad(f"bits {q['bits']!r} for variant {want}")
+    bs = q.get("block_size")
+    if want == "int4" and (not isinstance(bs, int) or isinstance(bs, bool) or bs < 16 or bs & (bs - 1)):
+        raise bad(f"block_size {bs!r}: int4 needs a power of two >= 16")
+    graphs = q.get("graphs")
+    if not isinstance(graphs, dict) or set(graphs) != set(roles) or not all(isinstance(g, dict) for g in graphs.values()):
+        raise bad(f"graphs must hold one entry per role {sorted(roles)}, got "
+                  f"{sorted(graphs) if isinstance(graphs, dict) else graphs!r}")
+    return q
+
+
+def _quantization(sec: dict, base: Path, where: str, need_files: bool, placement: str = "npu",
+                  roles=()) -> dict:
     q = sec.get("quantization")
     if q is None:
+        if CPU_VARIANTS.get(placement) in ("int8", "int4"):
+            raise RkspeechError(f"{where} is placed {placement} but has no quantization record; rebuild the plan")
         return {}
+    if placement != "npu":
+        if not isinstance(q, dict):
+            raise RkspeechError(f"{where}.quantization is not a valid CPU weight record (not an object); "
+                                "rebuild the plan")
+        return _cpu_record(q, where, placement, roles)
+    if isinstance(q, dict) and "variant" in q:
+        raise RkspeechError(f"{where}.quantization is a CPU weight record ({q.get('variant')!r}) but the stage "
+                            "is placed npu; rebuild the plan")
     if not isinstance(q, dict) or q.get("dtype") not in STAGE_DTYPES or not isinstance(q.get("dataset"), str):
         raise RkspeechError(f"{where}.quantization must hold dtype (one of {STAGE_DTYPES}) and its dataset")
     dataset = base / q["dataset"] if not os.path.isabs(q["dataset"]) else Path(q["dataset"])
@@ -129,8 +202,16 @@ def load_stages(raw: dict, plan_path: Path, backend: str | None) -> dict[str, St
                 raise RkspeechError(f"{where} is placed on the NPU but {role} has no rknn file")
             artifacts[role] = {k: (base / v if not os.path.isabs(v) else Path(v))
                                for k, v in files.items() if k in ("onnx", "rknn") and isinstance(v, str)}
-        quant = _quantization(sec, base, where, need_files=backend == "sim")
-        stage = StagePlan(name, impl, sec.get("target"), artifacts, contract, quant)
+        placement = sec.get("placement", "npu" if impl == "rknn" else "cpu-fp32")
+        if placement not in PLACEMENTS:
+            raise RkspeechError(f"{where}.placement is {placement!r}, expected one of {', '.join(PLACEMENTS)}")
+        if (placement == "npu") != (impl == "rknn"):
+            raise RkspeechError(f"{where} is placed {placement} but its impl is {impl!r}; rebuild the plan")
+        threads = sec.get("threads")
+        if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
+            raise RkspeechError(f"{where}.threads must be a whole number >= 1, got {threads!r}")
+        quant = _quantization(sec, base, where, need_files=backend == "sim", placement=placement, roles=roles)
+        stage = StagePlan(name, impl, sec.get("target"), artifacts, contract, quant, placement, threads)
         for role, path in stage.paths(backend or "ort").items():
             if not path.is_file():
                 raise RkspeechError(f"{where}: {role} artifact {path} is missing")

@@ -4,9 +4,16 @@ A stage in the plan runs as its graph on the backend ``StagePlan.backend_for`` p
 backend for NPU stages: the simulator here, rknnlite on a board; onnxruntime for host-ONNX
 stages); a stage the plan does not hold stays in torch.  ``host_stages`` keeps both in torch
 whatever the plan says (to compare, or when the graphs' limits do not suit a request).
+
+A CPU stage (``placement`` ``cpu-fp32`` / ``cpu-int8`` / ``cpu-int4``: impl ``onnx``, its plan
+artifacts the variant's ONNX) runs on onnxruntime with the caller's ``threads`` when given, else
+the plan's ``threads`` for that stage, else ``core.threads.default_threads()``.  Each opened
+backend's ``name`` and progress line say the placement and the file.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from rkspeech.core import progress
 from rkspeech.core.errors import RkspeechError
@@ -17,7 +24,7 @@ TALKER_ROLES = STAGE_ROLES["talker"][0]  # ("prefill", "decode")
 
 def open_talker(artifacts: dict, backend: str = "ort", *, model=None, **runner_kw):
     """A ``GraphTalker`` over a plan's talker graphs (``{role: {"onnx": .., "rknn": ..}}``): ONNX
-    for ``ort`` / ``sim``, .rknn for ``rknnlite``."""
+    for ``ort`` / ``sim``, .rknn for ``rknnlite``; named ``talker graph (BACKEND: DECODE FILE)``."""
     from rkspeech.runtime.tts.talker_backend import open_graph_talker
 
     kind = "rknn" if backend == "rknnlite" else "onnx"
@@ -26,7 +33,9 @@ def open_talker(artifacts: dict, backend: str = "ort", *, model=None, **runner_k
         raise RkspeechError(f"the plan has no talker decode graph as {kind} (backend {backend}); "
                             "rebuild without --skip-talker-rknn" if kind == "rknn" else
                             "the plan has no talker decode graph; rebuild it")
-    return open_graph_talker(paths["decode"], paths["prefill"], backend=backend, model=model, **runner_kw)
+    talker = open_graph_talker(paths["decode"], paths["prefill"], backend=backend, model=model, **runner_kw)
+    talker.name = f"talker graph ({backend}: {Path(paths['decode']).name})"
+    return talker
 
 
 def open_code_predictor(form: str, path, backend: str, *, model=None, **kw):
@@ -49,24 +58,37 @@ def open_stage_backends(plan, backend: str, *, model=None, threads: int | None =
     if host_stages:
         return {}
     out = {}
+
+    def stage_threads(stage):
+        return threads if threads is not None else getattr(stage, "threads", None)
+
+    def where(stage, be, n) -> str:
+        from rkspeech.core.threads import default_threads
+
+        placement = getattr(stage, "placement", None) or stage.impl
+        return f"{placement} on {be}" + (f", {n or default_threads()} threads" if be == "ort" else "")
+
     cp = plan.stages.get("code_predictor")
     if cp is not None:
         be = cp.backend_for(backend)
         build = cp.simulator_build() if be == "sim" else {}  # a board loads the .rknn as built
         (role, path), = cp.paths(backend).items()  # "step" or "frame"
-        out["code_predictor"] = open_code_predictor(role, path, be, model=model, threads=threads, target=target,
-                                                    **build)
-        progress.info(f"code predictor: {cp.impl} {role} graph on {be}" + (f" ({build['dtype']})" if build else ""))
+        n = stage_threads(cp)
+        out["code_predictor"] = open_code_predictor(role, path, be, model=model, threads=n, target=target, **build)
+        progress.info(f"code predictor: {role} graph {path.name}, {where(cp, be, n)}"
+                      + (f" ({build['dtype']})" if build else ""))
     talker = plan.stages.get("talker")
     if talker is not None:
         be = talker.backend_for(backend)
+        n = stage_threads(talker)
         try:
             stack = model.net.talker.model if model is not None else None  # the talker's DecoderStack
-            out["talker"] = open_talker(talker.artifacts, be, model=stack, threads=threads, target=target)
+            out["talker"] = open_talker(talker.artifacts, be, model=stack, threads=n, target=target)
         except BaseException:
             for b in out.values():
                 b.close()
             raise
-        progress.info(f"talker: {talker.impl} graph on {be}")
+        decode = talker.paths(backend)["decode"]
+        progress.info(f"talker: graph {decode.name}, {where(talker, be, n)}")
     return out
 

@@ -1,0 +1,228 @@
+"""``rkspeech build qwen3-tts --talker cpu-int4 --code-predictor cpu-int8``: CPU-placed stages in the
+build, the plan and the runtime (issue 26, deliver 1), on the reduced custom-voice root.
+
+The vocoder is not what is under test here: the build reuses a vocoder plan (``--vocoder-plan``)
+whose NPU files are placeholders (the session's exported reduced step graphs as its ONNX, 24
+bytes standing for each .rknn), so no conversion runs and ``speak --backend ort`` (the vocoder's
+ONNX on onnxruntime, which never reads a .rknn) speaks through the plan's CPU stages.
+
+* the plan's talker and code predictor sections are impl ``onnx``, placed ``cpu-int4`` /
+  ``cpu-int8``, their ONNX the variants (``MatMulNBits`` / ``MatMulInteger`` inside) with the
+  quantization record; no .rknn is made for them; the report has the teacher-forced agreement,
+  logit SNR, first diverging frame and stop-frame match per stage, the record and file sizes;
+* ``speak`` opens those variants on onnxruntime with the plan's threads and writes frames x 1920
+  samples;
+* a malformed quantization record, a placement that contradicts its impl, and contradictory
+  build options are refused in one line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+pytest.importorskip("onnxruntime")
+pytest.importorskip("torch")
+
+CAPACITY, PREFILL = 96, 16
+
+
+@pytest.fixture(scope="module")
+def vocoder_plan(tmp_path_factory, reduced_model):
+    """A qwen3-tts-vocoder plan for rk3588 whose .rknn files are placeholders (see the module
+    docstring); its ONNX are the session's reduced step graphs (B=16, first B=4)."""
+    from rkspeech.contracts.read import read_contract
+    from rkspeech.plan.plan import write_plan
+    from streaming_fixtures import step_graphs
+
+    graphs = step_graphs(tmp_path_factory, reduced_model)
+    folder = tmp_path_factory.mktemp("voc_plan")
+    rknn = {}
+    for role in graphs:
+        rknn[role] = folder / f"{role}.rknn"
+        rknn[role].write_bytes(b"placeholder, never loaded")
+    return write_plan(folder / "plan.json", impl="rknn", target="rk3588",
+                      contracts={r: read_contract(p) for r, p in graphs.items()}, rknn=rknn, onnx=graphs)
+
+
+def _build_argv(tts_custom_ckpt, vocoder_plan, home):
+    return ["build", "qwen3-tts", "--model-dir", os.path.relpath(tts_custom_ckpt, home), "--out", "out",
+            "--vocoder-plan", os.path.relpath(vocoder_plan, home), "--talker", "cpu-int4", "--code-predictor",
+            "cpu-int8", "--cpu-threads", "1", "--cpu-check-frames", "4", "--talker-capacity", str(CAPACITY),
+            "--talker-prefill", str(PREFILL)]
+
+
+@pytest.fixture(scope="module")
+def built(tts_custom_ckpt, vocoder_plan, tmp_path_factory):
+    """The build as a user runs it: from a folder of their own, relative paths in and out."""
+    from rkfixtures import run_relative
+
+    home = tmp_path_factory.mktemp("tts_cpu_build")
+    rc, _, new = run_relative(home, _build_argv(tts_custom_ckpt, vocoder_plan, home))
+    assert rc == 0
+    assert all(p.startswith("out/") for p in new), sorted(new)
+    return home / "out"
+
+
+def _op_types(path) -> set[str]:
+    import onnx
+
+    return {n.op_type for n in onnx.load(str(path), load_external_data=False).graph.node}
+
+
+def test_plan_places_the_stages_on_the_cpu(built):
+    from rkspeech.plan.plan import load_plan
+
+    raw = json.loads((built / "plan.json").read_text())
+    plan = load_plan(built / "plan.json", backend="ort")
+    talker, cp = plan.stages["talker"], plan.stages["code_predictor"]
+    assert (talker.impl, talker.placement, talker.threads) == ("onnx", "cpu-int4", 1)
+    assert (cp.impl, cp.placement, cp.threads) == ("onnx", "cpu-int8", 1)
+    # the artifacts are the variants, and hold the quantized ops
+    for role, path in talker.paths("ort").items():
+        assert path.name.endswith(".int4.onnx") and path.parent.name == "cpu", path
+        assert "MatMulNBits" in _op_types(path), role
+    (role, path), = cp.paths("ort").items()
+    assert role == "step" and path.name.endswith(".int8.onnx")
+    assert "MatMulInteger" in _op_types(path) and "MatMulNBits" not in _op_types(path)
+    # the records the plan keeps
+    tq, cq = raw["talker"]["quantization"], raw["code_predictor"]["quantization"]
+    assert (tq["variant"], tq["bits"], tq["block_size"], tq["accuracy_level"]) == ("int4", 4, 32, 4)
+    assert tq["quantizer"].endswith("MatMul4BitsQuantizer") and tq["onnxruntime"]
+    assert set(tq["graphs"]) == {"prefill", "decode"}
+    assert tq["graphs"]["decode"]["source"] == "talker/onnx/talker_decode_B1_cap96.onnx"  # relative
+    assert tq["graphs"]["decode"]["quantized_ops"]["MatMulNBits"] > 0
+    assert (cq["variant"], cq["bits"], cq["per_channel"]) == ("int8", 8, True) and "dataset" not in cq
+    assert cp.simulator_build() == {}  # a CPU record says nothing to the simulator
+    # no .rknn for CPU stages (the vocoder's placeholders are outside the folder)
+    assert not list(built.rglob("*.rknn")), list(built.rglob("*.rknn"))
+    assert not (built / "code_predictor" / "calib").exists()
+
+
+def test_report_has_the_agreement_figures(built):
+    report = json.loads((built / "build-report.json").read_text())
+    assert report["placements"] == {"talker": "cpu-int4", "code_predictor": "cpu-int8", "vocoder": "npu"}
+    for name, variant in (("talker", "int4"), ("code_predictor", "int8")):
+        row = report["graphs"][name]
+        assert row["placement"] is None and row["rknn"] is None, name  # not converted
+        cpu = row["cpu"]
+        assert cpu["placement"] == f"cpu-{variant}" and cpu["quantization"]["variant"] == variant
+        for f in cpu["files"].values():
+            assert 0 < f["variant_bytes"] < f["fp32_bytes"], f
+        c = cpu["check"]
+        assert c["decisions"] > 0 and 0.0 <= c["agreement"] <= 1.0, c
+        assert c["logit_snr_db"] is None or c["logit_snr_db"] > 5, c  # None: identical
+        assert "first_diverging_frame" in c and c["margin"]["n"] == c["decisions"]
+    assert "same_stop" in report["graphs"]["talker"]["cpu"]["check"]
+    # 4 frames x 3 texts, the code predictor teacher forced: 15 decisions a frame
+    assert report["graphs"]["code_predictor"]["cpu"]["check"]["decisions"] == 12 * 15
+    assert report["cpu_check"]["reference"]["talker"].startswith("talker graph (ort")
+    # the talker's fp32 graph was still checked against torch
+    assert report["graphs"]["talker"]["verify"]["codes_identical_ort"] is True
+
+
+def test_summary_table_shows_the_cpu_stages(built):
+    from rkspeech.cli.build_tts import summary_rows
+
+    rows = dict(summary_rows(json.loads((built / "build-report.json").read_text())))
+    assert rows["talker: NPU / CPU ops"] == "cpu-int4 (onnxruntime, not converted)"
+    assert "MatMul4BitsQuantizer" in rows["talker: CPU weights"] and "block 32" in rows["talker: CPU weights"]
+    assert rows["code_predictor vs fp32 (teacher forced)"].startswith("agreement ")
+
+
+def test_speak_runs_the_cpu_variants(built, tts_custom_ckpt, tmp_path, capsys):
+    from rkfixtures import run_relative
+
+    rc, err, new = run_relative(tmp_path, [
+        "speak", "Hello from the board.", "--model-dir", os.path.relpath(tts_custom_ckpt, tmp_path), "--plan",
+        os.path.relpath(built / "plan.json", tmp_path), "--backend", "ort", "--speaker", "vivian", "--greedy",
+        "--max-frames", "6", "-o", "s.wav", "--report", "r.json"], capsys)
+    assert rc == 0, err
+    assert new == {"s.wav", "r.json"}, sorted(new)
+    report = json.loads((tmp_path / "r.json").read_text())
+    names = report["stage_backends"]
+    assert names["talker"] == "talker graph (ort: talker_decode_B1_cap96.int4.onnx)", names
+    assert names["code_predictor"] == "code-predictor step (ort: code_predictor_step.int8.onnx)", names
+    flat = " ".join(err.split())  # progress lines wrap at the terminal's width
+    assert "cpu-int4 on ort, 1 threads" in flat and "cpu-int8 on ort, 1 threads" in flat, err
+    pcm, rate = sf.read(tmp_path / "s.wav", dtype="int16")
+    assert report["frames"] == 6 and rate == 24000 and len(pcm) == report["frames"] * 1920
+    assert np.abs(pcm).max() > 0
+
+
+def test_a_second_build_resumes(built, tts_custom_ckpt, vocoder_plan, capsys):
+    """Every stage of the CPU build, the variants and the agreement check included, is skipped
+    when nothing changed, and the plan comes out the same."""
+    from rkfixtures import run_relative
+
+    home = built.parent
+    plan = (built / "plan.json").read_text()
+    capsys.readouterr()
+    rc, err, _ = run_relative(home, _build_argv(tts_custom_ckpt, vocoder_plan, home), capsys)
+    assert rc == 0
+    flat = " ".join(err.split())
+    for stage in ("talker_quantize_int4", "code_predictor_quantize_int8", "cpu_check", "talker_export"):
+        assert f"skip: {stage}" in flat, err
+    assert "== " not in err, err
+    assert (built / "plan.json").read_text() == plan
+
+
+def _edit_plan(built, tmp_path, edit):
+    """A copy of the built plan beside it (its relative paths still resolve), edited."""
+    raw = json.loads((built / "plan.json").read_text())
+    edit(raw)
+    bad = built / f"plan-{tmp_path.name}.json"
+    bad.write_text(json.dumps(raw))
+    return bad
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda r: r["talker"]["quantization"].update(bits="four"), r"talker.quantization is not a valid CPU weight "
+                                                                r"record \(bits is 'four'\)"),
+    (lambda r: r["talker"]["quantization"].update(block_size=24), r"block_size 24: int4 needs a power of two"),
+    (lambda r: r["code_predictor"]["quantization"].update(variant="int4"), "variant 'int4' for placement 'cpu-int8'"),
+    (lambda r: r["code_predictor"]["quantization"].pop("graphs"), "graphs must hold one entry per role"),
+    (lambda r: r["talker"].pop("quantization"), "placed cpu-int4 but has no quantization record"),
+    (lambda r: r["talker"].update(placement="npu"), "placed npu but its impl is 'onnx'"),
+    (lambda r: r["talker"].update(threads=0), "talker.threads must be a whole number >= 1"),
+])
+def test_malformed_cpu_stage_is_one_line(built, tmp_path, capsys, edit, message):
+    import re
+
+    from rkspeech.cli import main
+
+    bad = _edit_plan(built, tmp_path, edit)
+    try:
+        rc = main(["decode", "--plan", str(bad), str(tmp_path / "c.npy"), "-o", str(tmp_path / "o.wav")])
+    finally:
+        bad.unlink()
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and re.search(message, err) and len(err.splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--talker", "npu", "--skip-talker-rknn"], "--skip-talker-rknn places the talker on the CPU"),
+    (["--code-predictor", "cpu-int4", "--code-predictor-dtype", "int16-hybrid"], "is an NPU conversion"),
+    (["--vocoder", "cpu-fp32"], "--vocoder cpu-fp32: not available yet"),
+    (["--talker", "cpu-int8", "--skip-talker"], "--skip-talker keeps the talker in torch"),
+    (["--cpu-threads", "0"], "--cpu-threads must be >= 1"),
+])
+def test_bad_placement_options_fail_in_one_line(tts_custom_ckpt, tmp_path, capsys, flags, message):
+    from rkspeech.cli import main
+
+    rc = main(["build", "qwen3-tts", "--model-dir", str(tts_custom_ckpt), "--out", str(tmp_path / "o"), *flags])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and message in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "o").exists()
+
+
+def test_skip_talker_rknn_is_cpu_fp32():
+    from rkspeech.pipelines.tts_build import TTSBuildOptions, code_predictor_placement, talker_placement
+
+    assert talker_placement(TTSBuildOptions(out="o", skip_talker_rknn=True)) == "cpu-fp32"
+    assert talker_placement(TTSBuildOptions(out="o", skip_talker_rknn=True, talker="cpu-int4")) == "cpu-int4"
+    assert talker_placement(TTSBuildOptions(out="o")) == code_predictor_placement(TTSBuildOptions(out="o")) == "npu"
