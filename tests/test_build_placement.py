@@ -50,7 +50,7 @@ def vocoder_plan(tmp_path_factory, reduced_model):
 
 
 def _build_argv(tts_custom_ckpt, vocoder_plan, home):
-    return ["build", "qwen3-tts", "--model-dir", os.path.relpath(tts_custom_ckpt, home), "--out", "out",
+    return ["build", "qwen3-tts", "--model-dir", os.path.relpath(tts_custom_ckpt, home), "--out-dir", "out",
             "--vocoder-plan", os.path.relpath(vocoder_plan, home), "--talker", "cpu-int4", "--code-predictor",
             "cpu-int8", "--cpu-threads", "1", "--cpu-check-frames", "4", "--talker-capacity", str(CAPACITY),
             "--talker-prefill", str(PREFILL)]
@@ -214,7 +214,7 @@ def test_malformed_cpu_stage_is_one_line(built, tmp_path, capsys, edit, message)
 def test_bad_placement_options_fail_in_one_line(tts_custom_ckpt, tmp_path, capsys, flags, message):
     from rkspeech.cli import main
 
-    rc = main(["build", "qwen3-tts", "--model-dir", str(tts_custom_ckpt), "--out", str(tmp_path / "o"), *flags])
+    rc = main(["build", "qwen3-tts", "--model-dir", str(tts_custom_ckpt), "--out-dir", str(tmp_path / "o"), *flags])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and message in err and len(err.splitlines()) == 1, err
     assert not (tmp_path / "o").exists()

@@ -44,13 +44,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     f.add(SIM_CHECK, "--verify-steps", type=int, default=3, help="vocoder main steps run on the simulator")
     f.add(SIM_CHECK, "--verify-frames", type=int, default=50,
           help="code predictor frames replayed on the simulator (greedy agreement, logit SNR)")
-    f.add(ADVANCED, "--code-predictor-calibration-frames", type=int, default=240,
-          help="int16-hybrid calibration frames (default 240)")
-    f.add(ADVANCED, "--skip-talker", action="store_true", help="no talker graph: the talker runs in torch")
-    f.add(ADVANCED, "--skip-talker-rknn", action="store_true",
-          help="talker as ONNX only (onnxruntime on the host; RKLLM is the board route)")
-    f.add(ADVANCED, "--skip-code-predictor", action="store_true", help="no code predictor graph (torch)")
-    f.add(ADVANCED, "--force", action="store_true", help="re-run every stage")
     f.add("placement", "--talker", choices=PLACEMENTS, default=None,
           help="where the talker runs: npu (default; .rknn), or cpu-fp32 / cpu-int8 / cpu-int4 (its ONNX "
                "graphs on onnxruntime, weights fp32, int8 dynamic or 4-bit MatMulNBits); "
@@ -63,6 +56,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
           help="onnxruntime threads recorded in the plan for the CPU stages (default: the runtime's)")
     f.add("placement", "--cpu-check-frames", type=int, default=8, metavar="N",
           help="frames per text of the CPU stages' teacher-forced agreement with fp32 (0: none)")
+    f.add(ADVANCED, "--code-predictor-calibration-frames", type=int, default=240,
+          help="int16-hybrid calibration frames (default 240)")
+    f.add(ADVANCED, "--skip-talker", action="store_true", help="no talker graph: the talker runs in torch")
+    f.add(ADVANCED, "--skip-talker-rknn", action="store_true",
+          help="talker as ONNX only (onnxruntime on the host; RKLLM is the board route)")
+    f.add(ADVANCED, "--skip-code-predictor", action="store_true", help="no code predictor graph (torch)")
+    f.add(ADVANCED, "--force", action="store_true", help="re-run every stage")
 
 
 def options_from(args: argparse.Namespace):

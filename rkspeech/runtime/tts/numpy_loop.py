@@ -185,12 +185,14 @@ def open_numpy_stages(plan, backend: str, *, model, threads: int | None = None, 
     """``{"talker": GraphTalker, "code_predictor": ...}`` for a plan that places both stages,
     without torch (``runtime.tts.open_stages.open_stage_backends``' numpy twin)."""
     from rkspeech.core import progress
-    from rkspeech.runtime.tts.open_stages import open_talker
+    from rkspeech.runtime.tts.open_stages import describe_placement, open_talker, stage_threads
 
     out: dict = {}
+    caller_threads = threads
     try:
         cp = plan.stages["code_predictor"]
         be = cp.backend_for(backend)
+        threads = stage_threads(cp, caller_threads)
         build = cp.simulator_build() if be == "sim" else {}
         (role, path), = cp.paths(backend).items()
         if role == "step":
@@ -203,13 +205,16 @@ def open_numpy_stages(plan, backend: str, *, model, threads: int | None = None, 
                                                        **build)
         else:
             raise RkspeechError(f"unknown code predictor form {role!r}; choose one of step, frame")
-        progress.info(f"code predictor: {cp.impl} {role} graph on {be}" + (f" ({build['dtype']})" if build else ""))
+        progress.info(f"code predictor: {role} graph {path.name}, {describe_placement(cp, be, threads)}"
+                      + (f" ({build['dtype']})" if build else ""))
         talker = plan.stages["talker"]
         be = talker.backend_for(backend)
+        threads = stage_threads(talker, caller_threads)
         out["talker"] = open_talker(talker.artifacts, be, threads=threads, target=target, rope="numpy")
         check_stack_contract(out["talker"].contract, model.cfg.talker, model.weights.talker_fingerprint,
                              "the talker decode graph")
-        progress.info(f"talker: {talker.impl} graph on {be} (numpy host loop)")
+        progress.info(f"talker: graph {talker.paths(backend)['decode'].name}, {describe_placement(talker, be, threads)} "
+                      "(numpy host loop)")
     except BaseException:
         for b in out.values():
             b.close()

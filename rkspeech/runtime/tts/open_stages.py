@@ -50,6 +50,19 @@ def open_code_predictor(form: str, path, backend: str, *, model=None, **kw):
     return Graph(path, backend, model=model, **kw)
 
 
+def stage_threads(stage, threads: int | None) -> int | None:
+    """The caller's ``threads`` when given, else the plan's for ``stage`` (None: the runtime's)."""
+    return threads if threads is not None else getattr(stage, "threads", None)
+
+
+def describe_placement(stage, backend: str, threads: int | None) -> str:
+    """``cpu-int4 on ort, 2 threads`` / ``npu on sim``: the progress line's account of a stage."""
+    from rkspeech.core.threads import default_threads
+
+    placement = getattr(stage, "placement", None) or stage.impl
+    return f"{placement} on {backend}" + (f", {threads or default_threads()} threads" if backend == "ort" else "")
+
+
 def open_stage_backends(plan, backend: str, *, model=None, threads: int | None = None, target: str | None = None,
                         host_stages: bool = False) -> dict:
     """``{"talker": TalkerBackend, "code_predictor": CodePredictorBackend}`` for the stages the
@@ -58,29 +71,20 @@ def open_stage_backends(plan, backend: str, *, model=None, threads: int | None =
     if host_stages:
         return {}
     out = {}
-
-    def stage_threads(stage):
-        return threads if threads is not None else getattr(stage, "threads", None)
-
-    def where(stage, be, n) -> str:
-        from rkspeech.core.threads import default_threads
-
-        placement = getattr(stage, "placement", None) or stage.impl
-        return f"{placement} on {be}" + (f", {n or default_threads()} threads" if be == "ort" else "")
-
+    where = describe_placement
     cp = plan.stages.get("code_predictor")
     if cp is not None:
         be = cp.backend_for(backend)
         build = cp.simulator_build() if be == "sim" else {}  # a board loads the .rknn as built
         (role, path), = cp.paths(backend).items()  # "step" or "frame"
-        n = stage_threads(cp)
+        n = stage_threads(cp, threads)
         out["code_predictor"] = open_code_predictor(role, path, be, model=model, threads=n, target=target, **build)
         progress.info(f"code predictor: {role} graph {path.name}, {where(cp, be, n)}"
                       + (f" ({build['dtype']})" if build else ""))
     talker = plan.stages.get("talker")
     if talker is not None:
         be = talker.backend_for(backend)
-        n = stage_threads(talker)
+        n = stage_threads(talker, threads)
         try:
             stack = model.net.talker.model if model is not None else None  # the talker's DecoderStack
             out["talker"] = open_talker(talker.artifacts, be, model=stack, threads=n, target=target)
