@@ -100,6 +100,11 @@ class TTSModel:
     def _ids(self, text: str) -> list[int]:
         return self.tokenizer.encode(text)
 
+    def prompt_ids(self, text: str) -> list[int]:
+        """The chat template around ``text`` as token ids: the role (3 ids), the text's own ids
+        (``[3:-5]``), the closing tags (5 ids)."""
+        return self._ids(f"<|im_start|>assistant\n{text}<|im_end|>\n<|im_start|>assistant\n")
+
     def speaker_embedding(self, audio: np.ndarray):
         """The x-vector ``[enc_dim]`` of mono float32 24 kHz audio (Base models)."""
         import torch
@@ -176,7 +181,7 @@ class TTSModel:
         cfg, t, talker = self.cfg, self.cfg.talker, self.net.talker
         if text_in_prompt is None:
             text_in_prompt = cfg.tts_model_type != "base"
-        ids = self._ids(f"<|im_start|>assistant\n{text}<|im_end|>\n<|im_start|>assistant\n")
+        ids = self.prompt_ids(text)
         if len(ids) < 9:
             raise RkspeechError("the text tokenizer did not split the chat template as expected (need at least 9 "
                                 "tokens around the text); check tokenizer_config.json's special tokens")
