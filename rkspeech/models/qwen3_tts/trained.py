@@ -53,15 +53,16 @@ from rkspeech.core.errors import RkspeechError
 
 CODES = 2048  # codebook 0's ordinary codes in the talker vocabulary; every code predictor codebook
 CACHE_ENV = "RKSPEECH_CACHE"
+RECIPE_VERSION = 2  # bump when train() changes what a given TrainOptions produces (the cache key)
 
 
 @dataclass(frozen=True)
 class TrainOptions:
     """How the reduced talker and code predictor are trained (all deterministic in ``seed``)."""
-    steps: int = 600
-    batch: int = 16
-    lr: float = 3e-3
-    warmup: int = 50
+    steps: int = 400
+    batch: int = 8
+    lr: float = 1e-2
+    warmup: int = 20
     #: random token count per training text before re-encoding (the body's length ends up close)
     min_tokens: int = 3
     max_tokens: int = 32
@@ -72,6 +73,8 @@ class TrainOptions:
     #: minutes (module docstring)
     streaming_fraction: float = 1.0
     seed: int = 0
+    #: 1: on this 2-core host shared with other jobs, a [300, 64] x [64, 3072] matmul took ~23 ms
+    #: on 2 torch threads and ~2.3 ms on 1 (2026-12-01, load ~3); at most 2 in any case
     threads: int = 1
 
     def check(self) -> None:
@@ -86,6 +89,7 @@ class TrainOptions:
 
     def key(self, config: str, variant: str, seed: int) -> str:
         raw = json.dumps({"config": config, "variant": variant, "seed": seed, "rule": CodeRule.VERSION,
+                          "recipe": RECIPE_VERSION,
                           **asdict(self)}, sort_keys=True)
         return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
@@ -185,24 +189,34 @@ def _request(tts, rng: np.random.Generator) -> dict:
             "language": languages[int(rng.integers(len(languages)))]}
 
 
-def talker_sequence(tts, text: str, codes, request: dict, *, text_in_prompt: bool):
-    """One teacher-forced talker sequence as the generation loop feeds it: ``(inputs [1, L + F, Ht],
-    first decision position)``: the prompt (``build_prompt``, gradients kept), then for each of
-    the ``F`` frames of ``codes [F, G]`` the loop's next input (the frame's codebook embeddings
-    summed, plus the frame's text part).  Position ``first + k`` decides frame k (``k = F``: the
-    stop)."""
+def frame_inputs(tts, codes):
+    """The summed codebook embeddings of frames ``codes [F, G]``: ``[F, 1, Ht]``, as the generation
+    loop sums one frame's (codebook 0: the talker's ``codec_embedding``; j >= 1: the code
+    predictor's ``codec_embedding[j-1]``).  One lookup per table for all frames (a batch's frames
+    at once: each lookup's backward writes a whole-table gradient)."""
     import torch
 
     talker = tts.net.talker
     cp = talker.code_predictor
-    prompt, trailing, pad = tts.build_prompt(text, text_in_prompt=text_in_prompt, **request)
     c = torch.as_tensor(np.asarray(codes), dtype=torch.long)
-    f = c.shape[0]
-    if f == 0:
-        return prompt, prompt.shape[1] - 1
     embeds = [talker.codec(c[:, 0]).transpose(0, 1)]  # [F, 1, Ht]
     embeds += [cp.model.codec_embedding[j - 1](c[:, j:j + 1]) for j in range(1, c.shape[1])]
-    x = torch.cat(embeds, dim=1).sum(1, keepdim=True)  # [F, 1, Ht], as the loop sums one frame
+    return torch.cat(embeds, dim=1).sum(1, keepdim=True)
+
+
+def talker_sequence(tts, text: str, codes, request: dict, *, text_in_prompt: bool, frames=None):
+    """One teacher-forced talker sequence as the generation loop feeds it: ``(inputs [1, L + F, Ht],
+    first decision position)``: the prompt (``build_prompt``, gradients kept), then for each of
+    the ``F`` frames of ``codes [F, G]`` the loop's next input (the frame's codebook embeddings
+    summed, ``frame_inputs`` or the given ``frames [F, 1, Ht]``, plus the frame's text part).
+    Position ``first + k`` decides frame k (``k = F``: the stop)."""
+    import torch
+
+    prompt, trailing, pad = tts.build_prompt(text, text_in_prompt=text_in_prompt, **request)
+    f = len(codes)
+    if f == 0:
+        return prompt, prompt.shape[1] - 1
+    x = frame_inputs(tts, codes) if frames is None else frames
     n_trailing = trailing.shape[1]
     text_in = torch.cat([trailing[:, k:k + 1] if k < n_trailing else pad for k in range(f)], dim=1)  # [1, F, Ht]
     return torch.cat((prompt, x.transpose(0, 1) + text_in), dim=1), prompt.shape[1] - 1
@@ -255,19 +269,22 @@ def train(tts, options: TrainOptions, *, rule: CodeRule | None = None, log=None)
     t0 = time.perf_counter()
     try:
         for step in range(options.steps):
-            seqs, targets, spans, frame_codes = [], [], [], []
+            seqs, targets, spans, frame_codes, texts = [], [], [], [], []
             for _ in range(options.batch):
                 text = sampler.text(rng, int(rng.integers(options.min_tokens, options.max_tokens + 1)))
                 ids = tts.prompt_ids(text)[3:-5]
-                if len(ids) < 2:
-                    continue
-                codes = rule.codes(ids)
+                if len(ids) >= 2:
+                    texts.append(text)
+                    frame_codes.append(rule.codes(ids))
+            sizes = [len(c) for c in frame_codes]
+            frames = torch.split(frame_inputs(tts, np.concatenate(frame_codes)), sizes)
+            for text, codes, x_frames in zip(texts, frame_codes, frames):
                 streaming = bool(rng.random() < options.streaming_fraction)
-                x, first = talker_sequence(tts, text, codes, _request(tts, rng), text_in_prompt=not streaming)
+                x, first = talker_sequence(tts, text, codes, _request(tts, rng), text_in_prompt=not streaming,
+                                           frames=x_frames)
                 seqs.append(x[0])
-                spans.append((first, len(ids) + 1))
+                spans.append((first, len(codes) + 1))
                 targets.append(torch.as_tensor(np.append(codes[:, 0], eos), dtype=torch.long))
-                frame_codes.append(codes)
             t_max = max(s.shape[0] for s in seqs)
             batch = torch.stack([F.pad(s, (0, 0, 0, t_max - s.shape[0])) for s in seqs])
             h = stack_forward(talker.model, batch)
