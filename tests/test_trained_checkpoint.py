@@ -151,7 +151,6 @@ def test_cli_refuses_what_it_cannot_train(tmp_path, capsys):
     assert not (tmp_path / "x" / "config.json").exists()
 
 
-@pytest.mark.slow
 def test_official_loader_generates_our_codes_and_stops_with_them(trained, tmp_path):
     """qwen-tts' own ``Qwen3TTSModel.from_pretrained`` on the trained root (a child interpreter, as in
     ``test_synthetic_official_load``): every tensor from the files, and ``generate_custom_voice``
