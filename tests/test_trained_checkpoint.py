@@ -25,10 +25,16 @@ def trained(request, tmp_path_factory):
     from rkspeech.models.qwen3_tts.generate import TTSModel
     from rkspeech.models.qwen3_tts.trained import write_trained_tts_checkpoint
 
-    cache = request.config.cache.mkdir("rkspeech-trained-tts") if getattr(request.config, "cache", None) else None
+    base = _cache_base(request)
+    cache = base / "trained-tts" if base is not None else None
     root, record = write_trained_tts_checkpoint(tmp_path_factory.mktemp("trained"), "reduced", "custom-voice", 0,
                                                 options=TEST_OPTIONS, cache_dir=cache)
     return TTSModel.load(root), record
+
+
+def _cache_base(request):
+    """pytest's cache folder for this file (the CLI's ``$RKSPEECH_CACHE`` in the CLI test)."""
+    return request.config.cache.mkdir("rkspeech") if getattr(request.config, "cache", None) else None
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +126,7 @@ def test_trained_root_stops_by_itself_within_the_expected_length(trained, rule):
 def test_margins_far_wider_than_the_random_roots(trained, tts):
     from rkspeech.accuracy.margins import checkpoint_margins
 
-    kw = {"requests": [REQUEST], "frames": 24, "text_in_prompt": False}
+    kw = {"requests": [REQUEST], "frames": 14, "text_in_prompt": False}
     wide = checkpoint_margins(trained[0], HELD_OUT, **kw)
     flat = checkpoint_margins(tts, HELD_OUT, **kw)
     for stage in ("talker", "code_predictor"):
@@ -185,3 +191,25 @@ def test_official_loader_generates_our_codes_and_stops_with_them(trained, tmp_pa
         ours = vocoder(torch.from_numpy(np.ascontiguousarray(codes.T[None]))).reshape(-1).numpy()
     official = np.load(tmp_path / "generated.npy")
     assert official.shape == ours.shape and snr_db(official, ours) >= 100.0
+
+
+def test_cli_writes_the_trained_root_from_a_folder_of_its_own(trained, request, tmp_path, monkeypatch, capsys):
+    """``synth-checkpoint qwen3-tts --trained`` run as a user runs it (relative --out); the
+    training recipe swapped for the session's short one, so the CLI finds the fixture's weights
+    in the cache (``$RKSPEECH_CACHE``) instead of training for a minute."""
+    from rkfixtures import run_relative
+
+    from rkspeech.models.qwen3_tts import trained as trained_module
+
+    base = _cache_base(request)
+    if base is None:
+        pytest.skip("pytest's cache is off")
+    monkeypatch.setenv("RKSPEECH_CACHE", str(base))
+    monkeypatch.setattr(trained_module, "TrainOptions", lambda seed: TEST_OPTIONS)
+    rc, err, new = run_relative(tmp_path, ["synth-checkpoint", "qwen3-tts", "--config", "reduced", "--trained",
+                                           "--out", "root"], capsys)
+    assert rc == 0, err
+    assert "from the cache" in err and {"root/config.json", "root/model.safetensors"} <= new
+    assert all(p.startswith("root/") for p in new)
+    assert (tmp_path / "root" / "model.safetensors").read_bytes() == \
+        (trained[0].files.root / "model.safetensors").read_bytes()
