@@ -58,7 +58,8 @@ RECIPE_VERSION = 2  # bump when train() changes what a given TrainOptions produc
 
 @dataclass(frozen=True)
 class TrainOptions:
-    """How the reduced talker and code predictor are trained (all deterministic in ``seed``)."""
+    """How the reduced talker and code predictor are trained (all deterministic in ``seed``, which
+    also seeds the rule; ``write_trained_tts_checkpoint`` defaults it to the checkpoint's seed)."""
     steps: int = 400
     batch: int = 8
     lr: float = 1e-2
@@ -73,8 +74,8 @@ class TrainOptions:
     #: minutes (module docstring)
     streaming_fraction: float = 1.0
     seed: int = 0
-    #: 1: on this 2-core host shared with other jobs, a [300, 64] x [64, 3072] matmul took ~23 ms
-    #: on 2 torch threads and ~2.3 ms on 1 (2026-12-01, load ~3); at most 2 in any case
+    #: torch threads; 1 because on the 2-core measuring host, shared with other jobs, a
+    #: [300, 64] x [64, 3072] matmul took ~23 ms on 2 threads and ~2.3 ms on 1 (2026-12-01, load ~3)
     threads: int = 1
 
     def check(self) -> None:
