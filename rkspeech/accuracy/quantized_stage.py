@@ -110,9 +110,10 @@ def _request(tts) -> dict:
 
 
 def record_greedy_reference(tts, *, talker, code_predictor, texts=DEFAULT_TEXTS, frames: int = 16,
-                            request: dict | None = None) -> list[ReferenceRun]:
+                            request: dict | None = None, text_in_prompt: bool | None = None) -> list[ReferenceRun]:
     """Greedy generation of up to ``frames`` frames per text with ``talker`` and
-    ``code_predictor`` (backends; not closed here) recorded; ``tts``'s backends are restored."""
+    ``code_predictor`` (backends; not closed here) recorded; ``tts``'s backends are restored.
+    ``text_in_prompt``: ``GenerationOptions.text_in_prompt`` (None: the mode's default)."""
     from rkspeech.models.qwen3_tts.generate import GenerationOptions
 
     if frames < 1:
@@ -125,7 +126,8 @@ def record_greedy_reference(tts, *, talker, code_predictor, texts=DEFAULT_TEXTS,
             run = ReferenceRun(text)
             tts.use_backends(talker=_RecordingTalker(talker, run),
                              code_predictor=_RecordingCodePredictor(code_predictor, run))
-            run.frames = tts.generate_codes(text, options=GenerationOptions.greedy(max_new_tokens=frames + 1), **kw)
+            opts = GenerationOptions.greedy(max_new_tokens=frames + 1, text_in_prompt=text_in_prompt)
+            run.frames = tts.generate_codes(text, options=opts, **kw)
             runs.append(run)
     finally:
         tts.talker_backend, tts.code_predictor_backend = saved

@@ -24,6 +24,10 @@ def register(subparsers) -> None:
     f.add(None, "--variant", choices=("base", "custom-voice", "voice-design"), default="custom-voice")
     f.add(None, "--seed", type=int, default=0)
     f.add(None, "--out-dir", dest="out", required=True, metavar="DIR", help="model root to write")
+    f.add(None, "--trained", action="store_true",
+          help="train the reduced talker and code predictor for a few CPU minutes on a fixed text -> codes "
+               "rule, so they are confident and stop by themselves (custom-voice; cached under "
+               "~/.cache/rkspeech; docs/confident-checkpoint.md)")
     t.set_defaults(func=run_tts)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
@@ -46,7 +50,23 @@ def run_tts(args: argparse.Namespace) -> int:
     from rkspeech.models.qwen3_tts.synthetic_tts import write_tts_checkpoint
 
     check_writable(args.out, what="output", folder=True)
+    if getattr(args, "trained", False):
+        return _run_trained(args)
     with progress.stage(f"synthetic {args.config} {args.variant} Qwen3-TTS model (seed {args.seed})"):
         root = write_tts_checkpoint(args.out, args.config, args.variant, args.seed)
+    print(root)
+    return 0
+
+
+def _run_trained(args: argparse.Namespace) -> int:
+    from rkspeech.core import progress
+    from rkspeech.models.qwen3_tts.trained import default_cache_dir, write_trained_tts_checkpoint
+
+    with progress.stage(f"trained synthetic {args.config} {args.variant} Qwen3-TTS model (seed {args.seed})"):
+        root, record = write_trained_tts_checkpoint(args.out, args.config, args.variant, args.seed,
+                                                    cache_dir=default_cache_dir(), log=progress.info)
+    how = f"from the cache {record['cached']}" if record.get("cached") else f"trained in {record['seconds']} s"
+    progress.info(f"{how}; final losses: talker {record['talker_loss_last50']}, code predictor "
+                  f"{record['code_predictor_loss_last50']}")
     print(root)
     return 0

@@ -133,7 +133,9 @@ class RequestChecks:
                                 "rkspeech speak --greedy or --subtalker-greedy)")
         return opts
 
-    def _prompt_ids(self, text: str) -> list[int]:
+    def prompt_ids(self, text: str) -> list[int]:
+        """The chat template around ``text`` as token ids: the role (3 ids), the text's own ids
+        (``[3:-5]``), the closing tags (5 ids)."""
         ids = self._ids(f"<|im_start|>assistant\n{text}<|im_end|>\n<|im_start|>assistant\n")
         if len(ids) < 9:
             raise RkspeechError("the text tokenizer did not split the chat template as expected (need at least 9 "
@@ -226,7 +228,7 @@ class TTSModel(RequestChecks):
         cfg, t, talker = self.cfg, self.cfg.talker, self.net.talker
         if text_in_prompt is None:
             text_in_prompt = cfg.tts_model_type != "base"
-        ids = self._prompt_ids(text)
+        ids = self.prompt_ids(text)
 
         def tt(x):
             return torch.tensor([x], dtype=torch.long)

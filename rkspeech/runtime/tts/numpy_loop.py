@@ -300,7 +300,7 @@ class NumpyTTSModel(RequestChecks):
         cfg, t = self.cfg, self.cfg.talker
         if text_in_prompt is None:
             text_in_prompt = cfg.tts_model_type != "base"
-        ids = self._prompt_ids(text)
+        ids = self.prompt_ids(text)
         parts = []
         if instruct:
             parts.append(self.text(self._ids(f"<|im_start|>user\n{instruct}<|im_end|>\n")))
