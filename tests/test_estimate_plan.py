@@ -204,11 +204,11 @@ def test_plan_records_are_read_tolerantly(tmp_path):
     assert _record(raw, "talker") == ("int4", "cpu-int4")
     assert _record(raw, "code_predictor") == (None, None)
     assert _record(raw, "absent") == (None, None)
-    # a placement that disagrees with the file: the file's bytes are used, a note says so
+    # a stage placed cpu-int4 without its quantization record: the plan loader refuses it
     plan = make_plan(tmp_path / "p", extra={"talker": {"placement": "cpu-int4"}})
-    rep = estimate_plan(plan)
-    assert by_stage(rep)["talker decode"]["variant"] == "fp32"
-    assert any("records int4" in n and "fp32" in n for n in rep["notes"])
+    with pytest.raises(RkspeechError, match="placed cpu-int4 but has no quantization record") as exc:
+        estimate_plan(plan)
+    assert "\n" not in str(exc.value)
 
 
 # ---- NPU stages --------------------------------------------------------------------------------
