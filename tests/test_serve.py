@@ -347,7 +347,7 @@ def test_wyoming_audio_formats_and_tiny_low_rate_chunks(server):
             replies.append(await c.read_event())
             await c.write_event(AudioChunk(rate=16000, width=2, channels=1, audio=b"\0" * 3).event())
             replies.append(await c.read_event())
-            # 80 KB at 8 kHz is 2.5 s; 300 such chunks (750 s) pass the default 600 s limit
+            # 80 KB at 8 kHz is 2.5 s; 300 such chunks (750 s) pass this server's 60 s limit
             await c.write_event(AudioStart(rate=8000, width=2, channels=1).event())
             for _ in range(300):
                 await c.write_event(AudioChunk(rate=8000, width=2, channels=1, audio=b"\0" * 80_000).event())
