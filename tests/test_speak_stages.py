@@ -72,6 +72,21 @@ def both(tts_custom_ckpt, stage_plan):
     return _speak(tts_custom_ckpt, stage_plan), _speak(tts_custom_ckpt, stage_plan, host_stages=True)
 
 
+def test_an_utterance_ends_at_the_talker_graphs_capacity(tts_custom_ckpt, stage_plan):
+    """The random talker never stops: with max_new_tokens past the graph's 96 positions the
+    utterance ends at the capacity (prompt + frames = 96), in both host loops, not with an error
+    after audio went out."""
+    from rkspeech.models.qwen3_tts.generate import GenerationOptions
+
+    opts = GenerationOptions.greedy(max_new_tokens=400)
+    for host in (False, True):
+        names, codes, pcm = _speak(tts_custom_ckpt, stage_plan, options=opts, host_stages=host)
+        if host:
+            assert len(codes) > 96  # torch stages: no graph capacity
+        else:
+            assert 0 < len(codes) < 96 and pcm.size == len(codes) * 1920, len(codes)
+
+
 def test_stages_run_as_graphs_and_match_torch(both):
     (names, codes, pcm), (host_names, host_codes, host_pcm) = both
     assert names["talker"] != "torch" and names["code_predictor"] != "torch", names

@@ -151,11 +151,18 @@ class RequestChecks:
         return language_id
 
     def _check_length(self, prompt_len: int, opts) -> int:
-        """Talker steps to run; refuses a prompt longer than the talker's context."""
+        """Talker steps to run; refuses a prompt longer than the talker's context.  A talker graph
+        holds fewer positions (its KV capacity, fixed at export): the utterance ends there as it
+        would at ``max_new_tokens``, rather than failing mid-stream after audio went out."""
         limit = self.cfg.talker.max_position_embeddings
+        capacity = getattr(getattr(self, "talker_backend", None), "capacity", None)
+        where = f"the talker's context is {limit}"
+        if isinstance(capacity, int) and capacity < limit:
+            limit, where = capacity, (f"the talker graph holds {capacity} positions (rebuild with a larger "
+                                      "--talker-capacity)")
         if prompt_len >= limit:
-            raise RkspeechError(f"the text is too long: its prompt takes {prompt_len} positions, the talker's "
-                                f"context is {limit}; split it into shorter sentences")
+            raise RkspeechError(f"the text is too long: its prompt takes {prompt_len} positions, {where}; "
+                                "split it into shorter sentences")
         return min(opts.max_new_tokens, limit - prompt_len)
 
     def use_backends(self, *, talker=None, code_predictor=None) -> None:
