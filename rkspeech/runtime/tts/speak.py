@@ -87,7 +87,7 @@ class Speaker:
 
     def __init__(self, model_dir, plan, *, backend: str = "ort", engines: int = 1, threads: int | None = None,
                  core_masks=None, target: str | None = None, model=None, options=None, host_stages: bool = False,
-                 host: str = "auto"):
+                 host: str = "auto", stage_threads: int | None = None):
         import threading
 
         from rkspeech.plan.plan import check_plan_for_model, load_plan
@@ -113,16 +113,18 @@ class Speaker:
         self.pool = open_pool(self.plan, backend, size=engines, threads=threads, core_masks=core_masks,
                               target=target)
         self.stage_backends: dict = {}
+        if stage_threads is None:
+            stage_threads = threads
         try:
             if self.host == "numpy":
                 from rkspeech.runtime.tts.numpy_loop import open_numpy_stages
 
-                self.stage_backends = open_numpy_stages(self.plan, backend, model=self.model, threads=threads,
+                self.stage_backends = open_numpy_stages(self.plan, backend, model=self.model, threads=stage_threads,
                                                         target=target)
             else:
                 from rkspeech.runtime.tts.open_stages import open_stage_backends
 
-                self.stage_backends = open_stage_backends(self.plan, backend, model=self.model, threads=threads,
+                self.stage_backends = open_stage_backends(self.plan, backend, model=self.model, threads=stage_threads,
                                                           target=target, host_stages=host_stages)
         except BaseException:
             self.close()
