@@ -123,7 +123,7 @@ class Speaker:
             stage_threads = threads
         try:
             if self.host == "numpy":
-                from rkspeech.runtime.tts.numpy_loop import open_numpy_stages
+                from rkspeech.runtime.tts.numpy_stages import open_numpy_stages
 
                 self.stage_backends = open_numpy_stages(self.plan, backend, model=self.model, threads=stage_threads,
                                                         target=target, spin=SPIN)
