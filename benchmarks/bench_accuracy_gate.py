@@ -4,7 +4,8 @@
         [--frames 48] [--texts 20] [--damage] [--out R.json]
 
 Exports the talker's step graphs (capacity 128, prefill 16) and the code predictor's step graph
-(fp32, as ``build qwen3-tts`` exports them), writes each variant with ``convert.cpu_quant``, and
+(fp32, as ``build qwen3-tts`` exports them), writes each variant with ``convert.cpu_quant`` (or,
+``fp16-storage``, the host emulation of the NPU's fp16 storage), and
 runs ``accuracy.gate.run_gate`` per variant: both stages judged, each against the fp32 graphs on
 onnxruntime (the other stage kept at fp32 while one runs free).  ``--damage`` adds two
 deliberately broken int8 variants: the talker decode graph's weights scaled by 1.3 (and the
@@ -32,9 +33,24 @@ def export(tts, out: Path) -> dict:
     return g
 
 
+def fp16_storage_graph(src: Path, dst: Path) -> Path:
+    """The NPU's fp16 storage emulated on the host (``accuracy.fp16_model.fp16_storage``: weights
+    and every float node output rounded to fp16, fp32 compute): a proxy for an NPU fp16 stage,
+    not the compiler's numerics."""
+    import onnx
+
+    from rkspeech.accuracy.fp16_model import float_outputs, fp16_storage
+
+    m = onnx.load(str(src))
+    onnx.save(fp16_storage(m, list(float_outputs(m))), str(dst))
+    return dst
+
+
 def variant_graphs(graphs: dict, variant: str, out: Path) -> dict:
     from rkspeech.convert.cpu_quant import CpuQuantOptions, quantize_step_graph
 
+    if variant == "fp16-storage":
+        return {role: fp16_storage_graph(src, out / f"{role}.fp16s.onnx") for role, src in graphs.items()}
     v, _, block = variant.partition("-b")
     opts = CpuQuantOptions(variant=v, **({"block_size": int(block)} if block else {}))
     res = {}
@@ -77,7 +93,7 @@ def main(argv=None) -> int:
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model-dir", required=True)
-    p.add_argument("--variants", default="int8,int4,int4-b128")
+    p.add_argument("--variants", default="int8,int4,int4-b128,fp16-storage")
     p.add_argument("--frames", type=int, default=48)
     p.add_argument("--texts", type=int, default=len(GATE_TEXTS))
     p.add_argument("--threads", type=int, default=1)

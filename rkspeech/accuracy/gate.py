@@ -34,6 +34,7 @@ from rkspeech.core.thresholds import (
     GATE_MIN_FRAMES,
     GATE_MIN_LOGIT_SNR_DB,
     GATE_MIN_SAME_STOP,
+    GATE_MIN_STOPPED_REFERENCE,
 )
 
 #: Held-out sentences (none is a training text of the trained checkpoint): 20 texts of 6-27 tokens
@@ -61,6 +62,7 @@ class GateThresholds:
     min_same_stop: float = GATE_MIN_SAME_STOP  # share of utterances stopping at the reference's frame (free running)
     min_logit_snr_db: float = GATE_MIN_LOGIT_SNR_DB  # teacher-forced logit SNR, per stage
     min_frames: int = GATE_MIN_FRAMES  # reference frames the figures must cover
+    min_stopped_reference: float = GATE_MIN_STOPPED_REFERENCE  # utterances the fp32 run ends by itself
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -155,7 +157,7 @@ def measure_stage(tts, runs, name: str, variant, *, reference: dict, frames: int
     return {"teacher_forced": tf, "free_running": free, "seconds": round(time.perf_counter() - t0, 2)}
 
 
-def judge(name: str, figures: dict, reference_frames: int, thresholds: GateThresholds) -> list[str]:
+def judge(name: str, figures: dict, thresholds: GateThresholds) -> list[str]:
     """Why stage ``name`` fails the gate (empty: it passes), each reason short enough for one line."""
     out = []
     tf, free = figures["teacher_forced"], figures["free_running"]
@@ -171,8 +173,20 @@ def judge(name: str, figures: dict, reference_frames: int, thresholds: GateThres
     if share is None or share < thresholds.min_same_stop:
         out.append(f"{name} stops at fp32's frame on {free.get('same_stop', 0)}/{free.get('utterances', 0)} "
                    f"utterances (< {100 * thresholds.min_same_stop:.0f} %)")
-    if reference_frames < thresholds.min_frames:  # last: the figures' own failures name the stage's fault first
-        out.append(f"{name} measured on {reference_frames} frames, fewer than {thresholds.min_frames}")
+    return out
+
+
+def measurement_failures(report: dict, thresholds: GateThresholds) -> list[str]:
+    """Why the measurement itself cannot vouch for a stage: too few frames, or too few utterances
+    stopped by themselves in the fp32 run (then "same stop" compares truncated runs)."""
+    out = []
+    if report["reference_frames"] < thresholds.min_frames:
+        out.append(f"measured on {report['reference_frames']} fp32 frames, fewer than {thresholds.min_frames}")
+    texts, stopped = report["texts"], report["stopped_reference"]
+    if texts and stopped < thresholds.min_stopped_reference * texts:
+        out.append(f"fp32 stopped by itself on {stopped}/{texts} utterances within {report['frames_per_text']} "
+                   f"frames (< {100 * thresholds.min_stopped_reference:.0f} %): the stop frame is not judged "
+                   "(a checkpoint that does not stop, or --cpu-check-frames too low)")
     return out
 
 
@@ -207,7 +221,9 @@ def apply_thresholds(report: dict, thresholds: GateThresholds | None = None) -> 
     thresholds = thresholds or GateThresholds()
     failures = []
     for name, figures in report["stages"].items():
-        figures["failures"] = judge(name, figures, report["reference_frames"], thresholds)
+        figures["failures"] = judge(name, figures, thresholds)
         failures += figures["failures"]
+    if report["stages"]:  # listed after the stages' own: the one-line refusal names a stage's fault first
+        failures += measurement_failures(report, thresholds)
     report.update(thresholds=thresholds.to_dict(), failures=failures, passed=not failures)
     return report

@@ -139,7 +139,8 @@ def _gate_rows(gate: dict | None) -> list[tuple]:
     t = gate["thresholds"]
     how = (f"{gate['reference_frames']} fp32 frames of {gate['texts']} utterances ({gate['prompt_form']} prompt, "
            f"{gate['stopped_reference']} stopped); marks: agreement >= {100 * t['min_agreement']:.0f} %, same stop >= "
-           f"{100 * t['min_same_stop']:.0f} %, logit SNR >= {t['min_logit_snr_db']:.0f} dB, frames >= {t['min_frames']}")
+           f"{100 * t['min_same_stop']:.0f} %, logit SNR >= {t['min_logit_snr_db']:.0f} dB, frames >= {t['min_frames']}, "
+           f"fp32 stopped >= {100 * t['min_stopped_reference']:.0f} %")
     verdict = "passed" if gate["passed"] else f"FAILED ({gate['mode']}): " + "; ".join(gate["failures"])
     return [("accuracy gate", how), ("accuracy gate verdict", verdict)]
 
