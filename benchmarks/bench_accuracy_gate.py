@@ -8,8 +8,8 @@ Exports the talker's step graphs (capacity 128, prefill 16) and the code predict
 ``fp16-storage``, the host emulation of the NPU's fp16 storage), and
 runs ``accuracy.gate.run_gate`` per variant: both stages judged, each against the fp32 graphs on
 onnxruntime (the other stage kept at fp32 while one runs free).  ``--damage`` adds two
-deliberately broken int8 variants: the talker decode graph's weights scaled by 1.3 (and the
-prefill graph's), and one code predictor MatMul weight zeroed.
+deliberately broken int8 variants: the talker decode and prefill graphs' weight scales multiplied
+by 1.3 and by 3 (the test's damage), and one code predictor MatMul weight zeroed.
 """
 
 from __future__ import annotations
@@ -117,8 +117,9 @@ def main(argv=None) -> int:
         todo = {v: variant_graphs(fp32, v, tmp) for v in args.variants.split(",") if v}
         if args.damage:
             base = todo.get("int8") or variant_graphs(fp32, "int8", tmp)
-            todo["int8-talker-scaled-1.3"] = {**base, **{r: damage(base[r], tmp / f"{r}.scaled.onnx", scale=1.3)
-                                                        for r in ("decode", "prefill")}}
+            for k in (1.3, 3.0):
+                todo[f"int8-talker-scaled-{k}"] = {**base, **{r: damage(base[r], tmp / f"{r}.scaled{k}.onnx", scale=k)
+                                                             for r in ("decode", "prefill")}}
             todo["int8-cp-one-weight-zeroed"] = {**base, "cp_step": damage(base["cp_step"], tmp / "cp.zero.onnx",
                                                                            zero_one=True)}
         for name, g in todo.items():

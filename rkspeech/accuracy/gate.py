@@ -69,13 +69,15 @@ class GateThresholds:
 
 
 def gate_requests(tts, n: int) -> list[dict]:
-    """``n`` generation requests cycling over the checkpoint's speakers and languages (custom
-    voice; a fixed instruct for voice design), so every speaker and language occurs."""
+    """``n`` generation requests over the checkpoint's speakers and languages (custom voice: round
+    r gives speaker s language ``(s + r) % L``, so the first ``S x L`` requests are distinct pairs
+    and every speaker and language occurs early; voice design: a fixed instruct, languages cycled)."""
     kind = tts.cfg.tts_model_type
-    languages = [lang for lang in tts.languages] or ["auto"]
+    languages = list(tts.languages) or ["auto"]
     if kind == "custom_voice":
         speakers = tts.speakers
-        return [{"speaker": speakers[i % len(speakers)], "language": languages[(i // len(speakers) + i) % len(languages)]}
+        pairs = [(s, (s + r) % len(languages)) for r in range(len(languages)) for s in range(len(speakers))]
+        return [{"speaker": speakers[pairs[i % len(pairs)][0]], "language": languages[pairs[i % len(pairs)][1]]}
                 for i in range(n)]
     if kind == "voice_design":
         return [{"instruct": "A calm voice.", "language": languages[i % len(languages)]} for i in range(n)]
