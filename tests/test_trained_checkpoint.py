@@ -157,8 +157,8 @@ def test_generation_defaults_to_the_recorded_prompt_form(trained, rule):
     """``text_in_prompt`` None (what speak and serve pass) takes the checkpoint's recorded form:
     the trained root stops by itself as with ``text_in_prompt=False`` given explicitly."""
     tts, _ = trained
-    assert tts.cfg.default_text_in_prompt is False
     assert _stops(tts, rule, HELD_OUT[:2]) == _stops(tts, rule, HELD_OUT[:2], text_in_prompt=False)
+    assert tts.cfg.default_text_in_prompt is False
 
 
 def test_cli_refuses_what_it_cannot_train(tmp_path, capsys):
