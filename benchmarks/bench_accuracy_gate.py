@@ -5,7 +5,8 @@
 
 Exports the talker's step graphs (capacity 128, prefill 16) and the code predictor's step graph
 (fp32, as ``build qwen3-tts`` exports them), writes each variant with ``convert.cpu_quant`` (or,
-``fp16-storage``, the host emulation of the NPU's fp16 storage), and
+``fp16-storage``, the host emulation of the NPU's fp16 storage; ``npu-sim``: the fp32 graphs on the
+rknn-toolkit2 simulator, fp16, rk3588: minutes at the reduced size), and
 runs ``accuracy.gate.run_gate`` per variant: both stages judged, each against the fp32 graphs on
 onnxruntime (the other stage kept at fp32 while one runs free).  ``--damage`` adds two
 deliberately broken int8 variants: the talker decode and prefill graphs' weight scales multiplied
@@ -107,14 +108,16 @@ def main(argv=None) -> int:
         tmp = Path(tmp)
         fp32 = export(tts, tmp)
 
-        def talker(g):
-            return open_graph_talker(g["decode"], g["prefill"], model=tts.net.talker.model, threads=args.threads)
+        def talker(g, backend="ort"):
+            kw = {"threads": args.threads} if backend == "ort" else {}
+            return open_graph_talker(g["decode"], g["prefill"], backend=backend, model=tts.net.talker.model, **kw)
 
-        def cp(g):
-            return CodebookCodePredictor(g["cp_step"], "ort", model=tts, threads=args.threads)
+        def cp(g, backend="ort"):
+            kw = {"threads": args.threads} if backend == "ort" else {}
+            return CodebookCodePredictor(g["cp_step"], backend, model=tts, **kw)
 
         ref = {"talker": talker(fp32), "code_predictor": cp(fp32)}
-        todo = {v: variant_graphs(fp32, v, tmp) for v in args.variants.split(",") if v}
+        todo = {v: fp32 if v == "npu-sim" else variant_graphs(fp32, v, tmp) for v in args.variants.split(",") if v}
         if args.damage:
             base = todo.get("int8") or variant_graphs(fp32, "int8", tmp)
             for k in (1.3, 3.0):
@@ -124,7 +127,8 @@ def main(argv=None) -> int:
                                                                            zero_one=True)}
         for name, g in todo.items():
             t0 = time.perf_counter()
-            v = {"talker": talker(g), "code_predictor": cp(g)}
+            backend = "sim" if name == "npu-sim" else "ort"
+            v = {"talker": talker(g, backend), "code_predictor": cp(g, backend)}
             r = run_gate(tts, reference=ref, variants=v, texts=GATE_TEXTS[:args.texts], frames=args.frames)
             for b in v.values():
                 b.close()
