@@ -502,7 +502,8 @@ def test_full_queue_is_refused_at_once_on_both_protocols(server, speech):
 
 
 def test_pool_time_limit_and_graceful_shutdown():
-    from rkspeech.serve.engines import TRANSCRIBE, ServePool, ShuttingDown, TimedOut
+    from rkspeech.serve.engines import TRANSCRIBE, ServePool
+    from rkspeech.serve.errors import ShuttingDown, TimedOut
 
     def slow(model, seconds):
         time.sleep(seconds)

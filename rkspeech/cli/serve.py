@@ -117,7 +117,8 @@ def run(args: argparse.Namespace) -> int:
 
     from rkspeech.core import progress
     from rkspeech.core.errors import RkspeechError
-    from rkspeech.serve.engines import ServePool, open_transcribers
+    from rkspeech.serve.engines import ServePool
+    from rkspeech.serve.transcribers import open_transcribers
     from rkspeech.serve.server import Server, serve_forever
 
     options = options_from_args(args)  # address and limit errors before anything loads

@@ -19,7 +19,7 @@ import struct
 import numpy as np
 
 from rkspeech.runtime.audio import AudioError, AudioTooLong
-from rkspeech.serve.engines import ServeError
+from rkspeech.serve.errors import ServeError
 
 
 class BadAudio(ServeError):

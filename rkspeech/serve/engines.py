@@ -3,7 +3,7 @@ graceful shutdown.
 
 An *engine* is one model instance that serves one request at a time: a transcription engine is a
 :class:`rkspeech.runtime.whisper.model.WhisperModel` (on a host: its own onnxruntime session; on
-a board: its own rknn-lite context pinned to one NPU core, see :func:`open_transcribers`), a
+a board: its own rknn-lite context pinned to one NPU core, see :func:`rkspeech.serve.transcribers.open_transcribers`), a
 speech engine anything that satisfies :class:`SpeechEngine`.  Each engine has its own worker
 thread (a one-thread executor), so blocking model calls never run on the event loop and a
 context that prefers one thread always sees the same one.
@@ -41,6 +41,7 @@ from typing import (
 import numpy as np
 
 from rkspeech.core.errors import RkspeechError
+from rkspeech.serve.errors import Busy, ShuttingDown, TimedOut, Unavailable
 
 TRANSCRIBE = "transcribe"
 SPEECH = "speech"
@@ -48,43 +49,6 @@ SPEECH = "speech"
 
 #: the end of a stream in ``ServePool.stream``'s queue
 _END = object()
-
-
-class ServeError(RkspeechError):
-    """A request the server answers with an error (``status`` for HTTP, ``code`` for Wyoming)."""
-
-    status = 400
-    code = "bad-request"
-
-
-class Busy(ServeError):
-    status = 503
-    code = "busy"
-
-    def __init__(self, kind: str, retry_after_s: int):
-        super().__init__(f"all {kind} engines are busy and {kind} requests are already waiting; retry later")
-        self.retry_after_s = retry_after_s
-
-
-class ShuttingDown(ServeError):
-    status = 503
-    code = "shutting-down"
-
-    def __init__(self):
-        super().__init__("the server is shutting down")
-
-
-class TimedOut(ServeError):
-    status = 504
-    code = "timeout"
-
-    def __init__(self, limit_s: float):
-        super().__init__(f"the request took longer than the server's limit of {limit_s:g} s")
-
-
-class Unavailable(ServeError):
-    status = 404
-    code = "not-available"
 
 
 @runtime_checkable
@@ -382,36 +346,3 @@ class ServePool:
                         with contextlib.suppress(Exception):
                             close()
         return idle
-
-
-def open_transcribers(model_dir, *, engines: int = 1, encoder=None, backend: str | None = None,
-                      target: str | None = None, core_masks: Sequence[str] | None = None,
-                      threads: int = 1, compute_type: str = "float32") -> list:
-    """``engines`` :class:`~rkspeech.runtime.whisper.model.WhisperModel` instances, each with its
-    own encoder runner (onnxruntime session, simulator, or an rknn-lite context).
-
-    With ``backend="rknnlite"`` engine i is pinned to NPU core ``core_masks[i % len]`` (default:
-    one per core of ``target``, :func:`rkspeech.core.targets.cores_for`) -- written to the
-    rknn-toolkit-lite2 API, not run on a board here.  ``threads`` is per engine (CTranslate2
-    decoder and onnxruntime).
-    """
-    from rkspeech.runtime.whisper.model import WhisperModel
-
-    if engines < 1:
-        raise RkspeechError(f"--asr-engines must be >= 1, got {engines}")
-    masks: tuple = (None,)
-    if backend == "rknnlite":
-        from rkspeech.core.targets import cores_for
-
-        masks = tuple(core_masks) if core_masks else cores_for(target)
-    models = []
-    try:
-        for i in range(engines):
-            models.append(WhisperModel(model_dir, encoder=encoder, backend=backend, threads=threads,
-                                       target=target, core_mask=masks[i % len(masks)], compute_type=compute_type))
-    except BaseException:
-        for m in models:
-            with contextlib.suppress(Exception):
-                m.close()
-        raise
-    return models

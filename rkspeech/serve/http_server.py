@@ -28,7 +28,8 @@ import logging
 import time
 
 from rkspeech.core.errors import RkspeechError
-from rkspeech.serve.engines import SPEECH, TRANSCRIBE, Busy, ServePool, ServeError
+from rkspeech.serve.engines import SPEECH, TRANSCRIBE, ServePool
+from rkspeech.serve.errors import Busy, ServeError
 from rkspeech.serve.options import ServeOptions
 
 log = logging.getLogger("rkspeech.serve")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rkspeech.serve.engines import ServeError
+from rkspeech.serve.errors import ServeError
 
 #: OpenAI ``response_format`` values for transcriptions.
 RESPONSE_FORMATS = ("json", "text", "srt", "vtt", "verbose_json")

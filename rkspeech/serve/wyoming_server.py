@@ -20,97 +20,30 @@ Per connection (:class:`WyomingHandler`):
   or a header whose data/payload cannot be read loses the framing: error, then the connection
   is closed.
 
-The events are read here rather than by ``wyoming.event.async_read_event``, which returns None
-(= end of stream) for a malformed line, so a client would see a silent disconnect.
+The events are read by :mod:`rkspeech.serve.wyoming_events` (a malformed line is answered, not a
+silent disconnect); ``info`` is built by :mod:`rkspeech.serve.wyoming_info`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import re
 import time
 
 from rkspeech.core.errors import RkspeechError
 from rkspeech.serve.audio import pcm16_to_float
-from rkspeech.serve.engines import SPEECH, TRANSCRIBE, ServePool, ServeError
+from rkspeech.serve.engines import SPEECH, TRANSCRIBE, ServePool
+from rkspeech.serve.errors import ServeError
 from rkspeech.serve.options import SAMPLE_RATE, ServeOptions
+from rkspeech.serve.wyoming_events import MAX_LINE, Framing, check_audio_format, read_event
+from rkspeech.serve.wyoming_info import info_event
 
-#: Bytes of one event header line or data block at most.
-MAX_LINE = 1024 * 1024
 #: Output chunk size for speech (samples): engines may yield longer chunks; Wyoming clients
 #: expect a steady stream of small ones.
 CHUNK_SAMPLES = 2048
 log = logging.getLogger("rkspeech.serve")
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+")
-
-
-
-#: Wyoming audio the server converts (``AudioChunkConverter`` takes 1-4 byte samples, mono or
-#: stereo); rates outside this range are refused rather than resampled.
-AUDIO_RATES = (8000, 192000)
-AUDIO_WIDTHS = (1, 2, 3, 4)
-AUDIO_CHANNELS = (1, 2)
-
-
-def check_audio_format(rate, width, channels) -> int:
-    """Bytes per frame of an audio format the server converts; ``ServeError`` (one line) else."""
-    whole = all(isinstance(v, int) and not isinstance(v, bool) for v in (rate, width, channels))
-    ok = whole and AUDIO_RATES[0] <= rate <= AUDIO_RATES[1] and width in AUDIO_WIDTHS and channels in AUDIO_CHANNELS
-    if not ok:
-        raise ServeError(f"audio format not supported: rate {rate!r} (give {AUDIO_RATES[0]}-{AUDIO_RATES[1]} Hz), "
-                         f"width {width!r} (1-4 bytes), channels {channels!r} (1 or 2)")
-    return width * channels
-
-class _Framing(Exception):
-    """The stream can no longer be parsed: answer and close."""
-
-
-async def read_event(reader: asyncio.StreamReader):
-    """The next event, None at end of stream; ValueError for a bad line (framing intact),
-    :class:`_Framing` when framing is lost."""
-    from wyoming.event import Event
-
-    try:
-        line = await reader.readuntil(b"\n")
-    except asyncio.IncompleteReadError as exc:
-        if not exc.partial.strip():
-            return None
-        line = exc.partial
-    except asyncio.LimitOverrunError:
-        raise _Framing(f"event header longer than {MAX_LINE} bytes") from None
-    if not line.strip():
-        raise ValueError("empty event line")
-    try:
-        header = json.loads(line)
-    except (ValueError, RecursionError):
-        raise ValueError("event header is not JSON (or nested too deep)") from None
-    if not isinstance(header, dict) or not isinstance(header.get("type"), str):
-        raise ValueError("event header has no type")
-    data = header.get("data") or {}
-    if not isinstance(data, dict):
-        raise ValueError("event data is not an object")
-    try:
-        data_length = int(header.get("data_length") or 0)
-        payload_length = int(header.get("payload_length") or 0)
-    except (TypeError, ValueError):
-        raise _Framing("data_length / payload_length are not numbers") from None
-    if not (0 <= data_length <= MAX_LINE) or not (0 <= payload_length <= 16 * MAX_LINE):
-        raise _Framing("data_length / payload_length out of range")
-    try:
-        if data_length:
-            try:
-                extra = json.loads(await reader.readexactly(data_length))
-            except (ValueError, RecursionError):  # its payload still follows: the framing is lost
-                raise _Framing("event data is not JSON (or nested too deep)") from None
-            if not isinstance(extra, dict):
-                raise ValueError("event data is not an object")
-            data.update(extra)
-        payload = await reader.readexactly(payload_length) if payload_length else None
-    except asyncio.IncompleteReadError:
-        raise _Framing("connection closed inside an event") from None
-    return Event(type=header["type"], data=data, payload=payload)
 
 
 class WyomingHandler:
@@ -157,7 +90,7 @@ class WyomingHandler:
                 except ValueError as exc:
                     await self.error(f"malformed event: {exc}", "malformed-event")
                     continue
-                except _Framing as exc:
+                except Framing as exc:
                     await self.error(f"malformed event: {exc}; closing the connection", "malformed-event")
                     break
                 if event is None:
@@ -326,43 +259,6 @@ class WyomingHandler:
         from wyoming.audio import AudioStop
 
         await self.write(AudioStop().event())
-
-
-def info_event(pool: ServePool, options: ServeOptions):
-    """The ``info`` answer to ``describe``."""
-    from wyoming.info import (
-        AsrModel,
-        AsrProgram,
-        Attribution,
-        Info,
-        TtsProgram,
-        TtsVoice,
-        TtsVoiceSpeaker,
-    )
-
-    from rkspeech import __version__ as version
-
-    whisper = Attribution(name="OpenAI Whisper (faster-whisper)", url="https://github.com/SYSTRAN/faster-whisper")
-    qwen = Attribution(name="Qwen3-TTS", url="https://github.com/QwenLM/Qwen3-TTS")
-    asr, tts = [], []
-    if pool.has(TRANSCRIBE):
-        from rkspeech.serve.transcription import model_languages
-
-        languages = model_languages(pool.first_model(TRANSCRIBE))
-        asr.append(AsrProgram(name="rkspeech-whisper", description="faster-whisper with the encoder offloaded",
-                              attribution=whisper, installed=True, version=version,
-                              models=[AsrModel(name=options.model_name, description=f"Whisper ({options.model_name})",
-                                               attribution=whisper, installed=True, languages=languages,
-                                               version=version)]))
-    if pool.has(SPEECH):
-        engine = pool.first_model(SPEECH)
-        voices = [TtsVoice(name=s, description=f"{options.speech_model_name}: {s}", attribution=qwen,
-                           installed=True, version=version, languages=list(engine.languages),
-                           speakers=[TtsVoiceSpeaker(name=s)])
-                  for s in (engine.speakers or ["default"])]
-        tts.append(TtsProgram(name="rkspeech-speech", description=options.speech_model_name, attribution=qwen,
-                              installed=True, version=version, voices=voices, supports_synthesize_streaming=True))
-    return Info(asr=asr, tts=tts).event()
 
 
 class WyomingServer:
