@@ -7,9 +7,11 @@
   is accepted and ignored (faster-whisper's fallback schedule, as ``rkspeech transcribe``).
   verbose_json's ``language`` is Whisper's code ("en"; OpenAI's service writes "english").
 * ``POST /v1/audio/speech`` -- JSON: ``input``, ``voice`` (a speaker of the engine, or
-  "default"), ``response_format`` (wav | pcm: 16-bit mono at the engine's rate; WAV streamed with
-  an open-ended header), ``instructions``; the body is streamed as the engine decodes.
-* ``GET /v1/models``, ``GET /health`` (no key needed), ``GET /metrics`` (Prometheus text).
+  "default"), ``response_format`` (mp3, the default, | opus | aac | flac | wav | pcm; encoded by
+  :mod:`rkspeech.serve.speech_formats`), ``speed`` (0.25-4.0, FFmpeg's atempo: pitch kept),
+  ``stream_format`` (audio | sse), ``instructions``; the body is streamed as the engine decodes.
+* ``GET /v1/models`` (each model with what it serves: voices, languages, formats),
+  ``GET /health`` (no key needed), ``GET /metrics`` (Prometheus text).
 
 Safety: with ``api_key`` every route but ``/health`` wants ``Authorization: Bearer KEY``
 (compared in constant time).  An upload is read into memory up to ``max_upload_bytes`` (413
@@ -67,8 +69,15 @@ def build_app(pool: ServePool, options: ServeOptions, metrics=None):
     from rkspeech.models.whisper.window import SAMPLE_RATE
     from rkspeech.runtime.audio import AudioError, decode_audio
     from rkspeech.serve import transcription
-    from rkspeech.serve.audio import bad_audio, float_to_pcm16, wav_header
-    from rkspeech.serve.speech import SPEECH_FORMATS, SpeakRequest
+    from rkspeech.serve.audio import bad_audio
+    from rkspeech.serve.speech import SpeakRequest
+    from rkspeech.serve.speech_formats import (
+        SpeechEncoder,
+        check_format,
+        check_speed,
+        check_stream_format,
+        encoded_body,
+    )
 
     def count(endpoint: str, status) -> None:
         if metrics is not None:
@@ -186,13 +195,8 @@ def build_app(pool: ServePool, options: ServeOptions, metrics=None):
             raise HttpError(400, "the body is not JSON (or nested too deep)", "bad_request") from None
         if not isinstance(spec, dict):
             raise HttpError(400, "the body must be a JSON object", "bad_request")
-        fmt = spec.get("response_format") or "wav"
-        if fmt not in SPEECH_FORMATS:
-            raise HttpError(400, f"response_format {fmt!r} is not served; use one of {', '.join(SPEECH_FORMATS)}",
-                            "bad_request")
-        speed = spec.get("speed", 1.0)
-        if speed not in (None, 1, 1.0):
-            raise HttpError(400, "speed other than 1.0 is not supported", "bad_request")
+        fmt, speed = check_format(spec.get("response_format")), check_speed(spec.get("speed", 1.0))
+        sse = check_stream_format(spec.get("stream_format")) == "sse"
         voice = spec.get("voice")
         if isinstance(voice, dict):
             voice = voice.get("id") or voice.get("name")
@@ -207,21 +211,14 @@ def build_app(pool: ServePool, options: ServeOptions, metrics=None):
         if metrics is not None:
             metrics.stage_seconds.labels("speech_first_chunk").observe(time.perf_counter() - began)
 
-        async def body_stream():
-            try:
-                if fmt == "wav":
-                    yield wav_header(engine.sample_rate)
-                if first is not None:
-                    yield float_to_pcm16(first)
-                    async for chunk in chunks:
-                        yield float_to_pcm16(chunk)
-                if metrics is not None:
-                    metrics.stage_seconds.labels("speech_total").observe(time.perf_counter() - began)
-            finally:
-                await chunks.aclose()
+        encoder = SpeechEncoder(fmt, engine.sample_rate, speed)
 
-        media = "audio/wav" if fmt == "wav" else "audio/pcm"
-        return StreamingResponse(body_stream(), media_type=media,
+        def done():
+            if metrics is not None:
+                metrics.stage_seconds.labels("speech_total").observe(time.perf_counter() - began)
+
+        return StreamingResponse(encoded_body(chunks, first, encoder, sse=sse, on_end=done),
+                                 media_type="text/event-stream" if sse else encoder.media_type,
                                  headers={"X-Sample-Rate": str(engine.sample_rate)})
 
     @endpoint("/health")
@@ -238,12 +235,9 @@ def build_app(pool: ServePool, options: ServeOptions, metrics=None):
 
     @endpoint("/v1/models")
     async def models(request):
-        data = []
-        if pool.has(TRANSCRIBE):
-            data.append({"id": options.model_name, "object": "model", "owned_by": "rkspeech"})
-        if pool.has(SPEECH):
-            data.append({"id": options.speech_model_name, "object": "model", "owned_by": "rkspeech"})
-        return JSONResponse({"object": "list", "data": data})
+        from rkspeech.serve.models_list import models_list
+
+        return JSONResponse(models_list(pool, options))
 
     return Starlette(routes=[
         Route("/v1/audio/transcriptions", transcriptions, methods=["POST"]),
