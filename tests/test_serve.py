@@ -163,7 +163,10 @@ async def _wyoming_transcribe(client, path, language="en", *, stereo_44k=False):
     for i in range(0, len(pcm), step):
         await client.write_event(AudioChunk(rate=rate, width=width, channels=channels, audio=pcm[i:i + step]).event())
     await client.write_event(AudioStop().event())
-    return await client.read_event()
+    while True:  # past the streamed transcript-start / -chunk / -stop: the plain answer
+        event = await client.read_event()
+        if event is None or event.type not in ("transcript-start", "transcript-chunk", "transcript-stop"):
+            return event
 
 
 # -- transcription ---------------------------------------------------------------------------------

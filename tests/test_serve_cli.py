@@ -32,6 +32,9 @@ def test_cli_errors_are_one_line(capsys):
     assert "use HOST:PORT" in capsys.readouterr().err
     assert main(["serve", "--asr-model-dir", str(TINY_EN), "--asr-language", "de"]) == 2
     assert "English-only" in capsys.readouterr().err
+    assert main(["serve", "--asr-model-dir", str(TINY_EN), "--asr-hotwords-file", "/nonexistent/hw.txt"]) == 2
+    assert capsys.readouterr().err.strip().endswith(
+        "--asr-hotwords-file /nonexistent/hw.txt: cannot read it (No such file or directory)")
 
 
 def test_sigterm_finishes_the_request_in_flight(tmp_path):

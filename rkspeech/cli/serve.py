@@ -45,6 +45,9 @@ def register(subparsers) -> None:
     f.add(ASR, "--asr-language", dest="language", default="auto",
           help="default language when a request names none (default auto)")
     f.add(ASR, "--asr-vad", dest="vad", action="store_true", help="faster-whisper's Silero VAD filter on every request")
+    f.add(ASR, "--asr-hotwords-file", dest="hotwords_file", metavar="FILE",
+          help="phrases to bias transcripts toward, one per line (faster-whisper hotwords; re-read when "
+               "the file changes, e.g. Home Assistant's entity names)")
     f.add(TTS, "--tts-model-dir", dest="tts_model", metavar="DIR", help="Qwen3-TTS model folder")
     f.add(TTS, "--tts-plan", dest="plan", metavar="PLAN", help="plan.json of the vocoder built for --tts-model-dir")
     f.add(TTS, "--tts-backend", choices=BACKENDS, default="ort", help="vocoder runtime (default ort)")
@@ -88,8 +91,24 @@ def options_from_args(args: argparse.Namespace):
         max_text_chars=args.max_text_chars, idle_timeout_s=args.idle_timeout,
         max_connections=args.max_connections, beam_size=args.beam_size,
         language=None if args.language in ("auto", "") else args.language, vad=args.vad,
+        hotwords_file=_hotwords_file(args.hotwords_file),
         model_name=os.path.basename(os.path.normpath(args.whisper_model)) if args.whisper_model else "whisper",
         speech_model_name=os.path.basename(os.path.normpath(args.tts_model)) if args.tts_model else "speech")
+
+
+def _hotwords_file(path):
+    """``--asr-hotwords-file``, read once now so a missing or unreadable file stops the start."""
+    if path is None:
+        return None
+    from rkspeech.core.errors import RkspeechError
+    from rkspeech.serve.biasing import read_phrases
+
+    try:
+        read_phrases(path)
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) else exc
+        raise RkspeechError(f"--asr-hotwords-file {path}: cannot read it ({why})") from None
+    return path
 
 
 def _open_speaker(args):

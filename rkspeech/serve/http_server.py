@@ -6,6 +6,9 @@
   turns on faster-whisper's word timestamps and adds ``words`` to verbose_json).  ``temperature``
   is accepted and ignored (faster-whisper's fallback schedule, as ``rkspeech transcribe``).
   verbose_json's ``language`` is Whisper's code ("en"; OpenAI's service writes "english").
+  ``stream=true`` (json / text): server-sent ``transcript.text.delta`` events, one per decoded
+  segment, then ``transcript.text.done`` (:mod:`rkspeech.serve.transcript_stream`); ``hotwords``
+  (repeatable) biases the decoder (:mod:`rkspeech.serve.biasing`).
 * ``POST /v1/audio/speech`` -- JSON: ``input``, ``voice`` (a speaker of the engine, or
   "default"), ``response_format`` (mp3, the default, | opus | aac | flac | wav | pcm; encoded by
   :mod:`rkspeech.serve.speech_formats`), ``speed`` (0.25-4.0, FFmpeg's atempo: pitch kept),
@@ -68,7 +71,7 @@ def build_app(pool: ServePool, options: ServeOptions, metrics=None):
 
     from rkspeech.models.whisper.window import SAMPLE_RATE
     from rkspeech.runtime.audio import AudioError, decode_audio
-    from rkspeech.serve import transcription
+    from rkspeech.serve import biasing, transcription
     from rkspeech.serve.audio import bad_audio
     from rkspeech.serve.speech import SpeakRequest
     from rkspeech.serve.speech_formats import (
@@ -78,10 +81,15 @@ def build_app(pool: ServePool, options: ServeOptions, metrics=None):
         check_stream_format,
         encoded_body,
     )
+    from rkspeech.serve.transcript_stream import sse_body, transcript_events
 
     def count(endpoint: str, status) -> None:
         if metrics is not None:
             metrics.requests.labels(endpoint, str(status)).inc()
+
+    def observe(result) -> None:
+        if metrics is not None:
+            metrics.observe_timing(result.timing)
 
     def authorize(request) -> None:
         if options.api_key is None:
@@ -163,10 +171,17 @@ def build_app(pool: ServePool, options: ServeOptions, metrics=None):
         bad = [g for g in grains if g not in transcription.GRANULARITIES]
         if bad:
             raise HttpError(400, f"timestamp_granularities {bad[0]!r} is not one of segment, word", "bad_request")
+        stream = str(form.get("stream") or "false").lower()
+        if stream not in ("true", "false"):
+            raise HttpError(400, f"stream {stream!r} is not true or false", "bad_request")
+        if stream == "true" and fmt not in ("json", "text"):
+            raise HttpError(400, f"stream=true answers with events; response_format {fmt!r} cannot be streamed "
+                                 "(use json or text)", "bad_request")
         model = pool.first_model(TRANSCRIBE)
         req = transcription.TranscribeRequest(
             language=transcription.check_language(model, form.get("language") or options.language),
-            prompt=form.get("prompt") or None, word_timestamps="word" in grains,
+            prompt=biasing.prompt(form.get("prompt")), word_timestamps="word" in grains,
+            hotwords=biasing.hotwords(form.getlist("hotwords") or None, options.hotwords_file),
             beam_size=options.beam_size, vad=options.vad)
         start = time.perf_counter()
         try:
@@ -176,9 +191,13 @@ def build_app(pool: ServePool, options: ServeOptions, metrics=None):
             raise bad_audio(exc) from None
         if metrics is not None:
             metrics.stage_seconds.labels("decode_audio").observe(time.perf_counter() - start)
+        log.info("transcription: %s", req.logged())
+        if stream == "true":
+            events = transcript_events(pool, audio, req, deadline=deadline)
+            first = await anext(events)  # errors before the first event get a status code
+            return StreamingResponse(sse_body(events, first, on_done=observe), media_type="text/event-stream")
         result = await pool.run(TRANSCRIBE, transcription.run, audio, req, deadline=deadline)
-        if metrics is not None:
-            metrics.observe_timing(result.timing)
+        observe(result)
         body, media = transcription.render(result, fmt, words="word" in grains)
         if media == "json":
             return JSONResponse(body)
