@@ -87,6 +87,10 @@ def build_app(pool: ServePool, options: ServeOptions, metrics=None):
         if metrics is not None:
             metrics.requests.labels(endpoint, str(status)).inc()
 
+    def peer(request):
+        """The client a request counts for in the wait line (serve.lane): the peer's host."""
+        return request.client.host if request.client else None
+
     def observe(result) -> None:
         if metrics is not None:
             metrics.observe_timing(result.timing)
@@ -155,7 +159,8 @@ def build_app(pool: ServePool, options: ServeOptions, metrics=None):
     @endpoint("/v1/audio/transcriptions")
     async def transcriptions(request):
         pool.first_model(TRANSCRIBE)
-        pool.check_capacity(TRANSCRIBE)  # refuse before reading and decoding when already full
+        client = peer(request)
+        pool.check_capacity(TRANSCRIBE, client)  # refuse before reading and decoding when already full
         deadline = pool.deadline()
         form = await parse_form(request, await read_body(request, options.max_upload_bytes))
         upload = form.get("file")
@@ -193,10 +198,10 @@ def build_app(pool: ServePool, options: ServeOptions, metrics=None):
             metrics.stage_seconds.labels("decode_audio").observe(time.perf_counter() - start)
         log.info("transcription: %s", req.logged())
         if stream == "true":
-            events = transcript_events(pool, audio, req, deadline=deadline)
+            events = transcript_events(pool, audio, req, deadline=deadline, client=client)
             first = await anext(events)  # errors before the first event get a status code
             return StreamingResponse(sse_body(events, first, on_done=observe), media_type="text/event-stream")
-        result = await pool.run(TRANSCRIBE, transcription.run, audio, req, deadline=deadline)
+        result = await pool.run(TRANSCRIBE, transcription.run, audio, req, deadline=deadline, client=client)
         observe(result)
         body, media = transcription.render(result, fmt, words="word" in grains)
         if media == "json":
@@ -206,7 +211,8 @@ def build_app(pool: ServePool, options: ServeOptions, metrics=None):
     @endpoint("/v1/audio/speech")
     async def speech(request):
         engine = pool.first_model(SPEECH)
-        pool.check_capacity(SPEECH)
+        client = peer(request)
+        pool.check_capacity(SPEECH, client)
         body = await read_body(request, options.max_text_chars * 8 + 4096)
         try:
             spec = json.loads(body or b"{}")
@@ -222,7 +228,7 @@ def build_app(pool: ServePool, options: ServeOptions, metrics=None):
         req = SpeakRequest.checked(engine, spec.get("input"), speaker=voice, language=spec.get("language"),
                                    instruct=spec.get("instructions") or None, max_chars=options.max_text_chars)
         began = time.perf_counter()
-        chunks = pool.stream(SPEECH, req.open).__aiter__()
+        chunks = pool.stream(SPEECH, req.open, client=client).__aiter__()
         try:
             first = await chunks.__anext__()  # errors before the first chunk get a status code
         except StopAsyncIteration:

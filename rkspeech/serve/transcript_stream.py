@@ -46,12 +46,13 @@ def open_segments(model, audio, request):
     return iter_transcription(model, audio, seed=request.seed, **request.options())
 
 
-async def transcript_events(pool, audio, request, *, deadline: float | None = None) -> AsyncIterator[tuple]:
+async def transcript_events(pool, audio, request, *, deadline: float | None = None,
+                            client=None) -> AsyncIterator[tuple]:
     """``("delta", text)`` per decoded segment with text, then ``("done", Transcription)``."""
     from rkspeech.runtime.whisper.transcript import Transcription
 
     deltas = DeltaText()
-    stream = pool.stream(TRANSCRIBE, open_segments, audio, request, deadline=deadline)
+    stream = pool.stream(TRANSCRIBE, open_segments, audio, request, deadline=deadline, client=client)
     try:
         async for item in stream:
             if isinstance(item, Transcription):

@@ -61,6 +61,9 @@ class WyomingHandler:
         self._audio_bytes = 0
         self._too_long = False
         self._streaming = None  # while synthesize-start .. synthesize-stop: {"voice", "text"}
+        peer = writer.get_extra_info("peername")
+        #: who this connection counts as in the wait line (serve.lane): the peer's host
+        self.client = peer[0] if isinstance(peer, tuple) and peer else "local"
         self.busy = False  # inside handle(): shutdown waits for it; idle connections are closed
 
     async def write(self, event) -> None:
@@ -232,7 +235,7 @@ class WyomingHandler:
         # streamed (wyoming 1.10): transcript-start, a chunk per decoded segment, transcript-stop,
         # then the plain transcript, which clients that do not stream wait for
         started = False
-        async for kind, value in transcript_events(self.pool, audio, request):
+        async for kind, value in transcript_events(self.pool, audio, request, client=self.client):
             if not started:
                 await self.write(TranscriptStart(language=request.language).event())
                 started = True
@@ -263,7 +266,7 @@ class WyomingHandler:
         if start:
             await self.write(AudioStart(rate=rate, width=2, channels=1).event())
         first = True
-        async for chunk in self.pool.stream(SPEECH, request.open):
+        async for chunk in self.pool.stream(SPEECH, request.open, client=self.client):
             if first and self.metrics is not None:
                 self.metrics.stage_seconds.labels("speech_first_chunk").observe(time.perf_counter() - began)
             first = False
