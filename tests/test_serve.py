@@ -542,7 +542,8 @@ def test_upload_decoding_matches_faster_whisper_and_is_bounded(speech):
     from rkspeech.models.whisper.window import SAMPLE_RATE
     from rkspeech.runtime.audio import AudioTooLong
     from rkspeech.runtime.audio import decode_audio as ours
-    from rkspeech.serve.audio import TooLong, bad_audio
+    from rkspeech.serve.audio import bad_audio
+    from rkspeech.serve.errors import TooLong
 
     data = Path(speech["b22"]).read_bytes()
     decoded = ours(data, sample_rate=SAMPLE_RATE, max_seconds=60)

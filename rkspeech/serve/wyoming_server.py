@@ -219,7 +219,7 @@ class WyomingHandler:
         self._converter, self._audio, self._audio_bytes, self._language, self._bias = None, [], 0, None, []
         if too_long:
             from rkspeech.runtime.audio import too_long_message
-            from rkspeech.serve.audio import TooLong
+            from rkspeech.serve.errors import TooLong
 
             raise TooLong(too_long_message("the audio", self.options.max_audio_s))
         start = time.perf_counter()
