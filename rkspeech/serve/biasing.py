@@ -25,10 +25,6 @@ _lock = threading.Lock()
 _cache: dict[str, tuple[tuple[int, int], tuple[str, ...]]] = {}
 
 
-class BadBias(ServeError):
-    status = 400
-    code = "bad-request"
-
 
 def read_phrases(path: str) -> tuple[str, ...]:
     with open(path, encoding="utf-8") as f:
@@ -64,12 +60,12 @@ def _text(value, what: str) -> str | None:
         return None
     if isinstance(value, (list, tuple)):
         if not all(isinstance(v, str) for v in value):
-            raise BadBias(f"{what} must be text or a list of text")
+            raise ServeError(f"{what} must be text or a list of text")
         value = ", ".join(v.strip() for v in value if v.strip())
     if not isinstance(value, str):
-        raise BadBias(f"{what} must be text or a list of text")
+        raise ServeError(f"{what} must be text or a list of text")
     if len(value) > MAX_BIAS_CHARS:
-        raise BadBias(f"{what} has {len(value)} characters, the limit is {MAX_BIAS_CHARS}")
+        raise ServeError(f"{what} has {len(value)} characters, the limit is {MAX_BIAS_CHARS}")
     return value.strip() or None
 
 

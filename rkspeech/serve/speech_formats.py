@@ -34,10 +34,6 @@ from rkspeech.serve.errors import ServeError
 SPEED_RANGE = (0.25, 4.0)
 
 
-class BadFormat(ServeError):
-    status = 400
-    code = "bad-request"
-
 
 @dataclass(frozen=True)
 class Format:
@@ -68,7 +64,7 @@ ENCODER_DELAY = {"mp3": 1105, "aac": 1024, "flac": 0, "wav": 0, "pcm": 0}
 def check_format(fmt) -> str:
     fmt = DEFAULT_FORMAT if fmt in (None, "") else fmt
     if fmt not in FORMATS:
-        raise BadFormat(f"response_format {fmt!r} is not served; use one of {', '.join(SPEECH_FORMATS)}")
+        raise ServeError(f"response_format {fmt!r} is not served; use one of {', '.join(SPEECH_FORMATS)}")
     return fmt
 
 
@@ -77,14 +73,14 @@ def check_speed(speed) -> float:
         return 1.0
     if isinstance(speed, bool) or not isinstance(speed, (int, float)) or not \
             SPEED_RANGE[0] <= speed <= SPEED_RANGE[1]:
-        raise BadFormat(f"speed {speed!r} is out of range; give a number from {SPEED_RANGE[0]} to {SPEED_RANGE[1]}")
+        raise ServeError(f"speed {speed!r} is out of range; give a number from {SPEED_RANGE[0]} to {SPEED_RANGE[1]}")
     return float(speed)
 
 
 def check_stream_format(value) -> str:
     value = value or "audio"
     if value not in STREAM_FORMATS:
-        raise BadFormat(f"stream_format {value!r} is not one of {', '.join(STREAM_FORMATS)}")
+        raise ServeError(f"stream_format {value!r} is not one of {', '.join(STREAM_FORMATS)}")
     return value
 
 
