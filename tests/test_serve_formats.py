@@ -119,6 +119,8 @@ def test_speed_keeps_pitch_and_bad_values_are_one_line_400s(client):
         with pytest.raises(openai.BadRequestError, match=message) as err:
             client.audio.speech.create(model="tts-1", voice="alloy", input="hi", speed=bad)
         assert "\n" not in err.value.message
+    with pytest.raises(openai.BadRequestError, match=r"response_format \['mp3'\] is not served"):
+        client.audio.speech.create(model="tts-1", voice="alloy", input="hi", extra_body={"response_format": ["mp3"]})
     with pytest.raises(openai.BadRequestError, match="stream_format 'chunks' is not one of audio, sse"):
         client.audio.speech.create(model="tts-1", voice="alloy", input="hi", extra_body={"stream_format": "chunks"})
 

@@ -63,7 +63,7 @@ ENCODER_DELAY = {"mp3": 1105, "aac": 1024, "flac": 0, "wav": 0, "pcm": 0}
 
 def check_format(fmt) -> str:
     fmt = DEFAULT_FORMAT if fmt in (None, "") else fmt
-    if fmt not in FORMATS:
+    if not isinstance(fmt, str) or fmt not in FORMATS:
         raise ServeError(f"response_format {fmt!r} is not served; use one of {', '.join(SPEECH_FORMATS)}")
     return fmt
 
