@@ -140,3 +140,10 @@ def test_deltas_join_to_the_stripped_text_whatever_the_spaces():
         deltas = [d.add(t) for t in texts]
         assert "".join(deltas) == "".join(texts).strip(), texts
         assert all(x == x.rstrip() for x in deltas)  # nothing sent that the final text may not have
+
+
+def test_models_lists_the_transcription_model(server):
+    (model,) = _client(server).models.list().data
+    extra = model.model_dump()
+    assert extra["task"] == "transcription" and extra["languages"] == ["en"]  # tiny.en
+    assert extra["response_formats"] == ["json", "text", "srt", "vtt", "verbose_json"] and extra["stream"] is True
