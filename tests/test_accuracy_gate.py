@@ -146,3 +146,29 @@ def test_damaged_stage_is_refused_in_one_line(trained_tts_ckpt, placeholder_voco
     rc, err, _ = run_relative(home, _argv(trained_tts_ckpt[0], placeholder_vocoder_plan, home, "damaged", *DAMAGED,
                                           code_predictor="cpu-fp32"), capsys)
     assert rc == 2 and not (out / "plan.json").exists(), err
+
+
+def test_recorded_figures_are_judged_again_and_npu_figures_kept(honest):
+    """A changed mark re-judges the recorded figures (no new measurement); NPU stages' simulator
+    figures ride along unjudged; with no quantized stage the gate passes."""
+    from dataclasses import replace
+
+    from rkspeech.accuracy.gate import GateThresholds, apply_thresholds
+    from rkspeech.pipelines.cpu_stages import gate_section
+    from rkspeech.pipelines.tts_build import _npu_figures
+
+    gate = json.loads((honest / "build-report.json").read_text())["accuracy_gate"]
+    strict = apply_thresholds(gate, replace(GateThresholds(), min_logit_snr_db=60.0, min_frames=1000))
+    assert not strict["passed"] and strict["failures"][-1] == "measured on 378 fp32 frames, fewer than 1000"
+    assert [f.split(" logit SNR")[0] for f in strict["failures"][:2]] == ["talker", "code_predictor"], strict
+
+    graphs = {"talker": {"verify": {"logit_snr_db": 64.5}},
+              "code_predictor": {"dtype": "fp16", "sim": {"frames": 4, "code_agreement": 0.98, "logit_snr_db": 59.5}}}
+    npu = _npu_figures(graphs)
+    assert npu == {"talker": {"source": "simulator", "logit_snr_db": 64.5},
+                   "code_predictor": {"source": "simulator", "dtype": "fp16", "frames": 4, "code_agreement": 0.98,
+                                      "logit_snr_db": 59.5}}
+    section = gate_section(None, "refuse", npu=npu)
+    assert section["passed"] is True and section["failures"] == [] and section["npu"] == npu
+    off = gate_section(None, "off")
+    assert off["passed"] is None and "--gate off" in off["warning"]
