@@ -83,7 +83,8 @@ def gate_requests(tts, n: int) -> list[dict]:
         return [{"instruct": "A calm voice.", "language": languages[i % len(languages)]} for i in range(n)]
     from rkspeech.core.errors import RkspeechError
 
-    raise RkspeechError(f"the accuracy gate runs custom-voice or voice-design models, not {tts.variant!r}")
+    raise RkspeechError(f"the accuracy gate runs custom-voice or voice-design models, not {tts.variant!r} "
+                        "(no reference audio to clone from); build with --gate off")
 
 
 def record_reference(tts, *, talker, code_predictor, texts, requests, frames: int):
