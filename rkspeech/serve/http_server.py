@@ -45,16 +45,20 @@ def _error_response(exc: ServeError):
     from starlette.responses import JSONResponse
 
     kind = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-            413: "invalid_request_error", 503: "server_busy", 504: "timeout"}.get(exc.status, "server_error")
+            408: "timeout", 413: "invalid_request_error", 503: "server_busy",
+            504: "timeout"}.get(exc.status, "server_error")
     headers = {}
     if isinstance(exc, Busy) or exc.status == 503:
         headers["Retry-After"] = str(getattr(exc, "retry_after_s", 2))
+    if exc.status in (408, 413, 503):  # the body may be unread: do not wait for the rest of it
+        headers["Connection"] = "close"
     return JSONResponse({"error": {"message": str(exc), "type": kind, "param": None, "code": exc.code}},
                         status_code=exc.status, headers=headers)
 
 
-def build_app(pool: ServePool, options: ServeOptions, metrics=None):
-    """The Starlette application over ``pool``."""
+def build_app(pool: ServePool, options: ServeOptions, metrics=None, limits=None):
+    """The Starlette application over ``pool``; ``limits`` (:class:`rkspeech.serve.limits.ServerLimits`)
+    holds the memory budget request bodies count against."""
     from starlette.applications import Starlette
     from starlette.responses import (
         JSONResponse,
@@ -68,7 +72,12 @@ def build_app(pool: ServePool, options: ServeOptions, metrics=None):
     from rkspeech.runtime.audio import AudioError, decode_audio
     from rkspeech.serve import transcription
     from rkspeech.serve.audio import bad_audio, float_to_pcm16, wav_header
+    from rkspeech.serve.http_limits import read_body as read_limited
+    from rkspeech.serve.http_limits import unless_gone
+    from rkspeech.serve.limits import ServerLimits
     from rkspeech.serve.speech import SPEECH_FORMATS, SpeakRequest
+
+    limits = limits or ServerLimits.from_options(options, metrics)
 
     def count(endpoint: str, status) -> None:
         if metrics is not None:
@@ -87,6 +96,7 @@ def build_app(pool: ServePool, options: ServeOptions, metrics=None):
         def wrap(handler):
             async def route(request):
                 start = time.perf_counter()
+                request.state.lease = limits.budget.lease()
                 try:
                     if name != "/health":
                         authorize(request)
@@ -98,6 +108,8 @@ def build_app(pool: ServePool, options: ServeOptions, metrics=None):
                 except Exception as exc:
                     log.exception("%s failed", name)
                     response = _error_response(HttpError(500, f"internal error: {type(exc).__name__}", "internal"))
+                finally:
+                    request.state.lease.release()  # the body is parsed (speech) or transcribed by now
                 count(name, response.status_code)
                 if metrics is not None and name.startswith("/v1/"):
                     metrics.stage_seconds.labels("request").observe(time.perf_counter() - start)
@@ -106,15 +118,7 @@ def build_app(pool: ServePool, options: ServeOptions, metrics=None):
         return wrap
 
     async def read_body(request, limit: int) -> bytes:
-        length = request.headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > limit:
-            raise HttpError(413, f"the request body is {int(length)} bytes, the server's limit is {limit}", "too_large")
-        body = bytearray()
-        async for piece in request.stream():
-            body += piece
-            if len(body) > limit:
-                raise HttpError(413, f"the request body is larger than the server's limit of {limit} bytes", "too_large")
-        return bytes(body)
+        return await read_limited(request, limit=limit, timeout_s=options.body_timeout_s, lease=request.state.lease)
 
     async def parse_form(request, body: bytes):
         from starlette.formparsers import MultiPartException, MultiPartParser
@@ -167,7 +171,8 @@ def build_app(pool: ServePool, options: ServeOptions, metrics=None):
             raise bad_audio(exc) from None
         if metrics is not None:
             metrics.stage_seconds.labels("decode_audio").observe(time.perf_counter() - start)
-        result = await pool.run(TRANSCRIBE, transcription.run, audio, req, deadline=deadline)
+        # a client that leaves while its request waits for an engine is not transcribed
+        result = await unless_gone(request, pool.run(TRANSCRIBE, transcription.run, audio, req, deadline=deadline))
         if metrics is not None:
             metrics.observe_timing(result.timing)
         body, media = transcription.render(result, fmt, words="word" in grains)
@@ -258,11 +263,13 @@ class HttpServer:
     """uvicorn serving :func:`build_app` on ``host:port`` (port 0: a free one, see :attr:`address`),
     in the caller's event loop; signals are left to the caller."""
 
-    def __init__(self, address: str, pool: ServePool, options: ServeOptions, metrics=None):
+    def __init__(self, address: str, pool: ServePool, options: ServeOptions, metrics=None, limits=None):
+        from rkspeech.serve.limits import ServerLimits
         from rkspeech.serve.options import split_host_port
 
         self.host, self.port = split_host_port(address, flag="--http")
         self.pool, self.options, self.metrics = pool, options, metrics
+        self.limits = limits or ServerLimits.from_options(options, metrics)
         self._server = None
         self._task = None
         self.address: str | None = None
@@ -283,8 +290,12 @@ class HttpServer:
         sock.setblocking(False)
         host, port = sock.getsockname()[:2]
         self.address = f"{'[' + host + ']' if ':' in host else host}:{port}"
-        config = uvicorn.Config(build_app(self.pool, self.options, self.metrics), log_level="warning",
+        from rkspeech.serve.http_limits import protocol_class
+
+        config = uvicorn.Config(build_app(self.pool, self.options, self.metrics, self.limits), log_level="warning",
                                 lifespan="off", access_log=False,
+                                http=protocol_class(self.limits.gate, self.options.header_timeout_s),
+                                timeout_keep_alive=self.options.keep_alive_timeout_s,
                                 timeout_graceful_shutdown=max(1, int(self.options.shutdown_grace_s)))
         self._server = _Server(config)
         self._task = asyncio.create_task(self._server.serve(sockets=[sock]))
