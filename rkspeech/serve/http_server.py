@@ -291,11 +291,12 @@ class HttpServer:
         host, port = sock.getsockname()[:2]
         self.address = f"{'[' + host + ']' if ':' in host else host}:{port}"
         from rkspeech.serve.http_limits import protocol_class
+        from rkspeech.serve.limits import ACCEPT_BATCH, deepen
 
         config = uvicorn.Config(build_app(self.pool, self.options, self.metrics, self.limits), log_level="warning",
                                 lifespan="off", access_log=False,
                                 http=protocol_class(self.limits.gate, self.options.header_timeout_s),
-                                timeout_keep_alive=self.options.keep_alive_timeout_s,
+                                timeout_keep_alive=self.options.keep_alive_timeout_s, backlog=ACCEPT_BATCH,
                                 timeout_graceful_shutdown=max(1, int(self.options.shutdown_grace_s)))
         self._server = _Server(config)
         self._task = asyncio.create_task(self._server.serve(sockets=[sock]))
@@ -304,6 +305,7 @@ class HttpServer:
                 self._task.result()  # raises the startup error
                 raise RuntimeError("the HTTP server stopped during startup")
             await asyncio.sleep(0.01)
+        deepen(sock)  # uvicorn listened with the accept batch; the queue itself is longer
 
     async def stop(self) -> None:
         """Stop accepting; uvicorn lets running responses finish (up to the grace time)."""

@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 
 from rkspeech.serve.errors import ServeError
@@ -26,9 +27,19 @@ log = logging.getLogger("rkspeech.serve")
 
 #: at most one log line per kind of refusal per this many seconds
 LOG_EVERY_S = 10.0
-#: descriptors kept free of connections: model and library files, the log, executor threads'
-#: pipes, the listeners themselves (the Whisper + onnxruntime + speech process opens ~60)
-FD_RESERVE = 128
+#: asyncio accepts up to its ``backlog`` argument connections in one loop turn before any of them
+#: is answered, and a refused one is closed a few turns later, so a burst passes the cap by a few
+#: batches of descriptors: this many per listener per turn (the kernel's listen queue is made
+#: :data:`LISTEN_QUEUE` long afterwards, see :func:`deepen`).  With 64, 2,000 connections at once
+#: at a 1,024 descriptor limit still failed an accept; with 16, none (tests/test_serve_limits.py).
+ACCEPT_BATCH = 16
+#: the kernel's queue of connections not yet accepted (asyncio's default of 100 made a burst
+#: wait 1 s per SYN retry while the server could already answer)
+LISTEN_QUEUE = 2048
+#: descriptors kept free of connections: bursts of accepts in flight (above), model and library
+#: files, the log, executor threads' pipes.  Measured: the test's stand-in server held 8 besides
+#: its connections, and 904 in all at the cap of 896 during 2,000 connections at once.
+FD_RESERVE = 160
 
 
 class OverBudget(ServeError):
@@ -53,6 +64,18 @@ class _Every:
         if now - self.last >= LOG_EVERY_S:
             log.warning(self.message, self.count, *fields.values())
             self.count, self.last = 0, now
+
+
+def deepen(sock) -> None:
+    """Make ``sock``'s listen queue :data:`LISTEN_QUEUE` long (after asyncio set it to its accept
+    batch); ``sock`` may be asyncio's TransportSocket, which has no ``listen``: a duplicate does it."""
+    import socket
+
+    dup = socket.socket(fileno=os.dup(sock.fileno()))
+    try:
+        dup.listen(LISTEN_QUEUE)
+    finally:
+        dup.close()
 
 
 def connection_cap(wanted: int) -> int:

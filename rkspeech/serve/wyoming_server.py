@@ -34,7 +34,7 @@ from rkspeech.core.errors import RkspeechError
 from rkspeech.serve.audio import pcm16_to_float
 from rkspeech.serve.engines import SPEECH, TRANSCRIBE, ServePool
 from rkspeech.serve.errors import ServeError
-from rkspeech.serve.limits import ServerLimits
+from rkspeech.serve.limits import ACCEPT_BATCH, ServerLimits, deepen
 from rkspeech.serve.options import SAMPLE_RATE, ServeOptions
 from rkspeech.serve.sentences import SentenceSplitter
 from rkspeech.serve.wyoming_events import MAX_LINE, Framing, check_audio_format, read_event
@@ -283,6 +283,8 @@ class WyomingHandler:
                 self._streaming = None
                 await self._audio_stop()
             raise
+        finally:
+            await chunks.aclose()  # a client gone mid-stream stops the generation now, not at collection
         if not started and start:
             await self.write(AudioStart(rate=rate, width=2, channels=1).event())
         if self.metrics is not None:
@@ -335,12 +337,15 @@ class WyomingServer:
 
         parsed = urlparse(self.uri)
         if parsed.scheme == "unix":
-            self._server = await asyncio.start_unix_server(on_connect, path=parsed.path, limit=MAX_LINE)
+            self._server = await asyncio.start_unix_server(on_connect, path=parsed.path, limit=MAX_LINE,
+                                                           backlog=ACCEPT_BATCH)
             self.address = self.uri
         else:
             self._server = await asyncio.start_server(on_connect, host=parsed.hostname or "127.0.0.1",
-                                                      port=parsed.port or 0, limit=MAX_LINE)
+                                                      port=parsed.port or 0, limit=MAX_LINE, backlog=ACCEPT_BATCH)
             host, port = self._server.sockets[0].getsockname()[:2]
+        for sock in self._server.sockets:
+            deepen(sock)
             self.address = f"tcp://{host}:{port}"
 
     async def stop_listening(self) -> None:
