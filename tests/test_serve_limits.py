@@ -244,7 +244,7 @@ def test_wyoming_audio_and_streamed_text_count_against_the_budget():
 
 
 def test_the_sentence_split_scans_each_character_once():
-    from rkspeech.serve.sentences import SENTENCE_END, SentenceSplitter
+    from rkspeech.core.sentences import SENTENCE_END, SentenceSplitter
 
     text = "One sentence here. " * 20 + "x" * 20_000 + ". Last"
     splitter, got = SentenceSplitter(), []

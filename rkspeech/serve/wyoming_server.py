@@ -36,7 +36,7 @@ from rkspeech.serve.engines import SPEECH, TRANSCRIBE, ServePool
 from rkspeech.serve.errors import ServeError
 from rkspeech.serve.limits import ACCEPT_BATCH, ServerLimits, deepen
 from rkspeech.serve.options import SAMPLE_RATE, ServeOptions
-from rkspeech.serve.sentences import SentenceSplitter
+from rkspeech.core.sentences import SentenceSplitter
 from rkspeech.serve.wyoming_events import MAX_LINE, Framing, check_audio_format, read_event
 from rkspeech.serve.wyoming_info import info_event
 

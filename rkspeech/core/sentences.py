@@ -1,4 +1,5 @@
-"""Complete sentences out of text that arrives in pieces (Wyoming ``synthesize-chunk``).
+"""Sentences out of text: text that arrives in pieces (the server's Wyoming ``synthesize-chunk``)
+and long texts spoken one sentence at a time (``rkspeech speak``).
 
 :class:`SentenceSplitter` scans each character once: a feed looks for a sentence end only in
 the new text (and the one character before it, the look-behind), and cut text is dropped from
@@ -41,3 +42,24 @@ class SentenceSplitter:
         """The text after the last complete sentence (said at the end of the stream)."""
         text, self.text, self._scanned = self.text, "", 0
         return text
+
+
+#: a "sentence" longer than this (no sentence end) is cut at the last white space before it, so
+#: one utterance's prompt stays short whatever the text
+MAX_SENTENCE_CHARS = 400
+
+
+def sentences(text: str, max_chars: int = MAX_SENTENCE_CHARS) -> list[str]:
+    """``text`` cut at sentence ends (as :class:`SentenceSplitter`) and, within a sentence longer
+    than ``max_chars``, at the last white space before each ``max_chars`` (else hard at it);
+    empty pieces dropped."""
+    splitter = SentenceSplitter()
+    out = []
+    for sentence in splitter.feed(text) + [splitter.rest()]:
+        while len(sentence) > max_chars:
+            cut = sentence.rfind(" ", 1, max_chars + 1)
+            cut = cut if cut > 0 else max_chars
+            out.append(sentence[:cut])
+            sentence = sentence[cut:].lstrip()
+        out.append(sentence)
+    return [s for s in out if s.strip()]
