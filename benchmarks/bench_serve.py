@@ -24,7 +24,11 @@ errors, refused, latency p50/p90/p99 (and time to first audio byte for speech), 
 process's RSS after warm-up and after the run (after ``gc.collect``).  Usage::
 
     .venv/bin/python benchmarks/bench_serve.py [--seconds 60] [--engines 1] [--max-queue 4]
-        [--http-clients 4] [--wyoming-clients 4] [--speech-clients 2] [--json OUT.json]
+        [--http-clients 4] [--wyoming-clients 4] [--speech-clients 2] [--json OUT.json] [--hostile]
+
+``--hostile``: the measured run twice, first alone, then beside the hostile mix of
+``benchmarks/hostile_clients.py`` (idle connections, slow readers, oversized declarations), and
+the normal clients' p95 latency of both side by side (issue 30: within 2x).
 """
 
 from __future__ import annotations
@@ -43,6 +47,8 @@ import wave
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))  # hostile_clients.py beside this file
 
 SENTENCES = [
     "The weather today is cloudy with a chance of rain in the afternoon.",
@@ -95,9 +101,9 @@ def rss_mb() -> float:
 
 def percentiles(values) -> dict:
     if not values:
-        return {"p50": None, "p90": None, "p99": None}
+        return {"p50": None, "p90": None, "p95": None, "p99": None}
     v = np.asarray(values)
-    return {f"p{q}": round(float(np.percentile(v, q)), 3) for q in (50, 90, 99)}
+    return {f"p{q}": round(float(np.percentile(v, q)), 3) for q in (50, 90, 95, 99)}
 
 
 def _until(until: float):
@@ -246,6 +252,8 @@ def main() -> int:
     ap.add_argument("--think-s", type=float, default=0.5,
                     help="mean pause of a client between its requests (uniform 0..2x, seeded; default 0.5; 0 = none)")
     ap.add_argument("--json", help="also write the report here")
+    ap.add_argument("--hostile", action="store_true",
+                    help="run the measured load twice: alone, then beside the hostile mix (hostile_clients.py)")
     args = ap.parse_args()
     import random
 
@@ -301,9 +309,15 @@ def main() -> int:
     base = f"http://{server.addresses['http']}"
     stats = {"http": Stats(), "wyoming": Stats(), "speech": Stats()}
 
-    async def run(until_s: float, which: dict):
+    async def run(until_s: float, which: dict, hostile: dict | None = None):
         until = time.monotonic() + until_s
         tasks = []
+        if hostile is not None:
+            from hostile_clients import run_all
+
+            async def mix():
+                hostile.update(await run_all(base, server.addresses["wyoming"], key, until))
+            tasks.append(mix())
         for i in range(args.http_clients):
             tasks.append(http_client(base, key, clips[i], expected[i], which["http"], until))
         for j in range(args.wyoming_clients):
@@ -324,6 +338,13 @@ def main() -> int:
     wall = time.perf_counter() - start
     gc.collect()
     rss_after = rss_mb()
+    hostile = None
+    if args.hostile:
+        hostile, calm = {}, stats
+        stats = {"http": Stats(), "wyoming": Stats(), "speech": Stats()}
+        asyncio.run(run(args.seconds, stats, hostile))
+        gc.collect()
+        rss_after = rss_mb()
     finished = server.stop()
     load_after = os.getloadavg()
 
@@ -335,6 +356,10 @@ def main() -> int:
               "rss_after_warmup_mb": round(rss_warm, 1), "rss_after_run_mb": round(rss_after, 1),
               "rss_change_pct": round(100 * (rss_after - rss_warm) / rss_warm, 2),
               "shutdown_clean": finished, "rows": [s.row(name) for name, s in stats.items()]}
+    if hostile is not None:
+        report["hostile"] = {"answers": dict(hostile), "p95_alone_s": {n: s.row(n)["latency_s"]["p95"]
+                                                                       for n, s in calm.items()},
+                             "rows_alone": [s.row(name) for name, s in calm.items()]}
     print(f"{'protocol':<9} {'served':>6} {'wrong':>5} {'errors':>6} {'refused':>7} "
           f"{'p50 s':>6} {'p90 s':>6} {'p99 s':>6} {'first audio p50':>15}")
     for r in report["rows"]:
@@ -344,6 +369,13 @@ def main() -> int:
               f"{(fb or {}).get('p50') or 0:>15.3f}")
     print(f"RSS {rss_warm:.1f} MB after warm-up, {rss_after:.1f} MB after the run "
           f"({report['rss_change_pct']:+.2f} %); wall {wall:.1f} s; load {load_before} -> {load_after}")
+    if hostile is not None:
+        for r in report["rows"]:
+            alone = report["hostile"]["p95_alone_s"][r["protocol"]]
+            ratio = r["latency_s"]["p95"] / alone if alone and r["latency_s"]["p95"] else float("nan")
+            print(f"{r['protocol']:<9} p95 alone {alone} s, beside the hostile mix {r['latency_s']['p95']} s "
+                  f"({ratio:.2f}x)")
+        print("hostile answers:", json.dumps(dict(sorted(hostile.items()))))
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
     bad = any(r["wrong"] or r["errors"] for r in report["rows"])

@@ -231,6 +231,8 @@ class WyomingHandler:
             raise ServeError("audio-stop before audio-start")
         audio_bytes, too_long, language = b"".join(self._audio), self._too_long, self._language
         self._converter, self._audio, self._audio_bytes, self._language = None, [], 0, None  # per request
+        if too_long or not audio_bytes:
+            self._audio_lease.release()
         if too_long:
             from rkspeech.runtime.audio import too_long_message
             from rkspeech.serve.audio import TooLong
@@ -244,7 +246,10 @@ class WyomingHandler:
         audio = pcm16_to_float(audio_bytes)
         if audio.size == 0:
             raise ServeError("no audio between audio-start and audio-stop")
-        result = await self.pool.run(TRANSCRIBE, transcription.run, audio, request)
+        try:
+            result = await self.pool.run(TRANSCRIBE, transcription.run, audio, request)
+        finally:
+            self._audio_lease.release()  # the buffered audio is held until transcribed
         await self.write(Transcript(text=result.text.strip(), language=result.language).event())
         if self.metrics is not None:
             self.metrics.observe_timing(result.timing)

@@ -6,9 +6,11 @@ pad, centred STFT of the whole array, Mel, log, then a floor at the *whole file'
 blocks of :data:`BLOCK_FRAMES` frames with the STFT's 400-sample overlap, keeping only the log-Mel
 frames (80 x 100 per second, float32: 115 MB per hour) and the running maximum; the floor is
 applied at the end.  The waveform itself is never held whole.  Every frame gets the same
-samples, window, FFT and Mel product as in the whole-file call, so the features -- and the
-transcript -- are those of faster-whisper on the whole file (tests/test_long_inputs.py compares
-them bit for bit).
+samples, window, FFT and Mel product as in the whole-file call; only OpenBLAS rounds the float32
+Mel product differently for different column counts and offsets, so values may differ in the
+last bit (1.2e-7 at most; faster-whisper's own features differ as much between 1 and 2 OpenBLAS
+threads: 977 of 18,001 frames of a 3 min file; docs/long-inputs.md).  Peak memory: the features
+twice at the end (the blocks and the assembled array), 230 MB per hour.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-#: frames per STFT block (10 s): the block's STFT (complex128 201 x 1000) is ~3 MB
+#: frames per STFT block (~10 s): the block's STFT (complex128, 201 x 1024) is ~3 MB
 BLOCK_FRAMES = 1024
 #: faster-whisper pads the waveform with this many zeros before the STFT
 TAIL_PADDING = 160

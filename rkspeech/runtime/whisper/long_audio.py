@@ -6,9 +6,12 @@ file is decoded block by block (:func:`rkspeech.runtime.audio.iter_audio`), the 
 computed block by block as it comes (:func:`rkspeech.runtime.whisper.features.stream_features`),
 and faster-whisper's own window loop (seek, beam search, temperature fallback, timestamps, word
 timestamps, language detection) then runs over those features: the waveform is never held whole,
-only the features (115 MB per hour).  The features equal the whole-file ones to the last bit of
-float32 (OpenBLAS rounds the Mel product differently for different column counts: at most
-1.2e-7 apart, measured), so the transcript is the whole-file one (tests/test_long_inputs.py).
+only the features (115 MB per hour; twice that for a moment at the end).  The features equal
+the whole-file ones up to the last float32 bit (see runtime.whisper.features), so the transcript
+is the whole-file one -- on the test's 2.5 min recording (tests/test_long_inputs.py) and a 60 min
+file, segment for segment -- except where a window's temperature fallback sits on its threshold:
+a 30 min file of speech in noise matched for 1,625 s, then one noise window fell back where the
+whole-file run did not, and the last 2 of 53 segments differ (docs/long-inputs.md).
 
 Not for VAD (Silero runs over the whole waveform) or the batched pipeline: those take the
 decoded waveform (:func:`whole_file_needed`).
