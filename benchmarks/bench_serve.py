@@ -48,8 +48,6 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).parent))  # hostile_clients.py beside this file
-
 SENTENCES = [
     "The weather today is cloudy with a chance of rain in the afternoon.",
     "Please call Stella and ask her to bring these things with her from the store.",
@@ -312,11 +310,13 @@ def main() -> int:
     async def run(until_s: float, which: dict, hostile: dict | None = None):
         until = time.monotonic() + until_s
         tasks = []
-        if hostile is not None:
-            from hostile_clients import run_all
+        if hostile is not None:  # in a process of its own, like clients on other machines
 
             async def mix():
-                hostile.update(await run_all(base, server.addresses["wyoming"], key, until))
+                proc = await asyncio.create_subprocess_exec(
+                    sys.executable, str(Path(__file__).parent / "hostile_clients.py"), server.addresses["http"],
+                    server.addresses["wyoming"], key, str(until_s), stdout=asyncio.subprocess.PIPE)
+                hostile.update(json.loads((await proc.communicate())[0] or b"{}"))
             tasks.append(mix())
         for i in range(args.http_clients):
             tasks.append(http_client(base, key, clips[i], expected[i], which["http"], until))

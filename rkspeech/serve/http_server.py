@@ -50,7 +50,10 @@ def _error_response(exc: ServeError):
     headers = {}
     if isinstance(exc, Busy) or exc.status == 503:
         headers["Retry-After"] = str(getattr(exc, "retry_after_s", 2))
-    if exc.status in (408, 413, 503):  # the body may be unread: do not wait for the rest of it
+    if exc.status in (408, 413) or exc.code == "over-budget":
+        # the rest of the body is not wanted: close (a refusal before any reading, 503 busy, keeps
+        # the connection: closing it under a client still sending its upload reset the
+        # connection, and the client saw a connection error instead of the 503)
         headers["Connection"] = "close"
     return JSONResponse({"error": {"message": str(exc), "type": kind, "param": None, "code": exc.code}},
                         status_code=exc.status, headers=headers)
