@@ -66,7 +66,7 @@ async def slow_reader(http, wyoming, key: str, until: float, counts: Counter, n:
             try:
                 if i % 2:
                     reader, writer = await _open(*http, rcvbuf=4096)
-                    body = json.dumps({"model": "tts", "voice": "alloy", "input": "stall " * WORDS}).encode()
+                    body = json.dumps({"model": "tts", "voice": "default", "input": "stall " * WORDS}).encode()
                     writer.write(f"POST /v1/audio/speech HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {key}\r\n"
                                  f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n".encode()
                                  + body)

@@ -40,3 +40,13 @@ class TimedOut(ServeError):
 class Unavailable(ServeError):
     status = 404
     code = "not-available"
+
+
+class BadAudio(ServeError):
+    status = 400
+    code = "bad-audio"
+
+
+class TooLong(ServeError):
+    status = 413
+    code = "too-long"

@@ -8,10 +8,6 @@ from dataclasses import dataclass
 from rkspeech.core.text import unicode_problem
 from rkspeech.serve.errors import ServeError
 
-#: OpenAI ``response_format`` values served for speech (16-bit PCM; others need an encoder).
-SPEECH_FORMATS = ("wav", "pcm")
-
-
 class BadSpeechRequest(ServeError):
     status = 400
     code = "bad-request"

@@ -31,7 +31,8 @@ def info_event(pool: ServePool, options: ServeOptions):
                               attribution=whisper, installed=True, version=version,
                               models=[AsrModel(name=options.model_name, description=f"Whisper ({options.model_name})",
                                                attribution=whisper, installed=True, languages=languages,
-                                               version=version)]))
+                                               version=version)],
+                              supports_transcript_streaming=True))
     if pool.has(SPEECH):
         engine = pool.first_model(SPEECH)
         voices = [TtsVoice(name=s, description=f"{options.speech_model_name}: {s}", attribution=qwen,

@@ -5,8 +5,11 @@ Per connection (:class:`WyomingHandler`):
 * ``describe`` -> ``info``: an ASR program with one model (its languages) when transcription is
   served, a TTS program with one voice per speaker (the engine's languages, streaming
   synthesis supported) when speech is.
-* Speech to text: ``transcribe`` (optional: language), ``audio-start``, ``audio-chunk``...,
-  ``audio-stop`` -> ``transcript`` (text stripped, language).  Chunks of any rate, width and
+* Speech to text: ``transcribe`` (optional: language; ``transcript_names`` / ``transcript_terms``
+  become faster-whisper hotwords), ``audio-start``, ``audio-chunk``..., ``audio-stop`` ->
+  ``transcript-start``, ``transcript-chunk`` per decoded segment, ``transcript-stop`` (streaming,
+  advertised as ``supports_transcript_streaming``), then ``transcript`` (text stripped, language)
+  for every client.  Chunks of any rate, width and
   channel count are converted to 16 kHz 16-bit mono with ``AudioChunkConverter``; audio longer
   than ``max_audio_s`` is refused when the limit is crossed.
 * Text to speech: ``synthesize`` -> ``audio-start``, ``audio-chunk`` per decoded chunk (sent as
@@ -56,11 +59,15 @@ class WyomingHandler:
         # buffered audio and streamed text count against the server's memory budget
         self._audio_lease, self._text_lease = limits.budget.lease(), limits.budget.lease()
         self._language = None
+        self._bias: list = []  # transcribe's transcript_names + transcript_terms (hotwords)
         self._converter = None
         self._audio: list = []
         self._audio_bytes = 0
         self._too_long = False
         self._streaming = None  # while synthesize-start .. synthesize-stop: {"voice", "text"}
+        peer = writer.get_extra_info("peername")
+        #: who this connection counts as in the wait line (serve.lane): the peer's host
+        self.client = peer[0] if isinstance(peer, tuple) and peer else "local"
         self.busy = False  # inside handle(): shutdown waits for it; idle connections are closed
 
     async def write(self, event) -> None:
@@ -138,7 +145,9 @@ class WyomingHandler:
             self._count("wyoming describe", "ok")
         elif Transcribe.is_type(event.type):
             self.pool.first_model(TRANSCRIBE)  # Unavailable when not served
-            self._language = Transcribe.from_event(event).language
+            request = Transcribe.from_event(event)
+            self._language = request.language
+            self._bias = [*(request.transcript_names or []), *(request.transcript_terms or [])]
         elif AudioStart.is_type(event.type):
             self.pool.first_model(TRANSCRIBE)
             from wyoming.audio import AudioChunkConverter
@@ -223,33 +232,47 @@ class WyomingHandler:
             raise ServeError(f"unknown or unsupported event type {event.type!r}")
 
     async def _transcribe(self) -> None:
-        from wyoming.asr import Transcript
+        from wyoming.asr import Transcript, TranscriptChunk, TranscriptStart, TranscriptStop
 
-        from rkspeech.serve import transcription
+        from rkspeech.serve import biasing, transcription
+        from rkspeech.serve.transcript_stream import transcript_events
 
         if self._converter is None:
             raise ServeError("audio-stop before audio-start")
-        audio_bytes, too_long, language = b"".join(self._audio), self._too_long, self._language
-        self._converter, self._audio, self._audio_bytes, self._language = None, [], 0, None  # per request
+        audio_bytes, too_long, language, bias = b"".join(self._audio), self._too_long, self._language, self._bias
+        self._converter, self._audio, self._audio_bytes, self._language, self._bias = None, [], 0, None, []
         if too_long or not audio_bytes:
             self._audio_lease.release()
         if too_long:
             from rkspeech.runtime.audio import too_long_message
-            from rkspeech.serve.audio import TooLong
+            from rkspeech.serve.errors import TooLong
 
             raise TooLong(too_long_message("the audio", self.options.max_audio_s))
         start = time.perf_counter()
         model = self.pool.first_model(TRANSCRIBE)
         request = transcription.TranscribeRequest(
             language=transcription.check_language(model, language or self.options.language),
+            hotwords=biasing.hotwords(bias or None, self.options.hotwords_file),
             beam_size=self.options.beam_size, vad=self.options.vad)
         audio = pcm16_to_float(audio_bytes)
         if audio.size == 0:
             raise ServeError("no audio between audio-start and audio-stop")
+        log.info("wyoming transcription: %s", request.logged())
+        # streamed (wyoming 1.10): transcript-start, a chunk per decoded segment, transcript-stop,
+        # then the plain transcript, which clients that do not stream wait for
+        started = False
         try:
-            result = await self.pool.run(TRANSCRIBE, transcription.run, audio, request)
+            async for kind, value in transcript_events(self.pool, audio, request, client=self.client):
+                if not started:
+                    await self.write(TranscriptStart(language=request.language).event())
+                    started = True
+                if kind == "delta":
+                    await self.write(TranscriptChunk(text=value).event())
+                else:
+                    result = value
         finally:
             self._audio_lease.release()  # the buffered audio is held until transcribed
+        await self.write(TranscriptStop().event())
         await self.write(Transcript(text=result.text.strip(), language=result.language).event())
         if self.metrics is not None:
             self.metrics.observe_timing(result.timing)
@@ -269,7 +292,7 @@ class WyomingHandler:
                                        max_chars=self.options.max_text_chars)
         rate = engine.sample_rate
         began = time.perf_counter()
-        chunks = self.pool.stream(SPEECH, request.open)
+        chunks = self.pool.stream(SPEECH, request.open, client=self.client)
         started = not start  # audio-start already sent (a streamed sentence after the first)
         try:
             async for chunk in chunks:
