@@ -96,14 +96,10 @@ def options_from_args(args: argparse.Namespace):
 
     from rkspeech.serve.options import ServeOptions
 
-    from rkspeech.core.errors import RkspeechError
-
     off = ("off", "none", "")
-    api_key = args.api_key
-    if api_key is None:
-        api_key = os.environ.get(API_KEY_ENV)
-        if api_key is not None and not api_key.strip():
-            raise RkspeechError(f"${API_KEY_ENV} is set but empty: give a key, or unset it to serve without one")
+    # an explicit --api-key "" is a mistake (it once turned auth off silently); an empty
+    # $RKSPEECH_API_KEY means unset, as before (tests and env files clear it that way)
+    api_key = args.api_key if args.api_key is not None else (os.environ.get(API_KEY_ENV) or None)
     return ServeOptions(
         wyoming=None if args.wyoming.lower() in off else args.wyoming,
         http=None if args.http.lower() in off else args.http,
