@@ -114,7 +114,7 @@ def _build(o: VocoderBuildOptions, files, out: Path) -> dict:
     rknn_paths = {role: rknn_dir / f"{p.stem}_{o.target}.rknn" for role, p in roles.items()}
     graphs = [Graph(role, path, rknn_paths[role], read_contract(path, VocoderContract).to_json())
               for role, path in roles.items()]
-    seq = run_sequence(stages, graphs, target=o.target, timeout=o.timeout)
+    seq = run_sequence(stages, graphs, target=o.target, timeout=o.timeout, golden="ort" if o.skip_verify else "sim")
     lint_report, convert_reports, inspect_report = seq["lint"], seq["convert"], seq["inspect"]
 
     verify_report = None
@@ -164,6 +164,7 @@ def _build(o: VocoderBuildOptions, files, out: Path) -> dict:
         "lint": {r: {"errors": v["errors"], "warnings": v["warnings"]} for r, v in lint_report.items()},
         "convert": convert_reports,
         "inspect": inspect_report,
+        "golden": seq["golden"],
         "verify": verify_report,
         "accuracy": accuracy_report,
         "options": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(o).items()},

@@ -152,8 +152,35 @@ def build_whisper_encoder(options: WhisperEncoderBuildOptions) -> dict:
     else:
         report = _build_whole(args, stages, onnx_path, out_dir, check, report)
     report["stages"] = {**report.get("stages", {}), "build": stages.timings}
+    report["plan"] = str(_write_plan(args, out_dir, report))
     _write_report(out_dir, report)
     return report
+
+
+def _golden(args, report: dict, check: dict[str, Path]) -> dict:
+    """``run_sequence``'s golden keywords: the check window replayed, on the simulator unless
+    the build skips it (then onnxruntime)."""
+    source = "ort" if args.skip_convert or args.skip_sim else "sim"
+    return {"golden": source, "golden_given": {report["onnx"]["input"]["name"]: check["mel"]}}
+
+
+def _write_plan(args, out_dir: Path, report: dict) -> Path:
+    """``plan.json`` with one ``whisper_encoder`` section (role -> {onnx, rknn}: ``encoder``, or
+    ``part0``, ``part1``, ... in order) and the integrity record of every file and golden replay,
+    for ``rkspeech check-board`` and ``rkspeech doctor --plan``."""
+    from rkspeech.plan.plan import PLAN_FORMAT, write_plan_data
+    from rkspeech.pipelines.vocoder_build import PLAN_FILE
+
+    onnx = [Path(p) for p in report["split"]["pieces"]] if args.parts > 1 else [out_dir / "encoder.onnx"]
+    roles = [f"part{k}" for k in range(len(onnx))] if args.parts > 1 else ["encoder"]
+    arts = {}
+    for role, p in zip(roles, onnx):
+        rknn = p.with_suffix(".rknn")
+        arts[role] = {"onnx": os.path.relpath(p.resolve(), out_dir.resolve()),
+                      **({"rknn": os.path.relpath(rknn.resolve(), out_dir.resolve())} if rknn.is_file() else {})}
+    section = {"impl": "onnx" if args.skip_convert else "rknn", "target": args.target, "artifacts": arts,
+               "custom_string": report.get("custom_string")}
+    return write_plan_data(out_dir / PLAN_FILE, {"format": PLAN_FORMAT, "whisper_encoder": section})
 
 
 def _export(args, onnx_path: Path, check: dict[str, Path]) -> dict:
@@ -220,7 +247,8 @@ def _build_whole(args, stages, onnx_path: Path, out_dir: Path, check: dict[str, 
     rknn_path = out_dir / "encoder.rknn"
     graph = Graph("encoder", onnx_path, rknn_path, report["custom_string"])
     seq = run_sequence(stages, [graph], target=args.target, timeout=args.timeout, prefix="whisper_",
-                       convert=not args.skip_convert)
+                       convert=not args.skip_convert, **_golden(args, report, check))
+    report["golden"] = seq["golden"]
     report["lint"] = seq["lint"]["encoder"]
     if args.skip_convert:
         return report
@@ -275,7 +303,8 @@ def _build_pieces(args, stages, onnx_path: Path, out_dir: Path, check: dict[str,
     graphs = [Graph(f"part{k}", p, p.with_suffix(".rknn"), report["custom_string"] if k == 0 else None)
               for k, p in enumerate(paths)]
     seq = run_sequence(stages, graphs, target=args.target, timeout=args.timeout, prefix="whisper_",
-                       convert=not args.skip_convert)
+                       convert=not args.skip_convert, **_golden(args, report, check))
+    report["golden"] = seq["golden"]
     report["lint"] = seq["lint"]
     if args.skip_convert:
         return report
