@@ -122,7 +122,8 @@ def _open(g: BoardGraph, o: CheckBoardOptions, target: str | None):
     if o.backend == "rknnlite":
         if g.rknn is None:
             raise RkspeechError(f"{g.name}: the plan names no .rknn for it (build it with conversion)")
-        return open_runner("rknnlite", g.rknn, core_mask=o.core_mask)
+        # the replay is done with each call's outputs before the next and feeds caches as they come
+        return open_runner("rknnlite", g.rknn, core_mask=o.core_mask, pass_through=True, reuse_outputs=True)
     if g.onnx is None:
         raise RkspeechError(f"{g.name}: the plan names no ONNX for it; --backend {o.backend} runs the ONNX")
     if o.backend == "sim":
