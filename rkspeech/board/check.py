@@ -80,8 +80,8 @@ def plan_graphs(raw: dict, base: Path) -> list[BoardGraph]:
                  if isinstance(q, dict) and q.get("dtype") and q.get("dataset") else {})
         for role, files in (sec.get("artifacts") or {}).items():
             r, o = path(files.get("rknn")), path(files.get("onnx"))
-            out.append(BoardGraph(f"{name.replace('_', ' ')} {role}" if name != "whisper_encoder"
-                                  else f"whisper encoder {role}", o, r, golden_of(r, o), build))
+            label = name.replace("_", " ") + ("" if role == "encoder" else f" {role}")
+            out.append(BoardGraph(label, o, r, golden_of(r, o), build))
     return out
 
 

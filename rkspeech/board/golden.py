@@ -16,8 +16,8 @@ codebook, RoPE angles and slot counts of positions 0, B, 2B...; talker embedding
 cos/sin and mask of their positions; an encoder window given by the build (its check mel).  Chained
 inputs are stored for step 0 only (zeros: they compress to nothing).  Outputs: every step's, except a
 ``state`` output (the vocoder's 1.3 M-value cache at the published size), kept for the last step
-only; a float output whose values are all float16 (the NPU's fp16 outputs) is stored as float16,
-losslessly.  Size, reduced builds (measured 2026-12-01): docs/board.md.
+only; a float array whose values are all float16 (the NPU's fp16 outputs, a piece's input that is
+the previous piece's output) is stored as float16, losslessly.  Size, reduced builds (measured 2026-12-01): docs/board.md.
 
 numpy only (a board has it); the file is a compressed .npz with one JSON entry ``meta``.
 """
@@ -185,7 +185,8 @@ def save_golden(path: str | os.PathLike, golden: Golden) -> Path:
     arrays: dict[str, np.ndarray] = {}
     for k, feed in enumerate(golden.inputs):
         for n, a in feed.items():
-            arrays[f"in/{k}/{n}"] = np.asarray(a)
+            a = np.asarray(a)
+            arrays[f"in/{k}/{n}"] = a.astype(np.float16) if _exact_fp16(a) and a.any() else a
     for k, out in enumerate(golden.outputs):
         for n, a in out.items():
             a = np.asarray(a)
@@ -218,7 +219,7 @@ def load_golden(path: str | os.PathLike) -> Golden:
                 (inputs if kind == "in" else outputs)[int(k)][name] = z[key]
     except (OSError, ValueError, KeyError, EOFError) as exc:
         raise RkspeechError(f"{path}: not a readable golden replay ({exc}); rebuild") from None
-    for out in outputs:
+    for out in inputs + outputs:  # float16 on disk where that was exact
         for n, a in out.items():
             if a.dtype == np.float16:
                 out[n] = a.astype(np.float32)
