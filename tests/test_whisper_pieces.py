@@ -259,7 +259,7 @@ def test_check_board_replays_the_pieces_in_order(build, tmp_path, monkeypatch):
     import numpy as np
 
     from rkspeech.board.check import CheckBoardOptions, check_board
-    from rkspeech.board.golden import load_golden
+    from rkspeech.runtime.golden import load_golden
 
     monkeypatch.setenv("RKSPEECH_CACHE_DIR", str(tmp_path / "cache"))
     rep = check_board(CheckBoardOptions(plan=build["out"] / "plan.json", backend="ort", repeats=1))

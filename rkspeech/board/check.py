@@ -138,7 +138,7 @@ def _pct(values: list[float], q: float) -> float:
 
 def check_graph(g: BoardGraph, o: CheckBoardOptions, target: str | None) -> dict:
     """Replay ``g``'s golden steps (``repeats`` times), compare the first replay, time every call."""
-    from rkspeech.board.golden import load_golden, replay
+    from rkspeech.runtime.golden import load_golden, replay
     from rkspeech.core import progress
 
     if not g.golden.is_file():

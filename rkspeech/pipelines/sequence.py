@@ -11,7 +11,7 @@ graph takes the same path, with one report format per stage:
   custom string parsed (``contract``); a custom string that did not survive conversion verbatim
   stops the build.
 * ``golden`` (``golden="sim"`` or ``"ort"``): per role a golden replay beside the .rknn
-  (``board.golden``: a few consecutive calls' inputs and the simulator's outputs, onnxruntime's
+  (``runtime.golden``: a few consecutive calls' inputs and the simulator's outputs, onnxruntime's
   when the build skips the simulator), which ``rkspeech check-board`` replays on a board; the
   graphs run in order, so a piece's input is the previous piece's output.
 
@@ -110,7 +110,7 @@ def golden_graphs(stages: StageRunner, graphs: list[Graph], *, target: str, sour
     def work():
         import numpy as np
 
-        from rkspeech.board.golden import golden_inputs, record_golden
+        from rkspeech.runtime.golden import golden_inputs, record_golden
         from rkspeech.contracts.read import read_contract
         from rkspeech.core import progress
         from rkspeech.runtime.runners import open_runner

@@ -50,6 +50,7 @@ from rkspeech.core.errors import RkspeechError
 from rkspeech.core.targets import DEFAULT_TARGET, TARGETS
 from rkspeech.models.whisper.window import SAMPLE_RATE, WINDOW_FRAMES
 from rkspeech.pipelines.vocoder_build import BUILD_REPORT
+from rkspeech.plan.integrity import golden_path
 
 #: The name this build's report had before both builds used ``BUILD_REPORT``; still written (same
 #: content) so scripts that read it keep working.
@@ -158,10 +159,21 @@ def build_whisper_encoder(options: WhisperEncoderBuildOptions) -> dict:
 
 
 def _golden(args, report: dict, check: dict[str, Path]) -> dict:
-    """``run_sequence``'s golden keywords: the check window replayed, on the simulator unless
-    the build skips it (then onnxruntime)."""
-    source = "ort" if args.skip_convert or args.skip_sim else "sim"
-    return {"golden": source, "golden_given": {report["onnx"]["input"]["name"]: check["mel"]}}
+    """``run_sequence``'s golden keywords when the build skips the simulator: the check window
+    replayed on onnxruntime.  Otherwise the simulator stage writes the goldens from its own runs
+    (``_save_golden``), so no graph is built on the simulator twice."""
+    if not (args.skip_convert or args.skip_sim):
+        return {}
+    return {"golden": "ort", "golden_given": {report["onnx"]["input"]["name"]: check["mel"]}}
+
+
+def _save_golden(rknn_path: Path, role: str, inputs: dict, outputs: dict, target: str) -> None:
+    """The golden replay of one encoder call the simulator stage just ran (``runtime.golden``)."""
+    from rkspeech.runtime.golden import Golden, save_golden
+
+    save_golden(golden_path(rknn_path), Golden(role, [dict(inputs)], outputs=[dict(outputs)],
+                                               meta={"inputs": "the build's check window", "source": "sim",
+                                                     "target": target, "dtype": "fp16"}))
 
 
 def _write_plan(args, out_dir: Path, report: dict) -> Path:
@@ -257,10 +269,13 @@ def _build_whole(args, stages, onnx_path: Path, out_dir: Path, check: dict[str, 
         def work():
             mel, ref = _load_check(check)
             sim_out, sim_cost = _simulate(onnx_path, mel, args.target)
+            _save_golden(rknn_path, "encoder", {report["onnx"]["input"]["name"]: mel},
+                         {report["onnx"]["output"]["name"]: sim_out}, args.target)
             return {**compare(ref, sim_out), **sim_cost}
 
-        report["simulator"] = stages.run("whisper_simulate", {"target": args.target},
-                                         [onnx_path, rknn_path, *check.values()], lambda: [], work)
+        report["simulator"] = stages.run("whisper_simulate", {"target": args.target, "golden": 1},
+                                         [onnx_path, rknn_path, *check.values()], lambda: [golden_path(rknn_path)],
+                                         work)
     return report
 
 
@@ -323,9 +338,12 @@ def _build_pieces(args, stages, onnx_path: Path, out_dir: Path, check: dict[str,
                     t0 = time.perf_counter()
                     with SimulatorProcess(path, target=args.target, dtype="fp16") as sim:
                         t1 = time.perf_counter()
-                        env.update(sim.infer({n: env[n] for n in sim.input_specs()}))
+                        feed = {n: env[n] for n in sim.input_specs()}
+                        outs = sim.infer(feed)
+                        env.update(outs)
                         t2 = time.perf_counter()
                         peak = sim.peak_rss_mb
+                    _save_golden(graphs[k].rknn, graphs[k].role, feed, outs, args.target)
                 sims.append({"build_s": round(t1 - t0, 3), "seconds": round(t2 - t1, 3),
                              "peak_rss_mb": round(peak, 1)})
             out = env[report["onnx"]["output"]["name"]]
@@ -333,8 +351,9 @@ def _build_pieces(args, stages, onnx_path: Path, out_dir: Path, check: dict[str,
                     "seconds": round(sum(s["seconds"] for s in sims), 3),
                     "peak_rss_mb": max(s["peak_rss_mb"] for s in sims)}
 
-        report["simulator"] = stages.run("whisper_simulate", {"target": args.target},
-                                         [*paths, *(g.rknn for g in graphs), *check.values()], lambda: [], work)
+        report["simulator"] = stages.run("whisper_simulate", {"target": args.target, "golden": 1},
+                                         [*paths, *(g.rknn for g in graphs), *check.values()],
+                                         lambda: [golden_path(g.rknn) for g in graphs], work)
     return report
 
 

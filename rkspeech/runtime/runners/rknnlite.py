@@ -41,7 +41,7 @@ class RknnLiteRunner(Runner):
     the runtime neither converts nor re-lays them; a caller that keeps such a state in float16
     pays no conversion at all.  ``reuse_outputs``: the runtime returns views of its own output
     buffers, overwritten by the next call: only for callers that are done with a call's outputs
-    before the next (``board.golden.replay``, which feeds a state output into the next call's
+    before the next (``runtime.golden.replay``, which feeds a state output into the next call's
     inputs, which the runtime copies in before it writes outputs).  ``overhead_s``: time spent
     in this runner around ``inference()`` (checks, casts), summed over calls.
     Tested with a stand-in of the 2.5.0 API (tests/test_board.py), never on a board here.
