@@ -175,3 +175,30 @@ def test_quantized_stage_faults_are_one_line(tmp_path, graphs, fault, message):
     with pytest.raises(RkspeechError, match=message) as e:
         load_plan(plan, backend="sim")
     assert "\n" not in str(e.value)
+
+
+def test_stage_core_mask_reaches_the_runner(tmp_path, graphs, monkeypatch):
+    """A stage's ``core_mask`` (plan) pins its rknn-lite runner; without one the caller's (serve's
+    --tts-core-mask) applies; a mask that is not one of core.targets.CORE_MASKS is one line."""
+    plan = make_plan(tmp_path, graphs)
+    seen = []
+
+    class FakeGraph:
+        def __init__(self, path, backend="ort", **kw):
+            seen.append(kw.get("core_mask"))
+
+    import rkspeech.runtime.tts.code_predictor_backend as cpb
+    from rkspeech.runtime.tts.open_stages import open_stage_backends
+
+    monkeypatch.setattr(cpb, "GraphCodePredictor", FakeGraph)
+    open_stage_backends(load_plan(plan, backend="ort"), "ort", core_mask="2")
+    raw = json.loads(plan.read_text())
+    raw["code_predictor"]["core_mask"] = "1"
+    plan.write_text(json.dumps(raw))
+    assert load_plan(plan, backend="ort").stages["code_predictor"].core_mask == "1"
+    open_stage_backends(load_plan(plan, backend="ort"), "ort", core_mask="2")
+    assert seen == ["2", "1"]
+    raw["code_predictor"]["core_mask"] = "3"
+    plan.write_text(json.dumps(raw))
+    with pytest.raises(RkspeechError, match=r"code_predictor.core_mask is '3', expected one of auto, 0, 1, 2"):
+        load_plan(plan, backend="ort")

@@ -32,6 +32,9 @@ def test_cli_errors_are_one_line(capsys):
     assert "use HOST:PORT" in capsys.readouterr().err
     assert main(["serve", "--asr-model-dir", str(TINY_EN), "--asr-language", "de"]) == 2
     assert "English-only" in capsys.readouterr().err
+    assert main(["serve", "--asr-model-dir", str(TINY_EN), "--asr-hotwords-file", "/nonexistent/hw.txt"]) == 2
+    assert capsys.readouterr().err.strip().endswith(
+        "--asr-hotwords-file /nonexistent/hw.txt: cannot read it (No such file or directory)")
 
 
 def test_sigterm_finishes_the_request_in_flight(tmp_path):
@@ -73,3 +76,24 @@ def test_sigterm_finishes_the_request_in_flight(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_asr_and_tts_get_their_own_npu_cores(capsys):
+    """Both engines on the NPU: speech on the last core, transcription on the others (rk3588);
+    masks given are kept, and a shared core is said in one line."""
+    import argparse
+
+    from rkspeech.cli.serve import _core_masks
+
+    def args(**kw):
+        base = dict(whisper_model="m", encoder="enc.rknn", backend=None, tts_model="t", tts_backend="rknnlite",
+                    target="rk3588", core_masks=None, tts_core_masks=None)
+        return argparse.Namespace(**{**base, **kw})
+
+    assert _core_masks(args()) == (("0", "1"), ("2",))
+    assert _core_masks(args(tts_backend="ort")) == (("0", "1", "2"), ("0", "1", "2"))  # speech on the CPU
+    assert _core_masks(args(target="rk3566")) == (("auto",), ("auto",))
+    assert capsys.readouterr().err == ""
+    assert _core_masks(args(core_masks=["0_1"], tts_core_masks=["1"])) == (("0_1",), ("1",))
+    assert capsys.readouterr().err.strip() == ("rkspeech serve: warning: transcription and speech share NPU core(s) 1 "
+                                               "(--asr-core-mask / --tts-core-mask)")

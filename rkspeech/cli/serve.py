@@ -37,7 +37,8 @@ def register(subparsers) -> None:
     f.add(ASR, "--asr-engines", dest="engines", type=int, default=None, metavar="N",
           help="transcription engines = requests transcribed at once (default: 1; rknnlite: one per NPU core)")
     f.add(ASR, "--asr-core-mask", dest="core_masks", nargs="+", choices=CORE_MASKS, default=None, metavar="MASK",
-          help="rknnlite: NPU core mask per engine, cycled (default: one engine per core of --target)")
+          help="rknnlite: NPU core mask per engine, cycled (default: one engine per core of --target; "
+               "with speech on the NPU too, the cores but the last)")
     f.threads(ASR, "each Whisper engine (CTranslate2, onnxruntime)")
     f.add(ASR, "--asr-compute-type", dest="compute_type", default="float32",
           help="CTranslate2 compute type (default float32)")
@@ -45,9 +46,16 @@ def register(subparsers) -> None:
     f.add(ASR, "--asr-language", dest="language", default="auto",
           help="default language when a request names none (default auto)")
     f.add(ASR, "--asr-vad", dest="vad", action="store_true", help="faster-whisper's Silero VAD filter on every request")
+    f.add(ASR, "--asr-hotwords-file", dest="hotwords_file", metavar="FILE",
+          help="phrases to bias transcripts toward, one per line (faster-whisper hotwords; re-read when "
+               "the file changes, e.g. Home Assistant's entity names)")
     f.add(TTS, "--tts-model-dir", dest="tts_model", metavar="DIR", help="Qwen3-TTS model folder")
     f.add(TTS, "--tts-plan", dest="plan", metavar="PLAN", help="plan.json of the vocoder built for --tts-model-dir")
     f.add(TTS, "--tts-backend", choices=BACKENDS, default="ort", help="vocoder runtime (default ort)")
+    f.add(TTS, "--tts-core-mask", dest="tts_core_masks", nargs="+", choices=CORE_MASKS, default=None,
+          metavar="MASK", help="rknnlite: NPU core mask per vocoder engine; the talker and code predictor "
+                               "run on the first unless the plan's stage names its core_mask (default: the "
+                               "last core of --target when transcription is on the NPU too, else all)"),
     f.add(NPU, "--target", default=DEFAULT_TARGET,
           help=f"chip of the .rknn files, both engines (default {DEFAULT_TARGET})")
     f.add(NETWORK, "--wyoming", default="tcp://127.0.0.1:10300", metavar="URI",
@@ -88,11 +96,54 @@ def options_from_args(args: argparse.Namespace):
         max_text_chars=args.max_text_chars, idle_timeout_s=args.idle_timeout,
         max_connections=args.max_connections, beam_size=args.beam_size,
         language=None if args.language in ("auto", "") else args.language, vad=args.vad,
+        hotwords_file=_hotwords_file(args.hotwords_file),
         model_name=os.path.basename(os.path.normpath(args.whisper_model)) if args.whisper_model else "whisper",
         speech_model_name=os.path.basename(os.path.normpath(args.tts_model)) if args.tts_model else "speech")
 
 
-def _open_speaker(args):
+def _hotwords_file(path):
+    """``--asr-hotwords-file``, read once now so a missing or unreadable file stops the start."""
+    if path is None:
+        return None
+    from rkspeech.core.errors import RkspeechError
+    from rkspeech.serve.biasing import read_phrases
+
+    try:
+        read_phrases(path)
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) else exc
+        raise RkspeechError(f"--asr-hotwords-file {path}: cannot read it ({why})") from None
+    return path
+
+
+def _asr_on_npu(args) -> bool:
+    return args.backend == "rknnlite" or bool(args.encoder and args.encoder.lower().endswith(".rknn")
+                                              and args.backend is None)
+
+
+def _core_masks(args) -> tuple:
+    """(transcription masks, speech masks): as given, else each kind on its own cores when both
+    run on the NPU (``core.targets.split_cores``), else every core of ``--target``.  Masks that
+    overlap while both kinds are on the NPU get one warning line (they then share a core)."""
+    import sys
+
+    from rkspeech.core.targets import cores_for, mask_cores, split_cores
+
+    asr_npu = bool(args.whisper_model) and _asr_on_npu(args)
+    tts_npu = bool(args.tts_model) and args.tts_backend == "rknnlite"
+    both = asr_npu and tts_npu
+    asr_default, tts_default = split_cores(args.target) if both else (cores_for(args.target),) * 2
+    asr = tuple(args.core_masks or asr_default)
+    tts = tuple(args.tts_core_masks or tts_default)
+    if both:
+        shared = set().union(*map(mask_cores, asr)) & set().union(*map(mask_cores, tts))
+        if shared:
+            print(f"rkspeech serve: warning: transcription and speech share NPU core(s) {', '.join(sorted(shared))} "
+                  "(--asr-core-mask / --tts-core-mask)", file=sys.stderr)
+    return asr, tts
+
+
+def _open_speaker(args, core_masks=None):
     from rkspeech.core.errors import RkspeechError
 
     if not args.plan:
@@ -103,7 +154,8 @@ def _open_speaker(args):
 
     if not args.max_speech_s > 0:
         raise RkspeechError(f"--max-speech-s must be > 0, got {args.max_speech_s}")
-    speaker = Speaker(args.tts_model, args.plan, backend=args.tts_backend, target=args.target)
+    speaker = Speaker(args.tts_model, args.plan, backend=args.tts_backend, target=args.target,
+                      core_masks=list(core_masks) if args.tts_backend == "rknnlite" and core_masks else None)
     c = speaker.plan.contract
     frames = math.ceil(args.max_speech_s * c.sample_rate / c.samples_per_token)
     # N talker steps give at most N - 1 frames (the last token's codes would come in step N + 1)
@@ -117,7 +169,8 @@ def run(args: argparse.Namespace) -> int:
 
     from rkspeech.core import progress
     from rkspeech.core.errors import RkspeechError
-    from rkspeech.serve.engines import ServePool, open_transcribers
+    from rkspeech.serve.engines import ServePool
+    from rkspeech.serve.transcribers import open_transcribers
     from rkspeech.serve.server import Server, serve_forever
 
     options = options_from_args(args)  # address and limit errors before anything loads
@@ -129,6 +182,7 @@ def run(args: argparse.Namespace) -> int:
         raise RkspeechError("--tts-plan needs --tts-model-dir DIR")
     if args.threads < 0 or (args.engines is not None and args.engines < 1):
         raise RkspeechError("--asr-threads must be >= 0 and --asr-engines >= 1")
+    asr_masks, tts_masks = _core_masks(args)
     transcribers, speakers = [], []
     try:
         if args.whisper_model:
@@ -142,21 +196,14 @@ def run(args: argparse.Namespace) -> int:
             check_language(options.language, multilingual=is_multilingual(args.whisper_model))
             engines = args.engines
             if engines is None:
-                is_rknn = args.backend == "rknnlite" or (args.encoder and args.encoder.lower().endswith(".rknn")
-                                                         and args.backend is None)
-                if is_rknn:
-                    from rkspeech.core.targets import cores_for
-
-                    engines = len(args.core_masks or cores_for(args.target))
-                else:
-                    engines = 1
+                engines = len(asr_masks) if _asr_on_npu(args) else 1
             with progress.stage(f"load {engines} Whisper engine(s)"):
                 transcribers = open_transcribers(args.whisper_model, engines=engines, encoder=args.encoder,
-                                                 backend=args.backend, target=args.target, core_masks=args.core_masks,
+                                                 backend=args.backend, target=args.target, core_masks=asr_masks,
                                                  threads=args.threads, compute_type=args.compute_type)
         if args.tts_model:
             with progress.stage("load the speech model"):
-                speakers = [_open_speaker(args)]
+                speakers = [_open_speaker(args, tts_masks)]
         pool = ServePool(transcribers=transcribers, speakers=speakers, max_queue=options.max_queue,
                           request_timeout_s=options.request_timeout_s, retry_after_s=options.retry_after_s)
     except BaseException:

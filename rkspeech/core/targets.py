@@ -24,6 +24,21 @@ def cores_for(target: str | None) -> tuple[str, ...]:
     return CORES_BY_TARGET.get((target or "").lower(), ("auto",))
 
 
+def split_cores(target: str | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Default core masks of ``rkspeech serve`` when it runs both engines on the NPU: the last core
+    for speech, the others for transcription (rk3588: "0", "1" | "2"), so neither waits for the
+    other's NPU work; single-core chips: "auto" for both."""
+    cores = cores_for(target)
+    if len(cores) < 2:
+        return cores, cores
+    return cores[:-1], cores[-1:]
+
+
+def mask_cores(mask: str) -> set[str]:
+    """The cores a mask names ("0_1" -> {"0", "1"}; "auto": empty, the runtime chooses)."""
+    return set() if mask == "auto" else set(mask.split("_"))
+
+
 def board_target() -> str | None:
     """The Rockchip chip this machine is (from the device tree), or None off a board."""
     try:

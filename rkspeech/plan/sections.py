@@ -47,6 +47,7 @@ from pathlib import Path
 
 from rkspeech.core.errors import RkspeechError
 from rkspeech.core.placement import CPU_VARIANTS, PLACEMENTS
+from rkspeech.core.targets import CORE_MASKS
 
 #: stage name -> the artifact role sets its section may hold (exactly one of them)
 STAGE_ROLES = {"talker": (("prefill", "decode"),), "code_predictor": (("step",), ("frame",))}
@@ -69,6 +70,9 @@ class StagePlan:
     placement: str = "npu"
     #: onnxruntime intra-op threads of a CPU stage (None: the caller's, else ``core.threads``)
     threads: int | None = None
+    #: rknn-lite NPU core mask of an NPU stage (``core.targets.CORE_MASKS``; None: the caller's,
+    #: e.g. ``rkspeech serve --tts-core-mask``, else the runtime's "auto"); other backends ignore it
+    core_mask: str | None = None
 
     def simulator_build(self) -> dict:
         """The ``GraphCodePredictor`` / ``open_runner`` build keywords (``dtype``, ``dataset``,
@@ -210,8 +214,11 @@ def load_stages(raw: dict, plan_path: Path, backend: str | None) -> dict[str, St
         threads = sec.get("threads")
         if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
             raise RkspeechError(f"{where}.threads must be a whole number >= 1, got {threads!r}")
+        core_mask = sec.get("core_mask")
+        if core_mask is not None and core_mask not in CORE_MASKS:
+            raise RkspeechError(f"{where}.core_mask is {core_mask!r}, expected one of {', '.join(CORE_MASKS)}")
         quant = _quantization(sec, base, where, need_files=backend == "sim", placement=placement, roles=roles)
-        stage = StagePlan(name, impl, sec.get("target"), artifacts, contract, quant, placement, threads)
+        stage = StagePlan(name, impl, sec.get("target"), artifacts, contract, quant, placement, threads, core_mask)
         for role, path in stage.paths(backend or "ort").items():
             if not path.is_file():
                 raise RkspeechError(f"{where}: {role} artifact {path} is missing")

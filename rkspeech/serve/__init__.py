@@ -7,6 +7,11 @@ of engines, in one asyncio loop.
   model calls run in worker threads so the loop keeps serving.
 * :mod:`.transcription` -- request options -> the same faster-whisper call as ``rkspeech
   transcribe``; response bodies (json, text, srt, vtt, verbose_json).
+* :mod:`.lane` -- the engines of one kind and the wait line, shared fairly between clients.
+* :mod:`.transcript_stream` -- streamed transcripts (HTTP server-sent events, Wyoming chunks).
+* :mod:`.biasing` -- hotwords and prompt (``--asr-hotwords-file``, request fields).
+* :mod:`.speech_formats` -- speech as mp3 / opus / aac / flac / wav / pcm (PyAV), ``speed``, SSE.
+* :mod:`.models_list` -- ``GET /v1/models``.
 * :mod:`.audio` -- uploaded bytes / Wyoming PCM -> 16 kHz mono float32, in memory.
 * :mod:`.wyoming_server`, :mod:`.http_server` -- the two front ends.
 * :mod:`.metrics` -- Prometheus counters, gauges and histograms (one registry per server).

@@ -19,17 +19,7 @@ import struct
 import numpy as np
 
 from rkspeech.runtime.audio import AudioError, AudioTooLong
-from rkspeech.serve.engines import ServeError
-
-
-class BadAudio(ServeError):
-    status = 400
-    code = "bad-audio"
-
-
-class TooLong(ServeError):
-    status = 413
-    code = "too-long"
+from rkspeech.serve.errors import BadAudio, ServeError, TooLong
 
 
 def bad_audio(exc: AudioError) -> ServeError:

@@ -3,15 +3,16 @@ graceful shutdown.
 
 An *engine* is one model instance that serves one request at a time: a transcription engine is a
 :class:`rkspeech.runtime.whisper.model.WhisperModel` (on a host: its own onnxruntime session; on
-a board: its own rknn-lite context pinned to one NPU core, see :func:`open_transcribers`), a
+a board: its own rknn-lite context pinned to one NPU core, see :func:`rkspeech.serve.transcribers.open_transcribers`), a
 speech engine anything that satisfies :class:`SpeechEngine`.  Each engine has its own worker
 thread (a one-thread executor), so blocking model calls never run on the event loop and a
 context that prefers one thread always sees the same one.
 
-Engines of one kind form a *lane*: a free list and a wait line of at most ``max_queue`` requests.
-A request that finds every engine busy and the wait line full is refused at once with
-:class:`Busy` (HTTP 503 with ``Retry-After``, a Wyoming ``error`` event); it never waits
-unboundedly.  Free engines go to waiters first-in first-out.
+Engines of one kind form a *lane* (:mod:`rkspeech.serve.lane`): a free list and a wait line of
+at most ``max_queue`` requests.  A request that finds every engine busy and the wait line full
+is refused at once with :class:`Busy` (HTTP 503 with ``Retry-After``, a Wyoming ``error``
+event); it never waits unboundedly.  Free engines go to the waiting *client* (``client=``: the
+front ends pass the peer's host) served least recently, so no client starves another.
 
 Time limit: a request has ``request_timeout_s`` from arrival (waiting included).  When it runs
 out the request is answered with :class:`TimedOut`; a model call already running in its thread
@@ -26,7 +27,6 @@ worker threads end and owned engines are closed.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -41,6 +41,8 @@ from typing import (
 import numpy as np
 
 from rkspeech.core.errors import RkspeechError
+from rkspeech.serve.errors import Busy, ShuttingDown, TimedOut, Unavailable
+from rkspeech.serve.lane import Lane as _Lane
 
 TRANSCRIBE = "transcribe"
 SPEECH = "speech"
@@ -48,43 +50,6 @@ SPEECH = "speech"
 
 #: the end of a stream in ``ServePool.stream``'s queue
 _END = object()
-
-
-class ServeError(RkspeechError):
-    """A request the server answers with an error (``status`` for HTTP, ``code`` for Wyoming)."""
-
-    status = 400
-    code = "bad-request"
-
-
-class Busy(ServeError):
-    status = 503
-    code = "busy"
-
-    def __init__(self, kind: str, retry_after_s: int):
-        super().__init__(f"all {kind} engines are busy and {kind} requests are already waiting; retry later")
-        self.retry_after_s = retry_after_s
-
-
-class ShuttingDown(ServeError):
-    status = 503
-    code = "shutting-down"
-
-    def __init__(self):
-        super().__init__("the server is shutting down")
-
-
-class TimedOut(ServeError):
-    status = 504
-    code = "timeout"
-
-    def __init__(self, limit_s: float):
-        super().__init__(f"the request took longer than the server's limit of {limit_s:g} s")
-
-
-class Unavailable(ServeError):
-    status = 404
-    code = "not-available"
 
 
 @runtime_checkable
@@ -110,76 +75,6 @@ class ServedEngine:
 
     def __post_init__(self):
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"engine-{self.name}")
-
-
-class _Lane:
-    """Engines of one kind: a free list and a bounded wait line (event-loop thread only)."""
-
-    def __init__(self, kind: str, engines: Sequence[ServedEngine], max_queue: int, retry_after_s: int, metrics):
-        self.kind, self.engines = kind, list(engines)
-        self.max_queue, self.retry_after_s = max_queue, retry_after_s
-        self.metrics = metrics
-        self._free: collections.deque[ServedEngine] = collections.deque(self.engines)
-        self._waiters: collections.deque[asyncio.Future] = collections.deque()
-        self.closed = False
-
-    @property
-    def waiting(self) -> int:
-        return sum(not f.done() for f in self._waiters)
-
-    @property
-    def busy(self) -> int:
-        return len(self.engines) - len(self._free)
-
-    def _gauges(self) -> None:
-        if self.metrics is not None:
-            self.metrics.queue_depth.labels(self.kind).set(self.waiting)
-            self.metrics.engines_busy.labels(self.kind).set(self.busy)
-
-    async def acquire(self) -> ServedEngine:
-        if self.closed:
-            raise ShuttingDown()
-        if self._free:
-            engine = self._free.popleft()
-            self._gauges()
-            return engine
-        if self.waiting >= self.max_queue:
-            raise Busy(self.kind, self.retry_after_s)
-        fut = asyncio.get_running_loop().create_future()
-        self._waiters.append(fut)
-        self._gauges()
-        try:
-            return await fut
-        except asyncio.CancelledError:
-            if fut.done() and not fut.cancelled() and fut.exception() is None:
-                self.release(fut.result())  # handed an engine just as the request gave up
-            raise
-        finally:
-            with contextlib.suppress(ValueError):
-                self._waiters.remove(fut)
-            self._gauges()
-
-    def release(self, engine: ServedEngine) -> None:
-        while self._waiters:
-            fut = self._waiters.popleft()
-            if not fut.done():
-                fut.set_result(engine)
-                self._gauges()
-                return
-        self._free.append(engine)
-        self._gauges()
-
-    def close(self) -> None:
-        """Refuse new requests and everything waiting."""
-        self.closed = True
-        while self._waiters:
-            fut = self._waiters.popleft()
-            if not fut.done():
-                fut.set_exception(ShuttingDown())
-        self._gauges()
-
-    def idle(self) -> bool:
-        return len(self._free) == len(self.engines)
 
 
 class ServePool:
@@ -229,13 +124,13 @@ class ServePool:
             raise Unavailable(f"this server does not serve {what}")
         return self.lanes[kind]
 
-    def check_capacity(self, kind: str) -> None:
+    def check_capacity(self, kind: str, client=None) -> None:
         """Raise what :meth:`run` would raise at once (not served, shutting down, full), so a
         front end can refuse before reading or decoding a request."""
         lane = self._lane(kind)
         if lane.closed:
             raise ShuttingDown()
-        if not lane._free and lane.waiting >= lane.max_queue:
+        if not lane.has_room(client):
             raise Busy(kind, lane.retry_after_s)
 
     def status(self) -> dict:
@@ -254,11 +149,11 @@ class ServePool:
             raise TimedOut(self.timeout_s)
         return left
 
-    async def _acquire(self, kind: str, deadline: float) -> ServedEngine:
+    async def _acquire(self, kind: str, deadline: float, client=None) -> ServedEngine:
         lane = self._lane(kind)
         start = time.perf_counter()
         try:
-            engine = await asyncio.wait_for(lane.acquire(), self._left(deadline))
+            engine = await asyncio.wait_for(lane.acquire(client), self._left(deadline))
         except asyncio.TimeoutError:
             raise TimedOut(self.timeout_s) from None
         if self.metrics is not None:
@@ -277,11 +172,11 @@ class ServePool:
                     self.metrics.engine_busy.labels(kind, engine.name).inc(spent)
         return call
 
-    async def run(self, kind: str, fn: Callable, *args, deadline: float | None = None):
+    async def run(self, kind: str, fn: Callable, *args, deadline: float | None = None, client=None):
         """``fn(model, *args)`` on a free engine of ``kind``, in that engine's thread."""
         deadline = deadline or self.deadline()
         lane = self._lane(kind)
-        engine = await self._acquire(kind, deadline)
+        engine = await self._acquire(kind, deadline, client)
         loop = asyncio.get_running_loop()
         try:
             fut = loop.run_in_executor(engine.executor, self._timed(kind, engine, fn, engine.model, *args))
@@ -296,7 +191,7 @@ class ServePool:
             raise TimedOut(self.timeout_s) from None
 
     async def stream(self, kind: str, open_iter: Callable, *args,
-                     deadline: float | None = None) -> AsyncIterator:
+                     deadline: float | None = None, client=None) -> AsyncIterator:
         """Items of ``open_iter(model, *args)`` (an iterator) as they come, each ``next`` in the
         engine's thread.  Generation runs ahead of the consumer into a queue, so the engine is
         freed when the iterator ends, not when a client has read it all: a client that stops
@@ -304,7 +199,8 @@ class ServePool:
         socket).  What runs ahead is one request's output, bounded by the text limit.  A consumer
         that stops early (a client gone) stops the generation."""
         queue: asyncio.Queue = asyncio.Queue()
-        producer = asyncio.ensure_future(self._produce(kind, open_iter, args, deadline or self.deadline(), queue))
+        producer = asyncio.ensure_future(self._produce(kind, open_iter, args, deadline or self.deadline(), queue,
+                                                   client))
         try:
             while True:
                 item = await queue.get()
@@ -320,10 +216,10 @@ class ServePool:
                     await producer
 
     async def _produce(self, kind: str, open_iter: Callable, args: tuple, deadline: float,
-                       queue: asyncio.Queue) -> None:
+                       queue: asyncio.Queue, client=None) -> None:
         lane = self._lane(kind)
         try:
-            engine = await self._acquire(kind, deadline)
+            engine = await self._acquire(kind, deadline, client)
         except Exception as exc:  # noqa: BLE001 - handed to the consumer
             queue.put_nowait(exc)
             return
@@ -382,36 +278,3 @@ class ServePool:
                         with contextlib.suppress(Exception):
                             close()
         return idle
-
-
-def open_transcribers(model_dir, *, engines: int = 1, encoder=None, backend: str | None = None,
-                      target: str | None = None, core_masks: Sequence[str] | None = None,
-                      threads: int = 1, compute_type: str = "float32") -> list:
-    """``engines`` :class:`~rkspeech.runtime.whisper.model.WhisperModel` instances, each with its
-    own encoder runner (onnxruntime session, simulator, or an rknn-lite context).
-
-    With ``backend="rknnlite"`` engine i is pinned to NPU core ``core_masks[i % len]`` (default:
-    one per core of ``target``, :func:`rkspeech.core.targets.cores_for`) -- written to the
-    rknn-toolkit-lite2 API, not run on a board here.  ``threads`` is per engine (CTranslate2
-    decoder and onnxruntime).
-    """
-    from rkspeech.runtime.whisper.model import WhisperModel
-
-    if engines < 1:
-        raise RkspeechError(f"--asr-engines must be >= 1, got {engines}")
-    masks: tuple = (None,)
-    if backend == "rknnlite":
-        from rkspeech.core.targets import cores_for
-
-        masks = tuple(core_masks) if core_masks else cores_for(target)
-    models = []
-    try:
-        for i in range(engines):
-            models.append(WhisperModel(model_dir, encoder=encoder, backend=backend, threads=threads,
-                                       target=target, core_mask=masks[i % len(masks)], compute_type=compute_type))
-    except BaseException:
-        for m in models:
-            with contextlib.suppress(Exception):
-                m.close()
-        raise
-    return models

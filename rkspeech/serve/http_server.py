@@ -6,10 +6,15 @@
   turns on faster-whisper's word timestamps and adds ``words`` to verbose_json).  ``temperature``
   is accepted and ignored (faster-whisper's fallback schedule, as ``rkspeech transcribe``).
   verbose_json's ``language`` is Whisper's code ("en"; OpenAI's service writes "english").
+  ``stream=true`` (json / text): server-sent ``transcript.text.delta`` events, one per decoded
+  segment, then ``transcript.text.done`` (:mod:`rkspeech.serve.transcript_stream`); ``hotwords``
+  (repeatable) biases the decoder (:mod:`rkspeech.serve.biasing`).
 * ``POST /v1/audio/speech`` -- JSON: ``input``, ``voice`` (a speaker of the engine, or
-  "default"), ``response_format`` (wav | pcm: 16-bit mono at the engine's rate; WAV streamed with
-  an open-ended header), ``instructions``; the body is streamed as the engine decodes.
-* ``GET /v1/models``, ``GET /health`` (no key needed), ``GET /metrics`` (Prometheus text).
+  "default"), ``response_format`` (mp3, the default, | opus | aac | flac | wav | pcm; encoded by
+  :mod:`rkspeech.serve.speech_formats`), ``speed`` (0.25-4.0, FFmpeg's atempo: pitch kept),
+  ``stream_format`` (audio | sse), ``instructions``; the body is streamed as the engine decodes.
+* ``GET /v1/models`` (each model with what it serves: voices, languages, formats),
+  ``GET /health`` (no key needed), ``GET /metrics`` (Prometheus text).
 
 Safety: with ``api_key`` every route but ``/health`` wants ``Authorization: Bearer KEY``
 (compared in constant time).  An upload is read into memory up to ``max_upload_bytes`` (413
@@ -28,7 +33,8 @@ import logging
 import time
 
 from rkspeech.core.errors import RkspeechError
-from rkspeech.serve.engines import SPEECH, TRANSCRIBE, Busy, ServePool, ServeError
+from rkspeech.serve.engines import SPEECH, TRANSCRIBE, ServePool
+from rkspeech.serve.errors import Busy, ServeError
 from rkspeech.serve.options import ServeOptions
 
 log = logging.getLogger("rkspeech.serve")
@@ -65,13 +71,29 @@ def build_app(pool: ServePool, options: ServeOptions, metrics=None):
 
     from rkspeech.models.whisper.window import SAMPLE_RATE
     from rkspeech.runtime.audio import AudioError, decode_audio
-    from rkspeech.serve import transcription
-    from rkspeech.serve.audio import bad_audio, float_to_pcm16, wav_header
-    from rkspeech.serve.speech import SPEECH_FORMATS, SpeakRequest
+    from rkspeech.serve import biasing, transcription
+    from rkspeech.serve.audio import bad_audio
+    from rkspeech.serve.speech import SpeakRequest
+    from rkspeech.serve.speech_formats import (
+        SpeechEncoder,
+        check_format,
+        check_speed,
+        check_stream_format,
+        encoded_body,
+    )
+    from rkspeech.serve.transcript_stream import sse_body, transcript_events
 
     def count(endpoint: str, status) -> None:
         if metrics is not None:
             metrics.requests.labels(endpoint, str(status)).inc()
+
+    def peer(request):
+        """The client a request counts for in the wait line (serve.lane): the peer's host."""
+        return request.client.host if request.client else None
+
+    def observe(result) -> None:
+        if metrics is not None:
+            metrics.observe_timing(result.timing)
 
     def authorize(request) -> None:
         if options.api_key is None:
@@ -137,7 +159,8 @@ def build_app(pool: ServePool, options: ServeOptions, metrics=None):
     @endpoint("/v1/audio/transcriptions")
     async def transcriptions(request):
         pool.first_model(TRANSCRIBE)
-        pool.check_capacity(TRANSCRIBE)  # refuse before reading and decoding when already full
+        client = peer(request)
+        pool.check_capacity(TRANSCRIBE, client)  # refuse before reading and decoding when already full
         deadline = pool.deadline()
         form = await parse_form(request, await read_body(request, options.max_upload_bytes))
         upload = form.get("file")
@@ -153,10 +176,17 @@ def build_app(pool: ServePool, options: ServeOptions, metrics=None):
         bad = [g for g in grains if g not in transcription.GRANULARITIES]
         if bad:
             raise HttpError(400, f"timestamp_granularities {bad[0]!r} is not one of segment, word", "bad_request")
+        stream = str(form.get("stream") or "false").lower()
+        if stream not in ("true", "false"):
+            raise HttpError(400, f"stream {stream!r} is not true or false", "bad_request")
+        if stream == "true" and fmt not in ("json", "text"):
+            raise HttpError(400, f"stream=true answers with events; response_format {fmt!r} cannot be streamed "
+                                 "(use json or text)", "bad_request")
         model = pool.first_model(TRANSCRIBE)
         req = transcription.TranscribeRequest(
             language=transcription.check_language(model, form.get("language") or options.language),
-            prompt=form.get("prompt") or None, word_timestamps="word" in grains,
+            prompt=biasing.prompt(form.get("prompt")), word_timestamps="word" in grains,
+            hotwords=biasing.hotwords(form.getlist("hotwords") or None, options.hotwords_file),
             beam_size=options.beam_size, vad=options.vad)
         start = time.perf_counter()
         try:
@@ -166,9 +196,13 @@ def build_app(pool: ServePool, options: ServeOptions, metrics=None):
             raise bad_audio(exc) from None
         if metrics is not None:
             metrics.stage_seconds.labels("decode_audio").observe(time.perf_counter() - start)
-        result = await pool.run(TRANSCRIBE, transcription.run, audio, req, deadline=deadline)
-        if metrics is not None:
-            metrics.observe_timing(result.timing)
+        log.info("transcription: %s", req.logged())
+        if stream == "true":
+            events = transcript_events(pool, audio, req, deadline=deadline, client=client)
+            first = await anext(events)  # errors before the first event get a status code
+            return StreamingResponse(sse_body(events, first, on_done=observe), media_type="text/event-stream")
+        result = await pool.run(TRANSCRIBE, transcription.run, audio, req, deadline=deadline, client=client)
+        observe(result)
         body, media = transcription.render(result, fmt, words="word" in grains)
         if media == "json":
             return JSONResponse(body)
@@ -177,7 +211,8 @@ def build_app(pool: ServePool, options: ServeOptions, metrics=None):
     @endpoint("/v1/audio/speech")
     async def speech(request):
         engine = pool.first_model(SPEECH)
-        pool.check_capacity(SPEECH)
+        client = peer(request)
+        pool.check_capacity(SPEECH, client)
         body = await read_body(request, options.max_text_chars * 8 + 4096)
         try:
             spec = json.loads(body or b"{}")
@@ -185,20 +220,15 @@ def build_app(pool: ServePool, options: ServeOptions, metrics=None):
             raise HttpError(400, "the body is not JSON (or nested too deep)", "bad_request") from None
         if not isinstance(spec, dict):
             raise HttpError(400, "the body must be a JSON object", "bad_request")
-        fmt = spec.get("response_format") or "wav"
-        if fmt not in SPEECH_FORMATS:
-            raise HttpError(400, f"response_format {fmt!r} is not served; use one of {', '.join(SPEECH_FORMATS)}",
-                            "bad_request")
-        speed = spec.get("speed", 1.0)
-        if speed not in (None, 1, 1.0):
-            raise HttpError(400, "speed other than 1.0 is not supported", "bad_request")
+        fmt, speed = check_format(spec.get("response_format")), check_speed(spec.get("speed", 1.0))
+        sse = check_stream_format(spec.get("stream_format")) == "sse"
         voice = spec.get("voice")
         if isinstance(voice, dict):
             voice = voice.get("id") or voice.get("name")
         req = SpeakRequest.checked(engine, spec.get("input"), speaker=voice, language=spec.get("language"),
                                    instruct=spec.get("instructions") or None, max_chars=options.max_text_chars)
         began = time.perf_counter()
-        chunks = pool.stream(SPEECH, req.open).__aiter__()
+        chunks = pool.stream(SPEECH, req.open, client=client).__aiter__()
         try:
             first = await chunks.__anext__()  # errors before the first chunk get a status code
         except StopAsyncIteration:
@@ -206,21 +236,14 @@ def build_app(pool: ServePool, options: ServeOptions, metrics=None):
         if metrics is not None:
             metrics.stage_seconds.labels("speech_first_chunk").observe(time.perf_counter() - began)
 
-        async def body_stream():
-            try:
-                if fmt == "wav":
-                    yield wav_header(engine.sample_rate)
-                if first is not None:
-                    yield float_to_pcm16(first)
-                    async for chunk in chunks:
-                        yield float_to_pcm16(chunk)
-                if metrics is not None:
-                    metrics.stage_seconds.labels("speech_total").observe(time.perf_counter() - began)
-            finally:
-                await chunks.aclose()
+        encoder = SpeechEncoder(fmt, engine.sample_rate, speed)
 
-        media = "audio/wav" if fmt == "wav" else "audio/pcm"
-        return StreamingResponse(body_stream(), media_type=media,
+        def done():
+            if metrics is not None:
+                metrics.stage_seconds.labels("speech_total").observe(time.perf_counter() - began)
+
+        return StreamingResponse(encoded_body(chunks, first, encoder, sse=sse, on_end=done),
+                                 media_type="text/event-stream" if sse else encoder.media_type,
                                  headers={"X-Sample-Rate": str(engine.sample_rate)})
 
     @endpoint("/health")
@@ -237,12 +260,9 @@ def build_app(pool: ServePool, options: ServeOptions, metrics=None):
 
     @endpoint("/v1/models")
     async def models(request):
-        data = []
-        if pool.has(TRANSCRIBE):
-            data.append({"id": options.model_name, "object": "model", "owned_by": "rkspeech"})
-        if pool.has(SPEECH):
-            data.append({"id": options.speech_model_name, "object": "model", "owned_by": "rkspeech"})
-        return JSONResponse({"object": "list", "data": data})
+        from rkspeech.serve.models_list import models_list
+
+        return JSONResponse(models_list(pool, options))
 
     return Starlette(routes=[
         Route("/v1/audio/transcriptions", transcriptions, methods=["POST"]),

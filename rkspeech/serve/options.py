@@ -39,6 +39,8 @@ class ServeOptions:
     beam_size: int = 5
     language: str | None = None
     vad: bool = False
+    #: one phrase per line, given to faster-whisper as ``hotwords`` (serve.biasing; re-read when changed)
+    hotwords_file: str | None = None
     model_name: str = "whisper"
     speech_model_name: str = "speech"
 

@@ -6,11 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rkspeech.core.text import unicode_problem
-from rkspeech.serve.engines import ServeError
-
-#: OpenAI ``response_format`` values served for speech (16-bit PCM; others need an encoder).
-SPEECH_FORMATS = ("wav", "pcm")
-
+from rkspeech.serve.errors import ServeError
 
 class BadSpeechRequest(ServeError):
     status = 400

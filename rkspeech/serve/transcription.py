@@ -2,8 +2,9 @@
 response bodies.
 
 :meth:`TranscribeRequest.options` builds the same keyword options as ``rkspeech.cli.transcribe``
-(``beam_size``, ``language``, ``task``, ``word_timestamps``, ``vad_filter``, ``initial_prompt``)
-with the same defaults (beam 5, language detected, no VAD, no word times, sampler seed 0), and the call is
+(``beam_size``, ``language``, ``task``, ``word_timestamps``, ``vad_filter``, ``initial_prompt``;
+and ``hotwords``, which the CLI does not set: :mod:`rkspeech.serve.biasing`) with the same
+defaults (beam 5, language detected, no VAD, no word times, sampler seed 0), and the call is
 :func:`rkspeech.runtime.whisper.transcript.transcribe_audio`; SRT and VTT bodies are
 :func:`rkspeech.runtime.whisper.subtitles.render`, the writer of the CLI's files.  tests/test_serve.py
 checks a server response against the CLI's output on the same file.
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rkspeech.serve.engines import ServeError
+from rkspeech.serve.errors import ServeError
 
 #: OpenAI ``response_format`` values for transcriptions.
 RESPONSE_FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
@@ -29,15 +30,22 @@ class BadRequest(ServeError):
 class TranscribeRequest:
     language: str | None = None
     prompt: str | None = None
+    hotwords: str | None = None
     word_timestamps: bool = False
     beam_size: int = 5
     vad: bool = False
     task: str = "transcribe"
     seed: int = 0
 
+    def logged(self) -> str:
+        """The request log's line: the options that shape the decoding."""
+        return (f"language={self.language or 'auto'} beam_size={self.beam_size} vad={self.vad} "
+                f"prompt={self.prompt!r} hotwords={self.hotwords!r}")
+
     def options(self) -> dict:
         return {"beam_size": self.beam_size, "language": self.language, "task": self.task,
-                "word_timestamps": self.word_timestamps, "vad_filter": self.vad, "initial_prompt": self.prompt}
+                "word_timestamps": self.word_timestamps, "vad_filter": self.vad, "initial_prompt": self.prompt,
+                "hotwords": self.hotwords}
 
 
 def check_language(model, language: str | None) -> str | None:

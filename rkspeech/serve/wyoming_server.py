@@ -5,8 +5,11 @@ Per connection (:class:`WyomingHandler`):
 * ``describe`` -> ``info``: an ASR program with one model (its languages) when transcription is
   served, a TTS program with one voice per speaker (the engine's languages, streaming
   synthesis supported) when speech is.
-* Speech to text: ``transcribe`` (optional: language), ``audio-start``, ``audio-chunk``...,
-  ``audio-stop`` -> ``transcript`` (text stripped, language).  Chunks of any rate, width and
+* Speech to text: ``transcribe`` (optional: language; ``transcript_names`` / ``transcript_terms``
+  become faster-whisper hotwords), ``audio-start``, ``audio-chunk``..., ``audio-stop`` ->
+  ``transcript-start``, ``transcript-chunk`` per decoded segment, ``transcript-stop`` (streaming,
+  advertised as ``supports_transcript_streaming``), then ``transcript`` (text stripped, language)
+  for every client.  Chunks of any rate, width and
   channel count are converted to 16 kHz 16-bit mono with ``AudioChunkConverter``; audio longer
   than ``max_audio_s`` is refused when the limit is crossed.
 * Text to speech: ``synthesize`` -> ``audio-start``, ``audio-chunk`` per decoded chunk (sent as
@@ -20,97 +23,30 @@ Per connection (:class:`WyomingHandler`):
   or a header whose data/payload cannot be read loses the framing: error, then the connection
   is closed.
 
-The events are read here rather than by ``wyoming.event.async_read_event``, which returns None
-(= end of stream) for a malformed line, so a client would see a silent disconnect.
+The events are read by :mod:`rkspeech.serve.wyoming_events` (a malformed line is answered, not a
+silent disconnect); ``info`` is built by :mod:`rkspeech.serve.wyoming_info`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import re
 import time
 
 from rkspeech.core.errors import RkspeechError
 from rkspeech.serve.audio import pcm16_to_float
-from rkspeech.serve.engines import SPEECH, TRANSCRIBE, ServePool, ServeError
+from rkspeech.serve.engines import SPEECH, TRANSCRIBE, ServePool
+from rkspeech.serve.errors import ServeError
 from rkspeech.serve.options import SAMPLE_RATE, ServeOptions
+from rkspeech.serve.wyoming_events import MAX_LINE, Framing, check_audio_format, read_event
+from rkspeech.serve.wyoming_info import info_event
 
-#: Bytes of one event header line or data block at most.
-MAX_LINE = 1024 * 1024
 #: Output chunk size for speech (samples): engines may yield longer chunks; Wyoming clients
 #: expect a steady stream of small ones.
 CHUNK_SAMPLES = 2048
 log = logging.getLogger("rkspeech.serve")
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+")
-
-
-
-#: Wyoming audio the server converts (``AudioChunkConverter`` takes 1-4 byte samples, mono or
-#: stereo); rates outside this range are refused rather than resampled.
-AUDIO_RATES = (8000, 192000)
-AUDIO_WIDTHS = (1, 2, 3, 4)
-AUDIO_CHANNELS = (1, 2)
-
-
-def check_audio_format(rate, width, channels) -> int:
-    """Bytes per frame of an audio format the server converts; ``ServeError`` (one line) else."""
-    whole = all(isinstance(v, int) and not isinstance(v, bool) for v in (rate, width, channels))
-    ok = whole and AUDIO_RATES[0] <= rate <= AUDIO_RATES[1] and width in AUDIO_WIDTHS and channels in AUDIO_CHANNELS
-    if not ok:
-        raise ServeError(f"audio format not supported: rate {rate!r} (give {AUDIO_RATES[0]}-{AUDIO_RATES[1]} Hz), "
-                         f"width {width!r} (1-4 bytes), channels {channels!r} (1 or 2)")
-    return width * channels
-
-class _Framing(Exception):
-    """The stream can no longer be parsed: answer and close."""
-
-
-async def read_event(reader: asyncio.StreamReader):
-    """The next event, None at end of stream; ValueError for a bad line (framing intact),
-    :class:`_Framing` when framing is lost."""
-    from wyoming.event import Event
-
-    try:
-        line = await reader.readuntil(b"\n")
-    except asyncio.IncompleteReadError as exc:
-        if not exc.partial.strip():
-            return None
-        line = exc.partial
-    except asyncio.LimitOverrunError:
-        raise _Framing(f"event header longer than {MAX_LINE} bytes") from None
-    if not line.strip():
-        raise ValueError("empty event line")
-    try:
-        header = json.loads(line)
-    except (ValueError, RecursionError):
-        raise ValueError("event header is not JSON (or nested too deep)") from None
-    if not isinstance(header, dict) or not isinstance(header.get("type"), str):
-        raise ValueError("event header has no type")
-    data = header.get("data") or {}
-    if not isinstance(data, dict):
-        raise ValueError("event data is not an object")
-    try:
-        data_length = int(header.get("data_length") or 0)
-        payload_length = int(header.get("payload_length") or 0)
-    except (TypeError, ValueError):
-        raise _Framing("data_length / payload_length are not numbers") from None
-    if not (0 <= data_length <= MAX_LINE) or not (0 <= payload_length <= 16 * MAX_LINE):
-        raise _Framing("data_length / payload_length out of range")
-    try:
-        if data_length:
-            try:
-                extra = json.loads(await reader.readexactly(data_length))
-            except (ValueError, RecursionError):  # its payload still follows: the framing is lost
-                raise _Framing("event data is not JSON (or nested too deep)") from None
-            if not isinstance(extra, dict):
-                raise ValueError("event data is not an object")
-            data.update(extra)
-        payload = await reader.readexactly(payload_length) if payload_length else None
-    except asyncio.IncompleteReadError:
-        raise _Framing("connection closed inside an event") from None
-    return Event(type=header["type"], data=data, payload=payload)
 
 
 class WyomingHandler:
@@ -119,11 +55,15 @@ class WyomingHandler:
         self.pool, self.options, self.metrics = pool, options, metrics
         self.info_event = info_event
         self._language = None
+        self._bias: list = []  # transcribe's transcript_names + transcript_terms (hotwords)
         self._converter = None
         self._audio: list = []
         self._audio_bytes = 0
         self._too_long = False
         self._streaming = None  # while synthesize-start .. synthesize-stop: {"voice", "text"}
+        peer = writer.get_extra_info("peername")
+        #: who this connection counts as in the wait line (serve.lane): the peer's host
+        self.client = peer[0] if isinstance(peer, tuple) and peer else "local"
         self.busy = False  # inside handle(): shutdown waits for it; idle connections are closed
 
     async def write(self, event) -> None:
@@ -157,7 +97,7 @@ class WyomingHandler:
                 except ValueError as exc:
                     await self.error(f"malformed event: {exc}", "malformed-event")
                     continue
-                except _Framing as exc:
+                except Framing as exc:
                     await self.error(f"malformed event: {exc}; closing the connection", "malformed-event")
                     break
                 if event is None:
@@ -199,7 +139,9 @@ class WyomingHandler:
             self._count("wyoming describe", "ok")
         elif Transcribe.is_type(event.type):
             self.pool.first_model(TRANSCRIBE)  # Unavailable when not served
-            self._language = Transcribe.from_event(event).language
+            request = Transcribe.from_event(event)
+            self._language = request.language
+            self._bias = [*(request.transcript_names or []), *(request.transcript_terms or [])]
         elif AudioStart.is_type(event.type):
             self.pool.first_model(TRANSCRIBE)
             from wyoming.audio import AudioChunkConverter
@@ -266,28 +208,42 @@ class WyomingHandler:
             raise ServeError(f"unknown or unsupported event type {event.type!r}")
 
     async def _transcribe(self) -> None:
-        from wyoming.asr import Transcript
+        from wyoming.asr import Transcript, TranscriptChunk, TranscriptStart, TranscriptStop
 
-        from rkspeech.serve import transcription
+        from rkspeech.serve import biasing, transcription
+        from rkspeech.serve.transcript_stream import transcript_events
 
         if self._converter is None:
             raise ServeError("audio-stop before audio-start")
-        audio_bytes, too_long, language = b"".join(self._audio), self._too_long, self._language
-        self._converter, self._audio, self._audio_bytes, self._language = None, [], 0, None  # per request
+        audio_bytes, too_long, language, bias = b"".join(self._audio), self._too_long, self._language, self._bias
+        self._converter, self._audio, self._audio_bytes, self._language, self._bias = None, [], 0, None, []
         if too_long:
             from rkspeech.runtime.audio import too_long_message
-            from rkspeech.serve.audio import TooLong
+            from rkspeech.serve.errors import TooLong
 
             raise TooLong(too_long_message("the audio", self.options.max_audio_s))
         start = time.perf_counter()
         model = self.pool.first_model(TRANSCRIBE)
         request = transcription.TranscribeRequest(
             language=transcription.check_language(model, language or self.options.language),
+            hotwords=biasing.hotwords(bias or None, self.options.hotwords_file),
             beam_size=self.options.beam_size, vad=self.options.vad)
         audio = pcm16_to_float(audio_bytes)
         if audio.size == 0:
             raise ServeError("no audio between audio-start and audio-stop")
-        result = await self.pool.run(TRANSCRIBE, transcription.run, audio, request)
+        log.info("wyoming transcription: %s", request.logged())
+        # streamed (wyoming 1.10): transcript-start, a chunk per decoded segment, transcript-stop,
+        # then the plain transcript, which clients that do not stream wait for
+        started = False
+        async for kind, value in transcript_events(self.pool, audio, request, client=self.client):
+            if not started:
+                await self.write(TranscriptStart(language=request.language).event())
+                started = True
+            if kind == "delta":
+                await self.write(TranscriptChunk(text=value).event())
+            else:
+                result = value
+        await self.write(TranscriptStop().event())
         await self.write(Transcript(text=result.text.strip(), language=result.language).event())
         if self.metrics is not None:
             self.metrics.observe_timing(result.timing)
@@ -310,7 +266,7 @@ class WyomingHandler:
         if start:
             await self.write(AudioStart(rate=rate, width=2, channels=1).event())
         first = True
-        async for chunk in self.pool.stream(SPEECH, request.open):
+        async for chunk in self.pool.stream(SPEECH, request.open, client=self.client):
             if first and self.metrics is not None:
                 self.metrics.stage_seconds.labels("speech_first_chunk").observe(time.perf_counter() - began)
             first = False
@@ -326,43 +282,6 @@ class WyomingHandler:
         from wyoming.audio import AudioStop
 
         await self.write(AudioStop().event())
-
-
-def info_event(pool: ServePool, options: ServeOptions):
-    """The ``info`` answer to ``describe``."""
-    from wyoming.info import (
-        AsrModel,
-        AsrProgram,
-        Attribution,
-        Info,
-        TtsProgram,
-        TtsVoice,
-        TtsVoiceSpeaker,
-    )
-
-    from rkspeech import __version__ as version
-
-    whisper = Attribution(name="OpenAI Whisper (faster-whisper)", url="https://github.com/SYSTRAN/faster-whisper")
-    qwen = Attribution(name="Qwen3-TTS", url="https://github.com/QwenLM/Qwen3-TTS")
-    asr, tts = [], []
-    if pool.has(TRANSCRIBE):
-        from rkspeech.serve.transcription import model_languages
-
-        languages = model_languages(pool.first_model(TRANSCRIBE))
-        asr.append(AsrProgram(name="rkspeech-whisper", description="faster-whisper with the encoder offloaded",
-                              attribution=whisper, installed=True, version=version,
-                              models=[AsrModel(name=options.model_name, description=f"Whisper ({options.model_name})",
-                                               attribution=whisper, installed=True, languages=languages,
-                                               version=version)]))
-    if pool.has(SPEECH):
-        engine = pool.first_model(SPEECH)
-        voices = [TtsVoice(name=s, description=f"{options.speech_model_name}: {s}", attribution=qwen,
-                           installed=True, version=version, languages=list(engine.languages),
-                           speakers=[TtsVoiceSpeaker(name=s)])
-                  for s in (engine.speakers or ["default"])]
-        tts.append(TtsProgram(name="rkspeech-speech", description=options.speech_model_name, attribution=qwen,
-                              installed=True, version=version, voices=voices, supports_synthesize_streaming=True))
-    return Info(asr=asr, tts=tts).event()
 
 
 class WyomingServer:

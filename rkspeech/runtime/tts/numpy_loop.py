@@ -181,9 +181,10 @@ def check_stack_contract(contract, stack_cfg, fingerprint: str, where: str) -> N
                                 f"{need!r}; export the graphs from this checkpoint")
 
 
-def open_numpy_stages(plan, backend: str, *, model, threads: int | None = None, target: str | None = None) -> dict:
+def open_numpy_stages(plan, backend: str, *, model, threads: int | None = None, target: str | None = None,
+                      core_mask: str | None = None) -> dict:
     """``{"talker": GraphTalker, "code_predictor": ...}`` for a plan that places both stages,
-    without torch (``runtime.tts.open_stages.open_stage_backends``' numpy twin)."""
+    without torch (``runtime.tts.open_stages.open_stage_backends``' numpy twin; ``core_mask`` as there)."""
     from rkspeech.core import progress
     from rkspeech.runtime.tts.open_stages import describe_placement, open_talker, stage_threads
 
@@ -197,12 +198,13 @@ def open_numpy_stages(plan, backend: str, *, model, threads: int | None = None, 
         (role, path), = cp.paths(backend).items()
         if role == "step":
             out["code_predictor"] = NumpyCodebookCodePredictor(path, be, weights=model.weights, cfg=model.cfg,
-                                                               threads=threads, target=target, **build)
+                                                               threads=threads, target=target,
+                                                               core_mask=cp.core_mask or core_mask, **build)
         elif role == "frame":
             from rkspeech.runtime.tts.code_predictor_backend import GraphCodePredictor
 
             out["code_predictor"] = GraphCodePredictor(path, be, model=model.cfg, threads=threads, target=target,
-                                                       **build)
+                                                       core_mask=cp.core_mask or core_mask, **build)
         else:
             raise RkspeechError(f"unknown code predictor form {role!r}; choose one of step, frame")
         progress.info(f"code predictor: {role} graph {path.name}, {describe_placement(cp, be, threads)}"
@@ -210,7 +212,8 @@ def open_numpy_stages(plan, backend: str, *, model, threads: int | None = None, 
         talker = plan.stages["talker"]
         be = talker.backend_for(backend)
         threads = stage_threads(talker, caller_threads)
-        out["talker"] = open_talker(talker.artifacts, be, threads=threads, target=target, rope="numpy")
+        out["talker"] = open_talker(talker.artifacts, be, threads=threads, target=target, rope="numpy",
+                                    core_mask=talker.core_mask or core_mask)
         check_stack_contract(out["talker"].contract, model.cfg.talker, model.weights.talker_fingerprint,
                              "the talker decode graph")
         progress.info(f"talker: graph {talker.paths(backend)['decode'].name}, {describe_placement(talker, be, threads)} "

@@ -64,10 +64,11 @@ def describe_placement(stage, backend: str, threads: int | None) -> str:
 
 
 def open_stage_backends(plan, backend: str, *, model=None, threads: int | None = None, target: str | None = None,
-                        host_stages: bool = False) -> dict:
+                        host_stages: bool = False, core_mask: str | None = None) -> dict:
     """``{"talker": TalkerBackend, "code_predictor": CodePredictorBackend}`` for the stages the
     plan holds (either key may be absent: torch).  ``model``: the loaded ``TTSModel`` each graph's
-    contract is checked against (one line on a mismatch)."""
+    contract is checked against (one line on a mismatch).  ``core_mask``: rknn-lite core of a
+    stage whose plan section names none."""
     if host_stages:
         return {}
     out = {}
@@ -78,7 +79,8 @@ def open_stage_backends(plan, backend: str, *, model=None, threads: int | None =
         build = cp.simulator_build() if be == "sim" else {}  # a board loads the .rknn as built
         (role, path), = cp.paths(backend).items()  # "step" or "frame"
         n = stage_threads(cp, threads)
-        out["code_predictor"] = open_code_predictor(role, path, be, model=model, threads=n, target=target, **build)
+        out["code_predictor"] = open_code_predictor(role, path, be, model=model, threads=n, target=target,
+                                                    core_mask=cp.core_mask or core_mask, **build)
         progress.info(f"code predictor: {role} graph {path.name}, {where(cp, be, n)}"
                       + (f" ({build['dtype']})" if build else ""))
     talker = plan.stages.get("talker")
@@ -87,7 +89,8 @@ def open_stage_backends(plan, backend: str, *, model=None, threads: int | None =
         n = stage_threads(talker, threads)
         try:
             stack = model.net.talker.model if model is not None else None  # the talker's DecoderStack
-            out["talker"] = open_talker(talker.artifacts, be, model=stack, threads=n, target=target)
+            out["talker"] = open_talker(talker.artifacts, be, model=stack, threads=n, target=target,
+                                        core_mask=talker.core_mask or core_mask)
         except BaseException:
             for b in out.values():
                 b.close()

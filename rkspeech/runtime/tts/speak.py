@@ -113,17 +113,20 @@ class Speaker:
         self.pool = open_pool(self.plan, backend, size=engines, threads=threads, core_masks=core_masks,
                               target=target)
         self.stage_backends: dict = {}
+        # the talker and code predictor on the first of the vocoder's cores unless the plan pins them
+        stage_mask = core_masks[0] if core_masks else None
         try:
             if self.host == "numpy":
                 from rkspeech.runtime.tts.numpy_loop import open_numpy_stages
 
                 self.stage_backends = open_numpy_stages(self.plan, backend, model=self.model, threads=threads,
-                                                        target=target)
+                                                        target=target, core_mask=stage_mask)
             else:
                 from rkspeech.runtime.tts.open_stages import open_stage_backends
 
                 self.stage_backends = open_stage_backends(self.plan, backend, model=self.model, threads=threads,
-                                                          target=target, host_stages=host_stages)
+                                                          target=target, host_stages=host_stages,
+                                                          core_mask=stage_mask)
         except BaseException:
             self.close()
             raise

@@ -6,6 +6,9 @@
 ``encode``), ``decoder_s`` (inside CTranslate2's generate / align / detect_language) and
 ``host_s`` (the rest: features, VAD, faster-whisper's loop).
 
+:func:`iter_transcription` is the same run yielding each segment as it is decoded (the server's
+streamed transcripts).
+
 :func:`compare_transcriptions` says whether two transcriptions are identical in text, segment
 boundaries and word timings, and if not, how they differ (faster-whisper rounds times to 10 ms
 for segments and words, so "identical" is exact equality of those numbers).
@@ -66,6 +69,15 @@ def transcribe_audio(model, audio, *, batch_size: int | None = None, seed: int |
     0.4, ... 1.0) *samples*; two runs compared without the same seed draw different samples
     (measured on base, German speech translated greedily: fallback to 1.0, two different texts
     from the same encoder output), so comparisons pass the same seed to both."""
+    for item in iter_transcription(model, audio, batch_size=batch_size, seed=seed, **options):
+        pass
+    return item
+
+
+def iter_transcription(model, audio, *, batch_size: int | None = None, seed: int | None = None, **options):
+    """:func:`transcribe_audio` as it decodes: each faster-whisper segment when it is decoded, then
+    the whole :class:`Transcription` (the same object ``transcribe_audio`` returns: one code path,
+    so a streamed transcript is the plain one)."""
     owner = model if hasattr(model, "reset_timing") else getattr(model, "model", None)
     timed = owner.timing if hasattr(owner, "reset_timing") else None
     if timed is not None:
@@ -77,14 +89,17 @@ def transcribe_audio(model, audio, *, batch_size: int | None = None, seed: int |
 
         ctranslate2.set_random_seed(seed)
     start = time.perf_counter()
-    segments, info = model.transcribe(audio, **options)
-    segments = list(segments)
+    generator, info = model.transcribe(audio, **options)
+    segments = []
+    for segment in generator:
+        segments.append(segment)
+        yield segment
     total = time.perf_counter() - start
     timing = {"total_s": total}
     if timed is not None:
         enc, dec = timed["encoder_s"], timed["decoder_s"]
         timing = {"host_s": total - enc - dec, "encoder_s": enc, "decoder_s": dec, "total_s": total}
-    return Transcription(segments, info.language, info.language_probability, info.duration, timing)
+    yield Transcription(segments, info.language, info.language_probability, info.duration, timing)
 
 
 def diff_text(reference: str, test: str) -> str | None:
