@@ -76,3 +76,36 @@ def reduced_vocoder_build(reduced_ckpt, tmp_path_factory):
     assert not stray, f"the build wrote outside its --out-dir folder: {sorted(stray)}"
     out = home / "out"
     return out, json.loads((out / "build-report.json").read_text())
+
+
+@pytest.fixture(scope="session")
+def placeholder_vocoder_plan(tmp_path_factory, reduced_model):
+    """A qwen3-tts-vocoder plan for rk3588 whose .rknn files are placeholders (24 bytes, never
+    loaded); its ONNX are the session's reduced step graphs (B=16, first B=4).  ``build qwen3-tts
+    --vocoder-plan`` takes it without converting anything, and ``speak --backend ort`` runs its
+    ONNX; the reduced custom-voice roots' speech tokenizer is this checkpoint."""
+    from rkspeech.contracts.read import read_contract
+    from rkspeech.plan.plan import write_plan
+    from streaming_fixtures import step_graphs
+
+    graphs = step_graphs(tmp_path_factory, reduced_model)
+    folder = tmp_path_factory.mktemp("voc_plan")
+    rknn = {}
+    for role in graphs:
+        rknn[role] = folder / f"{role}.rknn"
+        rknn[role].write_bytes(b"placeholder, never loaded")
+    return write_plan(folder / "plan.json", impl="rknn", target="rk3588",
+                      contracts={r: read_contract(p) for r, p in graphs.items()}, rknn=rknn, onnx=graphs)
+
+
+@pytest.fixture(scope="session")
+def trained_tts_ckpt(request, tmp_path_factory):
+    """``(root, training record)``: the confident reduced custom-voice root (seed 0,
+    ``TrainOptions(steps=TRAINED_TEST_STEPS)``), its weights cached in pytest's cache folder under
+    the trained checkpoint's key, so only the first session trains (~20 s) and later ones copy."""
+    from rkfixtures import TRAINED_TEST_STEPS
+    from rkspeech.models.qwen3_tts.trained import TrainOptions, write_trained_tts_checkpoint
+
+    cache = request.config.cache.mkdir("rkspeech") / "trained-tts" if getattr(request.config, "cache", None) else None
+    return write_trained_tts_checkpoint(tmp_path_factory.mktemp("trained"), "reduced", "custom-voice", 0,
+                                        options=TrainOptions(steps=TRAINED_TEST_STEPS), cache_dir=cache)

@@ -16,6 +16,11 @@ def listing(folder: Path) -> set[str]:
     return {p.relative_to(folder).as_posix() for p in Path(folder).rglob("*") if not p.is_dir()}
 
 
+#: training steps of the session's trained (confident) root (conftest ``trained_tts_ckpt``; the
+#: CLI's default trains 400)
+TRAINED_TEST_STEPS = 150
+
+
 def run_relative(cwd: Path, argv: list[str], capsys=None) -> tuple[int, str, set[str]]:
     """``rkspeech ARGV`` in-process with ``cwd`` as the working folder, as a user runs it from a
     folder of their own with relative paths: ``(exit code, stderr, files it added under cwd)``."""

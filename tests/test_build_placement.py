@@ -8,8 +8,9 @@ ONNX on onnxruntime, which never reads a .rknn) speaks through the plan's CPU st
 
 * the plan's talker and code predictor sections are impl ``onnx``, placed ``cpu-int4`` /
   ``cpu-int8``, their ONNX the variants (``MatMulNBits`` / ``MatMulInteger`` inside) with the
-  quantization record; no .rknn is made for them; the report has the teacher-forced agreement,
-  logit SNR, first diverging frame and stop-frame match per stage, the record and file sizes;
+  quantization record; no .rknn is made for them; the report has the record and file sizes.  The
+  accuracy gate is tests/test_accuracy_gate.py's: on this random root it fails (flat logits), so
+  this build runs with ``--gate off``, which the report records as a warning;
 * ``speak`` opens those variants on onnxruntime with the plan's threads and writes frames x 1920
   samples;
 * a malformed quantization record, a placement that contradicts its impl, and contradictory
@@ -32,28 +33,15 @@ CAPACITY, PREFILL = 96, 16
 
 
 @pytest.fixture(scope="module")
-def vocoder_plan(tmp_path_factory, reduced_model):
-    """A qwen3-tts-vocoder plan for rk3588 whose .rknn files are placeholders (see the module
-    docstring); its ONNX are the session's reduced step graphs (B=16, first B=4)."""
-    from rkspeech.contracts.read import read_contract
-    from rkspeech.plan.plan import write_plan
-    from streaming_fixtures import step_graphs
-
-    graphs = step_graphs(tmp_path_factory, reduced_model)
-    folder = tmp_path_factory.mktemp("voc_plan")
-    rknn = {}
-    for role in graphs:
-        rknn[role] = folder / f"{role}.rknn"
-        rknn[role].write_bytes(b"placeholder, never loaded")
-    return write_plan(folder / "plan.json", impl="rknn", target="rk3588",
-                      contracts={r: read_contract(p) for r, p in graphs.items()}, rknn=rknn, onnx=graphs)
+def vocoder_plan(placeholder_vocoder_plan):
+    return placeholder_vocoder_plan
 
 
 def _build_argv(tts_custom_ckpt, vocoder_plan, home):
     return ["build", "qwen3-tts", "--model-dir", os.path.relpath(tts_custom_ckpt, home), "--out-dir", "out",
             "--vocoder-plan", os.path.relpath(vocoder_plan, home), "--talker", "cpu-int4", "--code-predictor",
-            "cpu-int8", "--cpu-threads", "1", "--cpu-check-frames", "4", "--talker-capacity", str(CAPACITY),
-            "--talker-prefill", str(PREFILL)]
+            "cpu-int8", "--cpu-threads", "1", "--talker-capacity", str(CAPACITY),
+            "--talker-prefill", str(PREFILL), "--gate", "off"]
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +91,7 @@ def test_plan_places_the_stages_on_the_cpu(built):
     assert not (built / "code_predictor" / "calib").exists()
 
 
-def test_report_has_the_agreement_figures(built):
+def test_report_has_the_cpu_stage_records(built):
     report = json.loads((built / "build-report.json").read_text())
     assert report["placements"] == {"talker": "cpu-int4", "code_predictor": "cpu-int8", "vocoder": "npu"}
     for name, variant in (("talker", "int4"), ("code_predictor", "int8")):
@@ -113,14 +101,11 @@ def test_report_has_the_agreement_figures(built):
         assert cpu["placement"] == f"cpu-{variant}" and cpu["quantization"]["variant"] == variant
         for f in cpu["files"].values():
             assert 0 < f["variant_bytes"] < f["fp32_bytes"], f
-        c = cpu["check"]
-        assert c["decisions"] > 0 and 0.0 <= c["agreement"] <= 1.0, c
-        assert c["logit_snr_db"] is None or c["logit_snr_db"] > 5, c  # None: identical
-        assert "first_diverging_frame" in c and c["margin"]["n"] == c["decisions"]
-    assert "same_stop" in report["graphs"]["talker"]["cpu"]["check"]
-    # 4 frames x 3 texts, the code predictor teacher forced: 15 decisions a frame
-    assert report["graphs"]["code_predictor"]["cpu"]["check"]["decisions"] == 12 * 15
-    assert report["cpu_check"]["reference"]["talker"].startswith("talker graph (ort")
+        assert cpu["check"] is None, cpu  # --gate off: not measured
+    # the gate's figures are tests/test_accuracy_gate.py's (on the random root they fail: flat logits)
+    gate = report["accuracy_gate"]
+    assert gate["mode"] == "off" and gate["passed"] is None and "stages" not in gate
+    assert report["warnings"] == [gate["warning"]] and "--gate off" in gate["warning"]
     # the talker's fp32 graph was still checked against torch
     assert report["graphs"]["talker"]["verify"]["codes_identical_ort"] is True
 
@@ -131,7 +116,7 @@ def test_summary_table_shows_the_cpu_stages(built):
     rows = dict(summary_rows(json.loads((built / "build-report.json").read_text())))
     assert rows["talker: NPU / CPU ops"] == "cpu-int4 (onnxruntime, not converted)"
     assert "MatMul4BitsQuantizer" in rows["talker: CPU weights"] and "block 32" in rows["talker: CPU weights"]
-    assert rows["code_predictor vs fp32 (teacher forced)"].startswith("agreement ")
+    assert rows["accuracy gate"] == "off: the quantized stages were not measured"
 
 
 def test_speak_runs_the_cpu_variants(built, tts_custom_ckpt, tmp_path, capsys):
@@ -165,7 +150,7 @@ def test_a_second_build_resumes(built, tts_custom_ckpt, vocoder_plan, capsys):
     rc, err, _ = run_relative(home, _build_argv(tts_custom_ckpt, vocoder_plan, home), capsys)
     assert rc == 0
     flat = " ".join(err.split())
-    for stage in ("talker_quantize_int4", "code_predictor_quantize_int8", "cpu_check", "talker_export"):
+    for stage in ("talker_quantize_int4", "code_predictor_quantize_int8", "talker_export"):
         assert f"skip: {stage}" in flat, err
     assert "== " not in err, err
     assert (built / "plan.json").read_text() == plan

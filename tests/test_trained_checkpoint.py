@@ -11,24 +11,21 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from rkfixtures import TRAINED_TEST_STEPS
 from rkspeech.models.qwen3_tts.trained import TrainOptions
 
-TEST_OPTIONS = TrainOptions(steps=150)
+TEST_OPTIONS = TrainOptions(steps=TRAINED_TEST_STEPS)
 HELD_OUT = ("The quick brown fox jumps over the lazy dog.", "Good morning, she said.",
             "A warm voice reads the numbers aloud.", "It is a bright, cold day in April.")
 REQUEST = {"speaker": "vivian", "language": "english"}
 
 
 @pytest.fixture(scope="module")
-def trained(request, tmp_path_factory):
-    """``(TTSModel of the trained root, training record)``."""
+def trained(trained_tts_ckpt):
+    """``(TTSModel of the trained root, training record)`` (conftest's ``trained_tts_ckpt``)."""
     from rkspeech.models.qwen3_tts.generate import TTSModel
-    from rkspeech.models.qwen3_tts.trained import write_trained_tts_checkpoint
 
-    base = _cache_base(request)
-    cache = base / "trained-tts" if base is not None else None
-    root, record = write_trained_tts_checkpoint(tmp_path_factory.mktemp("trained"), "reduced", "custom-voice", 0,
-                                                options=TEST_OPTIONS, cache_dir=cache)
+    root, record = trained_tts_ckpt
     return TTSModel.load(root), record
 
 
@@ -146,7 +143,22 @@ def test_trained_root_has_the_random_roots_files_and_keys(trained, tts_custom_ck
         assert sorted(a.keys()) == sorted(b.keys())
         assert all(a.get_slice(k).get_shape() == b.get_slice(k).get_shape() for k in a.keys())  # noqa: SIM118
         assert "rkspeech_trained" in a.metadata()
-    assert (root / "config.json").read_bytes() == (tts_custom_ckpt / "config.json").read_bytes()
+    import json
+
+    from rkspeech.models.qwen3_tts.tts_config import PROMPT_FORM_KEY
+
+    raw = json.loads((root / "config.json").read_text())
+    # the same config, plus the prompt form the checkpoint was trained in (read by TTSConfig)
+    assert raw.pop(PROMPT_FORM_KEY) == "streaming" and trained[0].cfg.prompt_form == "streaming"
+    assert raw == json.loads((tts_custom_ckpt / "config.json").read_text())
+
+
+def test_generation_defaults_to_the_recorded_prompt_form(trained, rule):
+    """``text_in_prompt`` None (what speak and serve pass) takes the checkpoint's recorded form:
+    the trained root stops by itself as with ``text_in_prompt=False`` given explicitly."""
+    tts, _ = trained
+    assert _stops(tts, rule, HELD_OUT[:2]) == _stops(tts, rule, HELD_OUT[:2], text_in_prompt=False)
+    assert tts.cfg.default_text_in_prompt is False
 
 
 def test_cli_refuses_what_it_cannot_train(tmp_path, capsys):

@@ -7,7 +7,9 @@ import argparse
 from rkspeech.cli.vocabulary import ADVANCED, INPUT, NPU, OUTPUT, SIM_CHECK, Flags
 from rkspeech.core.placement import PLACEMENTS
 from rkspeech.core.targets import DEFAULT_TARGET, TARGETS
+from rkspeech.core.thresholds import GATE_MODES
 from rkspeech.pipelines.code_predictor_forms import DEFAULT_FORM, FORMS
+from rkspeech.pipelines.cpu_stages import DEFAULT_CHECK_FRAMES
 from rkspeech.contracts.formulations import CHOICES, DEFAULT_FORMULATION
 
 HELP = "Qwen3-TTS talker + code predictor + vocoder -> one plan (.rknn step graphs)"
@@ -54,8 +56,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
           help="where the vocoder runs: npu (only npu for now)")
     f.add("placement", "--cpu-threads", type=int, default=None, metavar="N",
           help="onnxruntime threads recorded in the plan for the CPU stages (default: the runtime's)")
-    f.add("placement", "--cpu-check-frames", type=int, default=8, metavar="N",
-          help="frames per text of the CPU stages' teacher-forced agreement with fp32 (0: none)")
+    f.add("placement", "--gate", choices=GATE_MODES, default="refuse",
+          help="accuracy gate of the quantized CPU stages against fp32 (20 utterances, teacher forced and "
+               "free running; marks in core.thresholds): refuse (default: no plan when a stage fails), "
+               "warn (write the plan, record the failures as a warning), off (not measured)")
+    f.add("placement", "--cpu-check-frames", type=int, default=DEFAULT_CHECK_FRAMES, metavar="N",
+          help=f"frames per utterance at most of the accuracy gate (default {DEFAULT_CHECK_FRAMES})")
     f.add(ADVANCED, "--code-predictor-calibration-frames", type=int, default=240,
           help="int16-hybrid calibration frames (default 240)")
     f.add(ADVANCED, "--skip-talker", action="store_true", help="no talker graph: the talker runs in torch")
@@ -78,7 +84,8 @@ def options_from(args: argparse.Namespace):
         talker_capacity=args.talker_capacity, talker_prefill=args.talker_prefill, skip_talker=args.skip_talker,
         skip_talker_rknn=args.skip_talker_rknn, skip_verify=args.skip_verify, timeout=args.timeout,
         fail_on_cpu=args.fail_on_cpu, force=args.force, talker=args.talker, code_predictor=args.code_predictor,
-        vocoder=args.vocoder, cpu_threads=args.cpu_threads, cpu_check_frames=args.cpu_check_frames)
+        vocoder=args.vocoder, cpu_threads=args.cpu_threads, cpu_check_frames=args.cpu_check_frames,
+        gate=args.gate)
 
 
 def _ops(row: dict) -> str:
@@ -108,13 +115,34 @@ def _cpu_rows(name: str, cpu: dict | None) -> list[tuple]:
              if before else how)]
     c = cpu.get("check")
     if c:
-        snr = f"{c['logit_snr_db']:.1f} dB" if c.get("logit_snr_db") is not None else "identical"
-        div = c.get("first_diverging_frame")
-        stop = "" if "same_stop" not in c else f", same stop {'yes' if c['same_stop'] else 'NO'}"
+        tf, free = c["teacher_forced"], c["free_running"]
+        snr = f"{tf['logit_snr_db']:.1f} dB" if tf.get("logit_snr_db") is not None else "identical"
         rows.append((f"{name} vs fp32 (teacher forced)",
-                     f"agreement {100 * c['agreement']:.1f} % of {c['decisions']} decisions, first diverging "
-                     f"frame {'-' if div is None else div}, logit SNR {snr}{stop}"))
+                     f"agreement {100 * tf['agreement']:.2f} % of {tf['decisions']} decisions, logit SNR {snr}, "
+                     f"fp32 margin median {tf['margin'].get('median', 0):.2f}"))
+        div = free.get("first_diverging_frame")
+        rows.append((f"{name} vs fp32 (free running)",
+                     f"same stop {free['same_stop']}/{free['utterances']} utterances, codes equal "
+                     f"{100 * free['codes_equal']:.1f} %, identical {free['identical_utterances']}, first "
+                     f"diverging frame {'-' if div is None else div}"))
+        rows.append((f"{name}: accuracy gate", "FAIL: " + "; ".join(c["failures"]) if c.get("failures") else "pass"))
     return rows
+
+
+def _gate_rows(gate: dict | None) -> list[tuple]:
+    if not gate:
+        return []
+    if gate["mode"] == "off":
+        return [("accuracy gate", "off: the quantized stages were not measured")]
+    if not gate.get("stages"):
+        return [("accuracy gate", "no quantized stage")]
+    t = gate["thresholds"]
+    how = (f"{gate['reference_frames']} fp32 frames of {gate['texts']} utterances ({gate['prompt_form']} prompt, "
+           f"{gate['stopped_reference']} stopped); marks: agreement >= {100 * t['min_agreement']:.0f} %, same stop >= "
+           f"{100 * t['min_same_stop']:.0f} %, logit SNR >= {t['min_logit_snr_db']:.0f} dB, frames >= {t['min_frames']}, "
+           f"fp32 stopped >= {100 * t['min_stopped_reference']:.0f} %")
+    verdict = "passed" if gate["passed"] else f"FAILED ({gate['mode']}): " + "; ".join(gate["failures"])
+    return [("accuracy gate", how), ("accuracy gate verdict", verdict)]
 
 
 def summary_rows(summary: dict) -> list[tuple]:
@@ -145,6 +173,7 @@ def summary_rows(summary: dict) -> list[tuple]:
     v = (summary["graphs"].get("vocoder") or {}).get("verify")
     if v:
         rows.append(("vocoder simulator step vs full decode", f"{v['snr_db']['rknn_sim_step']:.1f} dB"))
+    rows += _gate_rows(summary.get("accuracy_gate"))
     rows.append(("plan", summary["plan"]))
     rows.append(("total", f"{summary['seconds']:.0f} s"))
     return rows

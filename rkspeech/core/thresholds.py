@@ -22,3 +22,15 @@ SIM_MIN_SNR_DB = 40.0
 #: leaves that margin, so the SNR mark decides and the cosine mark catches a scaled output
 #: (which SNR alone grades the same as noise).
 GOLDEN_MIN_COSINE = 0.9999
+
+# The accuracy gate of ``build qwen3-tts`` (``accuracy.gate``): a quantized talker / code predictor
+# against its fp32 graph, greedy, over the gate's 20 utterances.  Measured on the confident
+# (trained) reduced checkpoint: docs/accuracy-gate.md.
+GATE_MIN_AGREEMENT = 0.99  # teacher-forced top-1 agreement per stage (issue 27's acceptance)
+GATE_MIN_SAME_STOP = 0.95  # share of utterances whose free-running stop frame is fp32's (issue 27)
+GATE_MIN_LOGIT_SNR_DB = 15.0  # teacher-forced logit SNR per stage
+GATE_MIN_FRAMES = 300  # reference frames the figures must cover (issue 27)
+GATE_MIN_STOPPED_REFERENCE = 0.5  # utterances the fp32 run must end by itself (else "same stop" is vacuous)
+#: What the build does with the gate (``build qwen3-tts --gate``): refuse an unsafe placement (the
+#: default), warn (the plan is written, the failures recorded as a warning), off (not measured).
+GATE_MODES = ("refuse", "warn", "off")

@@ -9,11 +9,12 @@ NPU stage is (its fp32 ONNX step graphs, checked against torch), never converted
   artifacts and the stage's record: the options every graph shares (variant, quantizer, bits,
   block size, symmetric, accuracy level / per channel, onnxruntime version) and per graph the
   source, sizes and quantized op counts.
-* :func:`check_cpu_stages`: one resumable stage (``cpu_check``) measuring each quantized stage
-  against its fp32 graph with ``accuracy.quantized_stage``: greedy generation of a few frames
-  per text with the fp32 graphs on onnxruntime (torch for a stage that has no graph), then each
-  quantized stage fed the same inputs (teacher forced): top-1 agreement, first diverging frame,
-  logit SNR, stop frame (talker) and the fp32 top-1 margin.  Report only: no pass mark yet.
+* :func:`check_cpu_stages`: one resumable stage (``accuracy_gate``) measuring each quantized
+  stage against its fp32 graph with ``accuracy.gate`` (issue 27): greedy generation of the gate's
+  20 utterances with the fp32 graphs on onnxruntime (torch for a stage that has no graph), then
+  each quantized stage teacher forced (top-1 agreement, logit SNR, the fp32 top-1 margin) and
+  free running (first diverging frame, stop frame per utterance).  ``pipelines.tts_build``
+  judges the figures (``accuracy.gate.apply_thresholds``) and refuses an unsafe placement.
 
 Every graph is opened through ``runtime.tts.open_stages`` (``open_talker``, ``open_code_predictor``:
 ``open_runner('ort')`` underneath); torch and onnxruntime are imported inside the functions.
@@ -21,7 +22,6 @@ Every graph is opened through ``runtime.tts.open_stages`` (``open_talker``, ``op
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from rkspeech.core.placement import cpu_variant
@@ -32,8 +32,9 @@ SHARED_KEYS = ("variant", "quantizer", "bits", "block_size", "symmetric", "accur
 #: per-graph keys kept from each record
 GRAPH_KEYS = ("source", "bytes_before", "bytes_after", "size_ratio", "quantized_ops", "fp32_matmuls",
               "metadata_restored", "seconds")
-#: frames per text of the build's agreement check (``TTSBuildOptions.cpu_check_frames``)
-DEFAULT_CHECK_FRAMES = 8
+#: frames per utterance at most of the build's accuracy gate (``TTSBuildOptions.cpu_check_frames``):
+#: the trained reduced root's 20 gate utterances stop by themselves after 6-27 frames (378 in all)
+DEFAULT_CHECK_FRAMES = 48
 
 
 def quantize_stage(stages, name: str, placement: str, sources: dict[str, Path], folder: Path) -> dict:
@@ -77,17 +78,20 @@ def _files(sources: dict[str, Path], quantized: dict[str, Path]) -> dict:
 def check_cpu_stages(stages, model, *, talker: dict | None, code_predictor: dict | None,
                      ckpt: list[Path], frames: int = DEFAULT_CHECK_FRAMES, texts=None,
                      threads: int | None = None) -> dict:
-    """Each quantized stage against its fp32 graph, teacher forced.
+    """The accuracy gate's figures (``accuracy.gate.run_gate``) of each quantized stage against its
+    fp32 graph: teacher forced and free running over the gate's utterances, at most ``frames``
+    frames each, in the checkpoint's recorded prompt form.
 
     ``talker``: None (not quantized) or ``{"placement", "fp32": {role: onnx}, "variant": {role:
     onnx}}`` (roles prefill, decode); ``code_predictor``: None or ``{"placement", "role": step|frame,
     "fp32": onnx, "variant": onnx}``; ``fp32`` may also be given for a stage that is not quantized
     (its fp32 graph then serves as the reference), else the reference is torch.  ``model``: a
-    ``LazyTTSModel``.  Returns ``{"frames", "texts", "seconds", "talker": {...}, "code_predictor":
-    {...}}`` (a stage's entry only when it was quantized)."""
-    from rkspeech.accuracy.quantized_stage import DEFAULT_TEXTS
+    ``LazyTTSModel``.  Returns ``run_gate``'s report (judged against the default thresholds; the
+    build judges it again, so a changed threshold needs no new measurement) with each stage's
+    ``placement``, or ``{}`` when no stage is quantized."""
+    from rkspeech.accuracy.gate import GATE_TEXTS
 
-    texts = tuple(texts or DEFAULT_TEXTS)
+    texts = tuple(texts or GATE_TEXTS)
     quantized = {k: v for k, v in (("talker", talker), ("code_predictor", code_predictor))
                  if v is not None and v.get("variant") is not None}
     if not quantized:
@@ -99,20 +103,23 @@ def check_cpu_stages(stages, model, *, talker: dict | None, code_predictor: dict
         for key in ("fp32", "variant"):
             x = v.get(key)
             inputs += list(x.values()) if isinstance(x, dict) else ([x] if x else [])
-    args = {"frames": frames, "texts": list(texts), "stages": {k: v["placement"] for k, v in quantized.items()}}
+    args = {"frames": frames, "texts": list(texts), "stages": {k: v["placement"] for k, v in quantized.items()},
+            "gate_version": GATE_VERSION}
 
     def work():
         return _check(model.get(), talker, code_predictor, frames=frames, texts=texts, threads=threads)
 
-    return stages.run("cpu_check", args, [Path(p) for p in inputs], lambda: [], work)
+    return stages.run("accuracy_gate", args, [Path(p) for p in inputs], lambda: [], work)
+
+
+#: bump when what the gate measures changes (the resumable stage then runs again)
+GATE_VERSION = 1
 
 
 def _check(tts, talker, code_predictor, *, frames, texts, threads) -> dict:
-    from rkspeech.accuracy.quantized_stage import (code_predictor_agreement, record_greedy_reference,
-                                                   talker_agreement)
+    from rkspeech.accuracy.gate import run_gate
     from rkspeech.runtime.tts.open_stages import open_code_predictor, open_talker
 
-    t0 = time.perf_counter()
     opened = []
 
     def keep(backend):
@@ -126,29 +133,22 @@ def _check(tts, talker, code_predictor, *, frames, texts, threads) -> dict:
     def cp_graph(role, path):
         return keep(open_code_predictor(role, path, "ort", model=tts, threads=threads))
 
-    out: dict = {"frames": frames, "texts": list(texts)}
     try:
-        ref_talker = talker_graph(talker["fp32"]) if talker and talker.get("fp32") else tts.talker_backend
-        ref_cp = (cp_graph(code_predictor["role"], code_predictor["fp32"])
-                  if code_predictor and code_predictor.get("fp32") else tts.code_predictor_backend)
-        out["reference"] = {"talker": ref_talker.name, "code_predictor": ref_cp.name}
-        runs = record_greedy_reference(tts, talker=ref_talker, code_predictor=ref_cp, texts=texts, frames=frames)
-        out["reference_frames"] = [int(r.frames.shape[0]) for r in runs]
+        ref = {"talker": talker_graph(talker["fp32"]) if talker and talker.get("fp32") else tts.talker_backend,
+               "code_predictor": (cp_graph(code_predictor["role"], code_predictor["fp32"])
+                                  if code_predictor and code_predictor.get("fp32") else tts.code_predictor_backend)}
+        variants, placements = {}, {}
         if talker and talker.get("variant"):
-            t1 = time.perf_counter()
-            q = talker_graph(talker["variant"])
-            out["talker"] = {"placement": talker["placement"], **talker_agreement(tts, runs, q),
-                             "seconds": round(time.perf_counter() - t1, 2)}
+            variants["talker"], placements["talker"] = talker_graph(talker["variant"]), talker["placement"]
         if code_predictor and code_predictor.get("variant"):
-            t1 = time.perf_counter()
-            q = cp_graph(code_predictor["role"], code_predictor["variant"])
-            out["code_predictor"] = {"placement": code_predictor["placement"],
-                                     **code_predictor_agreement(runs, q),
-                                     "seconds": round(time.perf_counter() - t1, 2)}
+            variants["code_predictor"] = cp_graph(code_predictor["role"], code_predictor["variant"])
+            placements["code_predictor"] = code_predictor["placement"]
+        out = run_gate(tts, reference=ref, variants=variants, texts=texts, frames=frames)
     finally:
         for b in opened:
             b.close()
-    out["seconds"] = round(time.perf_counter() - t0, 2)
+    for name, placement in placements.items():
+        out["stages"][name] = {"placement": placement, **out["stages"][name]}
     return out
 
 
@@ -156,3 +156,25 @@ def cpu_row(q: dict, sources: dict[str, Path]) -> dict:
     """The build report's ``cpu`` entry of a CPU stage: placement, record, file sizes."""
     return {"placement": q["placement"], "quantization": q["record"],
             "files": _files(sources, q["artifacts"]), "check": None}
+
+
+def gate_section(check: dict | None, mode: str, *, npu: dict | None = None) -> dict:
+    """The build report's ``accuracy_gate``: the figures of ``check_cpu_stages`` judged against the
+    current thresholds, the mode (``core.thresholds.GATE_MODES``) and, when the gate fails or was
+    not run, the ``warning`` the report keeps.  ``npu``: simulator figures of NPU-placed stages,
+    recorded beside (not judged: see docs/accuracy-gate.md)."""
+    from rkspeech.accuracy.gate import apply_thresholds
+
+    out: dict = {"mode": mode}
+    if npu:
+        out["npu"] = npu
+    if mode == "off":
+        return {**out, "passed": None, "failures": [],
+                "warning": "accuracy gate off (--gate off): the quantized stages were not measured"}
+    if not check:
+        return {**out, "passed": True, "failures": [], "stages": {}}
+    judged = apply_thresholds(dict(check, stages={k: dict(v) for k, v in check["stages"].items()}))
+    out.update(judged)
+    if judged["failures"] and mode == "warn":
+        out["warning"] = "accuracy gate failed, plan written anyway (--gate warn): " + "; ".join(judged["failures"])
+    return out

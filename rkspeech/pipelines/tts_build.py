@@ -13,9 +13,17 @@ default: converted as above) or ``cpu-fp32`` / ``cpu-int8`` / ``cpu-int4``: expo
 as above, never converted; the int8 / int4 variants written by a resumable stage
 (``pipelines.cpu_stages``), the plan's section ``impl`` ``onnx`` pointing at them with their
 record under ``quantization``; the report's ``graphs.<stage>.cpu`` holds the record, the file
-sizes and the teacher-forced agreement with the fp32 graph (``cpu_check_frames`` frames per text;
-report only).  ``skip_talker_rknn`` is ``talker="cpu-fp32"``.  The vocoder runs on the NPU
-(``vocoder="npu"``, the only value for now; ``speak --backend ort`` runs its exact host graphs).
+sizes and the accuracy gate's figures against the fp32 graph (``accuracy.gate``: teacher forced
+and free running over 20 utterances, at most ``cpu_check_frames`` frames each).
+
+**The accuracy gate** (issue 27): the report's ``accuracy_gate`` judges every quantized stage
+against ``core.thresholds``' ``GATE_*`` marks; with ``gate="refuse"`` (the default) a failure
+writes the report without a plan (removing an earlier build's) and raises one line; ``"warn"``
+writes the plan and records the failures as a warning (report ``warnings``, plan
+``accuracy_gate``); ``"off"`` measures nothing and records that.  The plan also records the
+checkpoint's ``prompt_form`` (``TTSConfig.default_text_in_prompt``), in which the gate generated.
+``skip_talker_rknn`` is ``talker="cpu-fp32"``.  The vocoder runs on the NPU (``vocoder="npu"``,
+the only value for now; ``speak --backend ort`` runs its exact host graphs).
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ from rkspeech.contracts.read import read_contract
 from rkspeech.core.atomic import check_writable, folder_lock, write_json
 from rkspeech.core.errors import RkspeechError
 from rkspeech.core.placement import PLACEMENTS
+from rkspeech.core.thresholds import GATE_MODES
 from rkspeech.core.targets import DEFAULT_TARGET, TARGETS
 from rkspeech.pipelines.code_predictor_forms import DEFAULT_FORM
 from rkspeech.pipelines.vocoder_build import BUILD_REPORT, PLAN_FILE
@@ -68,7 +77,8 @@ class TTSBuildOptions:
     code_predictor: str | None = None
     vocoder: str = "npu"  # only npu for now
     cpu_threads: int | None = None  # onnxruntime threads recorded for the CPU stages (None: the runtime's default)
-    cpu_check_frames: int = 8  # frames per text of the CPU stages' agreement check (0: none)
+    cpu_check_frames: int = 48  # frames per utterance at most of the accuracy gate (cpu_stages.DEFAULT_CHECK_FRAMES)
+    gate: str = "refuse"  # core.thresholds.GATE_MODES: refuse an unsafe placement, warn, or off (not measured)
     # all
     skip_verify: bool = False
     timeout: float | None = None
@@ -113,8 +123,11 @@ def _validate(o: TTSBuildOptions) -> None:
                             f"--code-predictor {o.code_predictor} runs the exported graph on the CPU")
     if o.cpu_threads is not None and o.cpu_threads < 1:
         raise RkspeechError(f"--cpu-threads must be >= 1, got {o.cpu_threads}")
-    if o.cpu_check_frames < 0:
-        raise RkspeechError(f"--cpu-check-frames must be >= 0, got {o.cpu_check_frames}")
+    if o.cpu_check_frames < 1:
+        raise RkspeechError(f"--cpu-check-frames must be >= 1, got {o.cpu_check_frames} (--gate off builds "
+                            "without measuring)")
+    if o.gate not in GATE_MODES:
+        raise RkspeechError(f"unknown --gate {o.gate!r}; choose one of {', '.join(GATE_MODES)}")
 
 
 def talker_placement(o: TTSBuildOptions) -> str:
@@ -184,13 +197,53 @@ def _vocoder_row(vocoder: dict, vplan) -> dict:
             "verify": vocoder.get("verify")}
 
 
+def _npu_figures(graphs: dict) -> dict:
+    """Simulator figures of the NPU-placed talker / code predictor, for the gate's record."""
+    out = {}
+    cp = graphs.get("code_predictor") or {}
+    if cp.get("sim"):
+        out["code_predictor"] = {"source": "simulator", "dtype": cp.get("dtype"),
+                                 **{k: cp["sim"].get(k) for k in ("frames", "code_agreement", "logit_snr_db")}}
+    tv = (graphs.get("talker") or {}).get("verify") or {}
+    if "cpu" not in (graphs.get("talker") or {}) and tv.get("logit_snr_db") is not None:
+        out["talker"] = {"source": "simulator", "logit_snr_db": tv["logit_snr_db"]}
+    return out
+
+
+def _prompt_form(files) -> str:
+    """The prompt form generation uses on this checkpoint (``TTSConfig.default_text_in_prompt``)."""
+    from rkspeech.models.qwen3_tts.tts_checkpoint import read_tts_config
+
+    return "whole-text" if read_tts_config(files).default_text_in_prompt else "streaming"
+
+
+def _plan_gate(gate: dict) -> dict:
+    """What the plan keeps of the gate: mode, verdict, failures (the figures are in the report)."""
+    return {k: gate[k] for k in ("mode", "passed", "failures", "warning", "reference_frames", "prompt_form")
+            if k in gate}
+
+
+def _refuse(o, out: Path, graphs, gate, vocoder, cp, talker, stages, started) -> None:
+    """The gate failed: the report is written (no plan; a plan left by an earlier build of this
+    folder is removed, it no longer matches the stages), then one line."""
+    summary = {"model": "qwen3-tts", "target": o.target, "plan": None, "graphs": graphs, "vocoder": vocoder,
+               "code_predictor": cp, "talker": talker, "accuracy_gate": gate, "stages": stages.timings,
+               "seconds": round(time.perf_counter() - started, 1),
+               "options": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(o).items()}}
+    write_json(out / BUILD_REPORT, summary)
+    (out / PLAN_FILE).unlink(missing_ok=True)
+    more = f" (+{len(gate['failures']) - 1} more)" if len(gate["failures"]) > 1 else ""
+    raise RkspeechError(f"accuracy gate: {gate['failures'][0]}{more}; no plan written (figures in "
+                        f"{out / BUILD_REPORT}; --gate warn writes it anyway)")
+
+
 def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
     from rkspeech.pipelines.resumable import StageRunner
     from rkspeech.pipelines.vocoder_build import VocoderBuildOptions, _build as build_vocoder_in
     from rkspeech.plan.plan import load_plan, write_plan
     from rkspeech.convert.hybrid_int16 import HybridInt16Options
     from rkspeech.plan.sections import stage_section
-    from rkspeech.pipelines.cpu_stages import check_cpu_stages, cpu_row, quantize_stage
+    from rkspeech.pipelines.cpu_stages import check_cpu_stages, cpu_row, gate_section, quantize_stage
 
     started = time.perf_counter()
     if o.vocoder_plan is not None:
@@ -273,15 +326,17 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
                             "verify": talker.get("verify"),
                             **({"cpu": cpu_row(q, src)} if q is not None else {})}
     check = None
-    if o.cpu_check_frames and not o.skip_verify and any("variant" in c for c in cpu_checks.values()):
+    if o.gate != "off" and any("variant" in c for c in cpu_checks.values()):
         check = check_cpu_stages(stages, model, talker=cpu_checks.get("talker"),
                                  code_predictor=cpu_checks.get("code_predictor"),
                                  ckpt=[Path(files.config), Path(files.weights)], frames=o.cpu_check_frames,
                                  threads=o.cpu_threads)
-        for name in ("talker", "code_predictor"):
-            if check.get(name):
-                graphs[name]["cpu"]["check"] = check[name]
+    gate = gate_section(check, o.gate, npu=_npu_figures(graphs))
+    for name, figures in (gate.get("stages") or {}).items():
+        graphs[name]["cpu"]["check"] = figures
     graphs["vocoder"] = _vocoder_row(vocoder, vplan)
+    if gate["failures"] and o.gate == "refuse":
+        _refuse(o, out, graphs, gate, vocoder, cp, talker, stages, started)
     # the vocoder's sections as its plan has them (NPU graphs, exact host graphs, which backend runs
     # which); vplan.contracts are those of the graphs ort runs, so each set's are read from its ONNX
     from rkspeech.contracts.vocoder import VocoderContract
@@ -292,12 +347,14 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
                            host_contracts={role: read_contract(p, VocoderContract) for role, p in vplan.host_onnx.items()},
                            backends=vplan.backends, stages=sections,
                            extra={"checkpoint": str(files.root.resolve()), "formulation": npu_contracts["main"].formulation,
-                                  "dtype": "fp16"})
+                                  "dtype": "fp16", "prompt_form": _prompt_form(files),
+                                  "accuracy_gate": _plan_gate(gate)})
     load_plan(plan_path, backend="ort")  # the plan just written must load
     summary = {
         "model": "qwen3-tts", "target": o.target, "plan": str(plan_path),
         "graphs": graphs,
-        "vocoder": vocoder, "code_predictor": cp, "talker": talker, "cpu_check": check,
+        "vocoder": vocoder, "code_predictor": cp, "talker": talker, "accuracy_gate": gate,
+        **({"warnings": [gate["warning"]]} if gate.get("warning") else {}),
         "placements": {"talker": None if o.skip_talker else talker_place,
                        "code_predictor": None if o.skip_code_predictor else cp_place, "vocoder": o.vocoder},
         "stages": stages.timings,

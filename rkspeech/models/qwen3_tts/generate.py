@@ -234,7 +234,7 @@ class TTSModel(RequestChecks):
         icl_codes = self._check_icl(ref_audio, ref_text, ref_codes)
         cfg, t, talker = self.cfg, self.cfg.talker, self.net.talker
         if text_in_prompt is None:
-            text_in_prompt = cfg.tts_model_type != "base"
+            text_in_prompt = cfg.default_text_in_prompt
         ids = self.prompt_ids(text)
 
         def tt(x):

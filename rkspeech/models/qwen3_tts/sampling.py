@@ -26,7 +26,8 @@ class GenerationOptions:
     subtalker_repetition_penalty: float = 1.0  # qwen-tts applies none; 1.0 keeps parity
     max_new_tokens: int = 2048
     seed: int | None = None
-    #: None: qwen-tts' default per mode (True for custom voice and voice design, False for clone).
+    #: None: the checkpoint's recorded prompt form (``TTSConfig.default_text_in_prompt``), else
+    #: qwen-tts' default per mode (True for custom voice and voice design, False for clone).
     text_in_prompt: bool | None = None
 
     @classmethod

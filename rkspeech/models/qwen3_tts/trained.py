@@ -24,7 +24,9 @@ causal attention over right-padded sequences; equal to it at batch 1, ``tests/te
 **The prompt form.** Training uses the streaming prompt (``text_in_prompt=False``, qwen-tts'
 ``non_streaming_mode=False``): the text is fed one token per frame, so frame k's decision sees
 text token k (and ``tts_eos`` at the stop) at its own position.  Generation must use the same
-form (``GenerationOptions(text_in_prompt=False)``).  The custom-voice default puts the whole text
+form: the written ``config.json`` records it (``rkspeech_prompt_form: streaming``,
+``tts_config.PROMPT_FORM_KEY``), so generation that leaves ``text_in_prompt`` None (speak, serve,
+the build's accuracy gate) uses it.  The custom-voice default puts the whole text
 in the prompt; there the talker would have to find "the token after the one just spoken" (an
 induction-style copy across a text-length-dependent distance), which the reduced talker (2
 layers, head_dim 16 with rope_theta 1e6) did not learn in 800 steps here, not even with an
@@ -349,6 +351,7 @@ def write_trained_tts_checkpoint(out_dir: str | os.PathLike, config: str = "redu
     from rkspeech.core.atomic import atomic_path, write_json
     from rkspeech.models.qwen3_tts.generate import TTSModel
     from rkspeech.models.qwen3_tts.synthetic_tts import write_tts_checkpoint
+    from rkspeech.models.qwen3_tts.tts_config import PROMPT_FORM_KEY
 
     options = options or TrainOptions(seed=seed)
     options.check()
@@ -383,5 +386,7 @@ def write_trained_tts_checkpoint(out_dir: str | os.PathLike, config: str = "redu
             write_json(record_file, record)
         record = {**record, "cached": None}
     record["key"] = key
+    if options.streaming_fraction == 1.0:  # trained (and confident) only in the streaming form
+        raw[PROMPT_FORM_KEY] = "streaming"
     write_json(config_json, raw)  # last: a root with config.json is complete
     return root, record

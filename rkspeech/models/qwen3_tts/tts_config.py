@@ -19,6 +19,13 @@ from rkspeech.core.errors import RkspeechError
 
 MODEL_TYPE = "qwen3_tts"
 VARIANTS = {"base": "base", "custom_voice": "custom-voice", "voice_design": "voice-design"}
+#: ``config.json`` key (rkspeech's own; qwen-tts' config keeps unknown keys and ignores them) naming
+#: the prompt form a checkpoint was made for: ``streaming`` (the text fed one token per frame,
+#: qwen-tts' ``non_streaming_mode=False``) or ``whole-text`` (the whole text in the prompt).
+#: Absent: qwen-tts' default per mode.  The trained synthetic checkpoint writes ``streaming``: it
+#: is confident only in that form (docs/confident-checkpoint.md).
+PROMPT_FORM_KEY = "rkspeech_prompt_form"
+PROMPT_FORMS = ("streaming", "whole-text")
 
 _TRANSFORMER_INT = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                     "num_attention_heads", "num_key_value_heads", "head_dim", "max_position_embeddings",
@@ -115,11 +122,21 @@ class TTSConfig:
     tts_pad_token_id: int = 151671
     tts_bos_token_id: int = 151672
     tts_eos_token_id: int = 151673
+    #: ``PROMPT_FORM_KEY`` (None: not recorded, qwen-tts' default per mode)
+    prompt_form: str | None = None
 
     @property
     def variant(self) -> str:
         """``base``, ``custom-voice`` or ``voice-design`` (the CLI spelling)."""
         return VARIANTS[self.tts_model_type]
+
+    @property
+    def default_text_in_prompt(self) -> bool:
+        """``GenerationOptions.text_in_prompt`` when the caller gives None: the recorded prompt form,
+        else qwen-tts' default (the whole text in the prompt except for voice cloning)."""
+        if self.prompt_form is not None:
+            return self.prompt_form == "whole-text"
+        return self.tts_model_type != "base"
 
     @classmethod
     def from_dict(cls, raw: dict) -> TTSConfig:
@@ -204,4 +221,8 @@ class TTSConfig:
                                     f"({talker.text_vocab_size})")
         if top.get("tts_model_size") is None:
             top.pop("tts_model_size", None)
+        form = raw.get(PROMPT_FORM_KEY)
+        if form is not None and form not in PROMPT_FORMS:
+            raise RkspeechError(f"{PROMPT_FORM_KEY} is {form!r}; expected one of {', '.join(PROMPT_FORMS)}")
+        top["prompt_form"] = form
         return cls(talker=talker, code_predictor=predictor, speaker_encoder=speaker, tts_model_type=mtype, **top)

@@ -1,0 +1,232 @@
+"""The accuracy gate: is a quantized (or otherwise approximate) talker / code predictor safe to place?
+
+Each stage is measured against its fp32 graph over many utterances (``GATE_TEXTS``, speakers and
+languages cycled over the checkpoint's own lists), in the prompt form the checkpoint records
+(``TTSConfig.default_text_in_prompt``; the trained synthetic checkpoint is confident only in the
+streaming form):
+
+* **reference**: greedy generation with the fp32 stages, recorded
+  (``quantized_stage.record_greedy_reference``), at most ``frames`` frames per utterance;
+* **teacher forced** (per decision): the stage fed the reference's inputs
+  (``talker_agreement`` / ``code_predictor_agreement``): top-1 agreement, logit SNR, the fp32
+  margins, and for the talker the stop decision per utterance;
+* **free running** (per utterance): greedy generation again with this stage swapped for its
+  variant, the other stage kept at the reference: the first frame whose codes differ, whether the
+  utterance stops at the same frame, the share of the reference's codes reproduced.  This is
+  where a lost stop token or a run-away shows (issue 27: quantized speech LMs elsewhere lost
+  theirs).
+
+:func:`judge` holds the figures against ``GateThresholds`` (defaults: ``core.thresholds``, set
+from figures measured on the confident checkpoint, docs/accuracy-gate.md) and returns one line
+per failure; the build refuses the placement with them unless told to accept it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from rkspeech.core import progress
+from rkspeech.core.thresholds import (
+    GATE_MIN_AGREEMENT,
+    GATE_MIN_FRAMES,
+    GATE_MIN_LOGIT_SNR_DB,
+    GATE_MIN_SAME_STOP,
+    GATE_MIN_STOPPED_REFERENCE,
+)
+
+#: Held-out sentences (none is a training text of the trained checkpoint): 20 texts of 6-27 tokens
+#: give 378 frames on the trained reduced root (docs/confident-checkpoint.md), > GATE_MIN_FRAMES.
+GATE_TEXTS = ("Hello there, this is a check of the quantized stages.", "The quick brown fox jumps over the lazy dog.",
+              "One, two, three: counting frames is easy.", "Good morning, she said.",
+              "A warm voice reads the numbers aloud.", "It is a bright, cold day in April.",
+              "Streaming speech starts playing early.", "The user listens while the assistant reads.",
+              "She would be here by noon, and the clocks are striking.", "Numbers such as 1, 2 and 3.",
+              "Good evening, world!", "A gentle voice speaks slowly and clearly on the board.",
+              "The lazy dog sleeps in the sun while the brown fox runs over the hill.",
+              "Hello, this is the assistant: the board reads your text aloud, one sentence at a time.",
+              "It was a cold morning in April when the quick fox first heard the clocks.",
+              "Counting digits one by one, the voice reads 2026 as two, zero, two, six.",
+              "Speech synthesis on a small board needs fast, careful and clear streaming.",
+              "Good morning and good evening to every user who listens to this voice.",
+              "The numbers are read digit by digit, slowly, so that nobody misses them.",
+              "Before the whole sentence has been generated, the streaming speech starts playing.")
+
+
+@dataclass(frozen=True)
+class GateThresholds:
+    """Pass marks of the gate (``core.thresholds``; docs/accuracy-gate.md says where they come from)."""
+    min_agreement: float = GATE_MIN_AGREEMENT  # teacher-forced top-1 agreement, per stage
+    min_same_stop: float = GATE_MIN_SAME_STOP  # share of utterances stopping at the reference's frame (free running)
+    min_logit_snr_db: float = GATE_MIN_LOGIT_SNR_DB  # teacher-forced logit SNR, per stage
+    min_frames: int = GATE_MIN_FRAMES  # reference frames the figures must cover
+    min_stopped_reference: float = GATE_MIN_STOPPED_REFERENCE  # utterances the fp32 run ends by itself
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def gate_requests(tts, n: int) -> list[dict]:
+    """``n`` generation requests over the checkpoint's speakers and languages (custom voice: round
+    r gives speaker s language ``(s + r) % L``, so the first ``S x L`` requests are distinct pairs
+    and every speaker and language occurs early; voice design: a fixed instruct, languages cycled)."""
+    kind = tts.cfg.tts_model_type
+    languages = list(tts.languages) or ["auto"]
+    if kind == "custom_voice":
+        speakers = tts.speakers
+        pairs = [(s, (s + r) % len(languages)) for r in range(len(languages)) for s in range(len(speakers))]
+        return [{"speaker": speakers[pairs[i % len(pairs)][0]], "language": languages[pairs[i % len(pairs)][1]]}
+                for i in range(n)]
+    if kind == "voice_design":
+        return [{"instruct": "A calm voice.", "language": languages[i % len(languages)]} for i in range(n)]
+    from rkspeech.core.errors import RkspeechError
+
+    raise RkspeechError(f"the accuracy gate runs custom-voice or voice-design models, not {tts.variant!r} "
+                        "(no reference audio to clone from); build with --gate off")
+
+
+def record_reference(tts, *, talker, code_predictor, texts, requests, frames: int):
+    """The fp32 greedy runs (``ReferenceRun`` per text, its request kept as ``run.request``)."""
+    from rkspeech.accuracy.quantized_stage import record_greedy_reference
+
+    runs = []
+    for text, request in progress.track(list(zip(texts, requests)), "fp32 reference"):
+        run, = record_greedy_reference(tts, talker=talker, code_predictor=code_predictor, texts=(text,),
+                                       frames=frames, request=request)
+        run.request = request
+        runs.append(run)
+    return runs
+
+
+def _compare(ref: np.ndarray, got: np.ndarray, cap: int) -> dict:
+    """One utterance, free running: reference frames ``ref [F, G]`` against ``got``."""
+    n = min(len(ref), len(got))
+    rows_same = np.all(ref[:n] == got[:n], axis=1)
+    if not rows_same.all():
+        first = int(np.argmin(rows_same))
+    elif len(ref) != len(got):
+        first = n
+    else:
+        first = None
+    ref_stop = len(ref) if len(ref) < cap else None  # None: no stop within the frames allowed
+    got_stop = len(got) if len(got) < cap else None
+    equal = float((ref[:n] == got[:n]).sum()) / ref.size if ref.size else 1.0
+    return {"frames_reference": int(len(ref)), "frames": int(len(got)), "first_diverging_frame": first,
+            "stop_frame_reference": ref_stop, "stop_frame": got_stop, "same_stop": ref_stop == got_stop,
+            "codes_equal": round(equal, 4)}
+
+
+def free_running(tts, runs, *, talker, code_predictor, frames: int) -> dict:
+    """Greedy generation of every reference text with these backends, against the reference."""
+    from rkspeech.models.qwen3_tts.generate import GenerationOptions
+
+    saved = (tts.talker_backend, tts.code_predictor_backend)
+    rows = []
+    try:
+        tts.use_backends(talker=talker, code_predictor=code_predictor)
+        for run in progress.track(runs, "free running"):
+            got = tts.generate_codes(run.text, options=GenerationOptions.greedy(max_new_tokens=frames + 1),
+                                     **run.request)
+            rows.append({"text": run.text, **_compare(np.asarray(run.frames), got, frames)})
+    finally:
+        tts.talker_backend, tts.code_predictor_backend = saved
+    same = sum(r["same_stop"] for r in rows)
+    return {"utterances": len(rows), "same_stop": same, "same_stop_share": round(same / len(rows), 4) if rows else None,
+            "stopped_reference": sum(r["stop_frame_reference"] is not None for r in rows),
+            "identical_utterances": sum(r["first_diverging_frame"] is None for r in rows),
+            "first_diverging_frame": min((r["first_diverging_frame"] for r in rows
+                                          if r["first_diverging_frame"] is not None), default=None),
+            "codes_equal": round(float(np.mean([r["codes_equal"] for r in rows])), 4) if rows else None,
+            "texts": rows}
+
+
+def measure_stage(tts, runs, name: str, variant, *, reference: dict, frames: int) -> dict:
+    """Gate figures of stage ``name`` (``talker`` / ``code_predictor``) whose approximate backend is
+    ``variant`` against the recorded fp32 ``runs``; ``reference``: the fp32 backends by stage."""
+    from rkspeech.accuracy.quantized_stage import code_predictor_agreement, talker_agreement
+
+    t0 = time.perf_counter()
+    if name == "talker":
+        tf = talker_agreement(tts, runs, variant)
+        same_tf = sum(t["same_stop"] for t in tf["texts"])
+        tf["same_stop_share"] = round(same_tf / len(tf["texts"]), 4) if tf["texts"] else None
+        backends = {"talker": variant, "code_predictor": reference["code_predictor"]}
+    else:
+        tf = code_predictor_agreement(runs, variant)
+        backends = {"talker": reference["talker"], "code_predictor": variant}
+    free = free_running(tts, runs, frames=frames, **backends)
+    return {"teacher_forced": tf, "free_running": free, "seconds": round(time.perf_counter() - t0, 2)}
+
+
+def judge(name: str, figures: dict, thresholds: GateThresholds) -> list[str]:
+    """Why stage ``name`` fails the gate (empty: it passes), each reason short enough for one line."""
+    out = []
+    tf, free = figures["teacher_forced"], figures["free_running"]
+    if tf.get("agreement") is None or tf["agreement"] < thresholds.min_agreement:
+        median = (tf.get("margin") or {}).get("median")
+        out.append(f"{name} agrees with fp32 on {100 * (tf.get('agreement') or 0):.1f} % of decisions "
+                   f"(< {100 * thresholds.min_agreement:.0f} %"
+                   + (f"; fp32 top-1 margin median {median:.2f}" if median is not None else "") + ")")
+    snr = tf.get("logit_snr_db")
+    if snr is not None and snr < thresholds.min_logit_snr_db:  # None: identical logits
+        out.append(f"{name} logit SNR {snr:.1f} dB (< {thresholds.min_logit_snr_db:.0f} dB)")
+    share = free.get("same_stop_share")
+    if share is None or share < thresholds.min_same_stop:
+        out.append(f"{name} stops at fp32's frame on {free.get('same_stop', 0)}/{free.get('utterances', 0)} "
+                   f"utterances (< {100 * thresholds.min_same_stop:.0f} %)")
+    return out
+
+
+def measurement_failures(report: dict, thresholds: GateThresholds) -> list[str]:
+    """Why the measurement itself cannot vouch for a stage: too few frames, or too few utterances
+    stopped by themselves in the fp32 run (then "same stop" compares truncated runs)."""
+    out = []
+    if report["reference_frames"] < thresholds.min_frames:
+        out.append(f"measured on {report['reference_frames']} fp32 frames, fewer than {thresholds.min_frames}")
+    texts, stopped = report["texts"], report["stopped_reference"]
+    if texts and stopped < thresholds.min_stopped_reference * texts:
+        out.append(f"fp32 stopped by itself on {stopped}/{texts} utterances within {report['frames_per_text']} "
+                   f"frames (< {100 * thresholds.min_stopped_reference:.0f} %): the stop frame is not judged "
+                   "(a checkpoint that does not stop, or --cpu-check-frames too low)")
+    return out
+
+
+def run_gate(tts, *, reference: dict, variants: dict, texts=GATE_TEXTS, frames: int = 48,
+             thresholds: GateThresholds | None = None) -> dict:
+    """The gate over ``texts``: ``reference`` the fp32 backends (``talker``, ``code_predictor``),
+    ``variants`` the approximate backend of each stage to judge (by the same names).  Backends are
+    not closed here.  Returns ``{"texts", "frames_per_text", "prompt_form", "reference_frames",
+    "stopped_reference", "thresholds", "stages": {name: figures + "failures"}, "failures",
+    "passed", "seconds"}``."""
+    thresholds = thresholds or GateThresholds()
+    t0 = time.perf_counter()
+    texts = list(texts)
+    runs = record_reference(tts, texts=texts, requests=gate_requests(tts, len(texts)), frames=frames, **reference)
+    ref_frames = sum(len(r.frames) for r in runs)
+    out = {"texts": len(texts), "frames_per_text": frames,
+           "prompt_form": "whole-text" if tts.cfg.default_text_in_prompt else "streaming",
+           "requests": sorted({tuple(sorted(r.request.items())) for r in runs}).__len__(),
+           "reference": {k: getattr(v, "name", str(v)) for k, v in reference.items()},
+           "reference_frames": ref_frames,
+           "stopped_reference": sum(len(r.frames) < frames for r in runs),
+           "thresholds": thresholds.to_dict(), "stages": {}}
+    for name, backend in variants.items():
+        out["stages"][name] = measure_stage(tts, runs, name, backend, reference=reference, frames=frames)
+    out["seconds"] = round(time.perf_counter() - t0, 2)
+    return apply_thresholds(out, thresholds)
+
+
+def apply_thresholds(report: dict, thresholds: GateThresholds | None = None) -> dict:
+    """``report`` (``run_gate``'s) judged against ``thresholds`` (default: ``core.thresholds``):
+    each stage's ``failures``, and the report's ``failures``, ``passed`` and ``thresholds``."""
+    thresholds = thresholds or GateThresholds()
+    failures = []
+    for name, figures in report["stages"].items():
+        figures["failures"] = judge(name, figures, thresholds)
+        failures += figures["failures"]
+    if report["stages"]:  # listed after the stages' own: the one-line refusal names a stage's fault first
+        failures += measurement_failures(report, thresholds)
+    report.update(thresholds=thresholds.to_dict(), failures=failures, passed=not failures)
+    return report
