@@ -23,23 +23,13 @@ from __future__ import annotations
 import asyncio
 import time
 
-from rkspeech.serve.errors import ServeError
+from rkspeech.serve.errors import RequestTimeout, ServeError, TooLarge
 
 _REFUSED = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 2\r\n"
             b"connection: close\r\ncontent-length: %d\r\n\r\n%s")
 _REFUSED_BODY = (b'{"error": {"message": "too many open connections (--max-connections); retry later", '
                  b'"type": "server_busy", "param": null, "code": "too_many_connections"}}')
 _HEADER_TIMEOUT = (b"HTTP/1.1 408 Request Timeout\r\nconnection: close\r\ncontent-length: 0\r\n\r\n")
-
-
-class RequestTimeout(ServeError):
-    status = 408
-    code = "request_timeout"
-
-
-class TooLarge(ServeError):
-    status = 413
-    code = "too_large"
 
 
 def protocol_class(gate, header_timeout_s: float):
