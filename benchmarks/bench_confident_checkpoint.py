@@ -18,20 +18,8 @@ import sys
 
 import numpy as np
 
-TEXTS = ("Hello there, this is a check of the quantized stages.", "The quick brown fox jumps over the lazy dog.",
-         "One, two, three: counting frames is easy.", "Good morning, she said.",
-         "A warm voice reads the numbers aloud.", "It is a bright, cold day in April.",
-         "Streaming speech starts playing early.", "The user listens while the assistant reads.",
-         "She would be here by noon, and the clocks are striking.", "Numbers such as 1, 2 and 3.",
-         "Good evening, world!", "A gentle voice speaks slowly and clearly on the board.",
-         "The lazy dog sleeps in the sun while the brown fox runs over the hill.",
-         "Hello, this is the assistant: the board reads your text aloud, one sentence at a time.",
-         "It was a cold morning in April when the quick fox first heard the clocks.",
-         "Counting digits one by one, the voice reads 2026 as two, zero, two, six.",
-         "Speech synthesis on a small board needs fast, careful and clear streaming.",
-         "Good morning and good evening to every user who listens to this voice.",
-         "The numbers are read digit by digit, slowly, so that nobody misses them.",
-         "Before the whole sentence has been generated, the streaming speech starts playing.")
+from rkspeech.accuracy.gate import GATE_TEXTS as TEXTS  # the gate's held-out texts
+
 REQUESTS = ({"speaker": "vivian", "language": "english"}, {"speaker": "ryan", "language": "german"},
             {"speaker": "aiden", "language": "auto"}, {"speaker": "serena", "language": "chinese"})
 

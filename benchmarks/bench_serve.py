@@ -21,7 +21,11 @@ TTS text -> first audio chunk and -> the whole answer.  Memory: this process's R
 models loaded, after warm-up (one request per client) and after the run.  Usage::
 
     .venv/bin/python benchmarks/bench_serve.py [--seconds 60] [--engines 1] [--max-queue 4]
-        [--http-asr 2] [--wyoming-asr 2] [--http-tts 1] [--wyoming-tts 1] [--json OUT.json]
+        [--http-asr 2] [--wyoming-asr 2] [--http-tts 1] [--wyoming-tts 1] [--json OUT.json] [--hostile]
+
+``--hostile``: the measured run twice, first alone, then beside the hostile mix of
+``hostile_clients.py`` in a process of its own (idle connections, slow readers, oversized
+declarations), and the normal clients' p95 final latency of both side by side (issue 30: within 2x).
 """
 
 from __future__ import annotations
@@ -77,6 +81,8 @@ def main() -> int:
     ap.add_argument("--think-s", type=float, default=0.5,
                     help="mean pause of a client between its requests (uniform 0..2x, seeded; default 0.5)")
     ap.add_argument("--json", help="also write the report here")
+    ap.add_argument("--hostile", action="store_true",
+                    help="run the measured load twice: alone, then beside the hostile mix (hostile_clients.py)")
     args = ap.parse_args()
     if shutil.which("espeak-ng") is None:
         sys.exit("espeak-ng is not installed")
@@ -136,9 +142,17 @@ def main() -> int:
                                              language="en", max_queue=args.max_queue)).start()
     base, wy = f"http://{server.addresses['http']}", server.addresses["wyoming"]
 
-    async def run(until_s: float, stats: dict):
+    async def run(until_s: float, stats: dict, hostile: dict | None = None):
         until = time.monotonic() + until_s
         tasks = []
+        if hostile is not None:  # in a process of its own, like clients on other machines
+
+            async def mix():
+                proc = await asyncio.create_subprocess_exec(
+                    sys.executable, str(Path(__file__).parent / "hostile_clients.py"), server.addresses["http"], wy,
+                    key, str(until_s), stdout=asyncio.subprocess.PIPE)
+                hostile.update(json.loads((await proc.communicate())[0] or b"{}"))
+            tasks.append(mix())
         for i in range(args.http_asr):
             tasks.append(http_asr(base, key, clips[i], expected[i], stats["http asr"], until, Think(args.think_s, i)))
         for j in range(args.wyoming_asr):
@@ -166,6 +180,14 @@ def main() -> int:
     load_after = os.getloadavg()
     gc.collect()
     rss_after = rss_mb()
+    hostile, calm = None, None
+    if args.hostile:
+        hostile, calm = {}, stats
+        stats = {name: Stats() for name in ROWS}
+        asyncio.run(run(args.seconds, stats, hostile))
+        load_after = os.getloadavg()
+        gc.collect()
+        rss_after = rss_mb()
     finished = server.stop()
 
     report = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "seconds": args.seconds,
@@ -177,6 +199,9 @@ def main() -> int:
               "rss_mb": {"start": round(rss_start, 1), "models_loaded": round(rss_loaded, 1),
                          "after_warmup": round(rss_warm, 1), "after_run": round(rss_after, 1)},
               "shutdown_clean": finished, "rows": [s.row(name) for name, s in stats.items()]}
+    if hostile is not None:
+        report["hostile"] = {"answers": dict(sorted(hostile.items())),
+                             "rows_alone": [s.row(name) for name, s in calm.items()]}
     print(f"{'client':<12} {'served':>6} {'wrong':>5} {'errors':>6} {'refused':>7} "
           f"{'final p50':>9} {'p95':>6} {'first p50':>9} {'p95':>6}")
     for r in report["rows"]:
@@ -187,6 +212,12 @@ def main() -> int:
     for r in report["rows"]:
         if r["samples"]:
             print(f"{r['client']}: {r['samples']}")
+    if hostile is not None:
+        for r, alone in zip(report["rows"], report["hostile"]["rows_alone"]):
+            a, h = alone["final_s"]["p95"], r["final_s"]["p95"]
+            print(f"{r['client']:<12} final p95 alone {a} s, beside the hostile mix {h} s"
+                  + (f" ({h / a:.2f}x)" if a and h else ""))
+        print("hostile answers:", json.dumps(report["hostile"]["answers"]))
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
     return 1 if any(r["wrong"] or r["errors"] for r in report["rows"]) else 0

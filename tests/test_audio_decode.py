@@ -94,6 +94,16 @@ def decoded(monkeypatch):
         return out
 
     monkeypatch.setattr(audio, "decode_audio", spy)
+    real_iter = audio.iter_audio
+
+    def spy_iter(source, **kwargs):  # block by block (transcribe): recorded when read to the end
+        blocks = []
+        for block in real_iter(source, **kwargs):
+            blocks.append(block)
+            yield block
+        seen.append(np.concatenate(blocks))
+
+    monkeypatch.setattr(audio, "iter_audio", spy_iter)
     return seen
 
 
@@ -103,13 +113,24 @@ def _tiny_en():
 
 
 def _via_transcribe(path, tmp_path, capsys, monkeypatch) -> str:
-    """``rkspeech transcribe PATH``; the Whisper model is not loaded.  Returns stderr's last line."""
+    """``rkspeech transcribe PATH``; the Whisper model is a stand-in that stops when asked to
+    transcribe (the file is decoded and its features computed by then: transcribe streams the
+    file after loading the model).  Returns stderr's last line."""
     import rkspeech.runtime.whisper.model as model
 
-    def no_model(*args, **kwargs):
-        raise RkspeechError(STOP)
+    class NoModel:
+        def __init__(self, *args, **kwargs):
+            from faster_whisper.feature_extractor import FeatureExtractor
 
-    monkeypatch.setattr(model, "WhisperModel", no_model, raising=False)
+            self.feature_extractor = FeatureExtractor()
+
+        def transcribe(self, *args, **kwargs):
+            raise RkspeechError(STOP)
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(model, "WhisperModel", NoModel, raising=False)
     from rkspeech.cli import main
 
     rc = main(["transcribe", str(path), "--model-dir", _tiny_en(), "--out-dir", str(tmp_path / "out")])

@@ -109,3 +109,20 @@ def test_bad_options_fail_in_one_line(tts_custom_ckpt, tmp_path, capsys, flags, 
     assert rc != 0 and message in err and len(err.splitlines()) == 1, err
     assert not (tmp_path / "o" / "plan.json").exists()
 
+
+
+def test_check_board_replays_every_graph_of_the_plan(built, tmp_path, monkeypatch):
+    """Every NPU graph of the plan has a golden replay beside it; onnxruntime replays them all
+    within the pass marks of the simulator's outputs (the build's own goldens)."""
+    from rkspeech.board.check import CheckBoardOptions, check_board
+
+    monkeypatch.setenv("RKSPEECH_CACHE_DIR", str(tmp_path / "cache"))
+    rep = check_board(CheckBoardOptions(plan=built / "plan.json", backend="ort", repeats=1))
+    assert [g["graph"] for g in rep["graphs"]] == ["vocoder first", "vocoder main", "talker prefill",
+                                                    "talker decode", "code predictor step"]
+    assert rep["ok"], [g.get("failure") for g in rep["graphs"]]
+    for g in rep["graphs"]:
+        assert g["golden_source"] == "sim" and len(g["steps"]) >= 1
+        assert g["estimate"]["est_step_ms"] is not None, g["graph"]
+    talker = rep["graphs"][3]
+    assert len(talker["steps"]) == 3  # decode B=1: positions 0, 1, 2 through the KV cache

@@ -26,6 +26,7 @@ REQUIRED = {
     "build qwen3-tts": ([], {"--out-dir": "o"}),
     "build qwen3-tts-vocoder": ([], {"--out-dir": "o"}),
     "build whisper-encoder": ([], {"--model-dir": "m", "--out-dir": "o"}),
+    "check-board": ([], {"--plan": "plan.json"}),
     "convert": (["m.onnx"], {"--target": "rk3588"}),
     "decode": (["c.npy"], {"--plan": "plan.json", "-o": "x.wav"}),
     "demo": ([], {}),
@@ -145,11 +146,11 @@ def test_one_threads_flag_one_default():
                 assert action.default == threads_default(cmd), cmd
                 assert action.type is int and action.metavar == "N", cmd
                 seen[cmd] = action.default
-    assert seen == {"accuracy": None, "build whisper-encoder": None, "decode": None, "speak": None,
+    assert seen == {"accuracy": None, "build whisper-encoder": None, "check-board": None, "decode": None, "speak": None,
                     "transcribe": 1, "serve": 1}
 
 
-@pytest.mark.parametrize("command", ["build qwen3-tts", "build qwen3-tts-vocoder", "build whisper-encoder",
+@pytest.mark.parametrize("command", ["build qwen3-tts", "build qwen3-tts-vocoder", "build whisper-encoder", "check-board",
                                      "convert", "decode", "demo", "speak", "transcribe", "verify", "accuracy"])
 def test_help_is_grouped(command):
     text = COMMANDS[command].format_help()

@@ -33,6 +33,7 @@ LAYERS = (
     "verify",
     "accuracy",
     "estimate",
+    "board",
     "pipelines",
     "serve",
     "cli",

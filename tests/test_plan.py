@@ -131,6 +131,10 @@ def test_plan_contract_disagrees_with_artifact(folder):
     raw["speech_decoder"]["contract"]["sliding_window"] = 72
     plan.write_text(json.dumps(raw))
     paths["first"].write_bytes(b"\x08\x07")  # a protobuf with only ir_version, no metadata
+    with pytest.raises(RkspeechError, match=r"step_B4\.onnx has 2 bytes, the plan records"):
+        load_plan(plan, backend="ort")  # the integrity record sees it first
+    raw.pop("integrity")  # a plan without the record (written before 2026-12-01): the content check
+    plan.write_text(json.dumps(raw))
     with pytest.raises(RkspeechError, match="no rkspeech.contract metadata"):
         load_plan(plan, backend="ort")
 
@@ -165,5 +169,10 @@ def test_rknn_contract_problems(folder, other_first):
     with pytest.raises(RkspeechError, match="different caches"):
         load_plan(plan, backend="rknnlite")
     (d / "main.rknn").write_bytes((d / "main.rknn").read_bytes()[:-5])  # truncated
+    with pytest.raises(RkspeechError, match=r"main\.rknn has \d+ bytes, the plan records"):
+        load_plan(plan, backend="rknnlite")  # the integrity record sees it first
+    raw = json.loads(plan.read_text())
+    raw.pop("integrity")  # without the record, the container check
+    plan.write_text(json.dumps(raw))
     with pytest.raises(RkspeechError, match="truncated|corrupt"):
         load_plan(plan, backend="rknnlite")

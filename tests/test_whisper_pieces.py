@@ -251,3 +251,20 @@ def test_converted_pieces_checked_for_rknnlite(build, speech, tmp_path, capsys):
     err = capsys.readouterr().err
     errors = [line for line in err.splitlines() if line.startswith("rkspeech transcribe: error: ")]
     assert rc == 2 and len(errors) == 1 and "rknn-toolkit-lite2" in errors[0] and "Traceback" not in err, err
+
+
+def test_check_board_replays_the_pieces_in_order(build, tmp_path, monkeypatch):
+    """An unconverted pieces build still writes plan.json and goldens (onnxruntime's outputs):
+    the pieces replay in order, piece 1 fed piece 0's golden output."""
+    import numpy as np
+
+    from rkspeech.board.check import CheckBoardOptions, check_board
+    from rkspeech.runtime.golden import load_golden
+
+    monkeypatch.setenv("RKSPEECH_CACHE_DIR", str(tmp_path / "cache"))
+    rep = check_board(CheckBoardOptions(plan=build["out"] / "plan.json", backend="ort", repeats=1))
+    assert [g["graph"] for g in rep["graphs"]] == ["whisper encoder part0", "whisper encoder part1"]
+    assert rep["ok"] and all(g["golden_source"] == "ort" for g in rep["graphs"])
+    g0, g1 = (load_golden(build["out"] / f"encoder.part{k}.golden.npz") for k in (0, 1))
+    (out0,) = g0.outputs[0].values()
+    assert any(np.array_equal(a, out0) for a in g1.inputs[0].values())

@@ -142,3 +142,15 @@ def test_rknn_encoder_defaults_to_rknnlite_and_says_it_needs_the_board(build, tm
     rc = main(["transcribe", wav, "--model-dir", str(TINY_EN), "--encoder", str(build["out"] / "encoder.rknn")])
     err = capsys.readouterr().err
     assert rc == 2 and "rknn-toolkit-lite2" in err
+
+
+def test_check_board_on_the_encoder_plan(build, tmp_path, monkeypatch):
+    """The build's plan.json and golden (the simulator's output on the check window): onnxruntime
+    replays it within the pass marks."""
+    from rkspeech.board.check import CheckBoardOptions, check_board
+
+    monkeypatch.setenv("RKSPEECH_CACHE_DIR", str(tmp_path / "cache"))
+    rep = check_board(CheckBoardOptions(plan=build["out"] / "plan.json", backend="ort", repeats=1))
+    (g,) = rep["graphs"]
+    assert g["graph"] == "whisper encoder" and g["golden_source"] == "sim" and g["ok"], g
+    assert 40 < g["steps"][0]["outputs"][0]["snr_db"] < 90  # fp32 against the simulator's fp16

@@ -1,4 +1,6 @@
-"""``rkspeech doctor``: versions of the toolchain and known-bad combinations.
+"""``rkspeech doctor [--plan plan.json]``: versions of the toolchain and known-bad combinations;
+on a board also the runtime, driver, clocks and memory, and whether the plan's .rknn files suit
+them (``rkspeech.board.doctor``; off a board it says so and still checks the plan's .rknn files).
 
 Versions are read with ``importlib.metadata`` (nothing heavy is imported).  The rules are data
 (``RULES``), each with its source; they come from rknn-toolkit2 2.5.0's own metadata
@@ -58,8 +60,17 @@ RULES = [
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("doctor", help="show toolchain versions and known-bad combinations")
-    p.add_argument("--json", action="store_true")
+    import argparse as _argparse
+
+    from rkspeech.cli.vocabulary import Flags
+
+    p = subparsers.add_parser("doctor", help="show toolchain versions and known-bad combinations; on a board: "
+                                             "runtime, driver, clocks, and the plan's .rknn files against them")
+    f = Flags(p, "doctor")
+    f.add(None, "--json", action="store_true")
+    f.add(None, "--plan", default=None, help="also check this plan's .rknn files (chip, toolkit version vs the "
+                                             "runtime) and its files' integrity")
+    f.add(None, "--root", default="/", help=_argparse.SUPPRESS)  # tests: a faked sysfs/proc tree
     p.set_defaults(func=run)
 
 
@@ -114,7 +125,12 @@ def collect() -> dict:
 def run(args: argparse.Namespace) -> int:
     import json
 
+    from rkspeech.board.doctor import board_report
+
     info = collect()
+    board = board_report(root=args.root, plan=args.plan, lite_version=info["packages"].get("rknn-toolkit-lite2"))
+    info["board"], info["models"] = board["board"], board["models"]
+    info["findings"] += board["findings"]
     if args.json:
         print(json.dumps(info, indent=1))
     else:
@@ -122,8 +138,30 @@ def run(args: argparse.Namespace) -> int:
         for k, v in info["packages"].items():
             extra = " (CUDA build)" if k == "torch" and info["torch_cuda_build"] else ""
             print(f"{k:<20} {v or '-'}{extra}")
+        _print_board(info["board"], info["models"])
         for f in info["findings"]:
             print(f"{f['severity'].upper():<7} {f['id']}: {f['message']}")
         if not info["findings"]:
             print("no known-bad combinations found")
     return 1 if any(f["severity"] == "error" for f in info["findings"]) else 0
+
+
+def _print_board(b: dict, models: list[dict]) -> None:
+    def mhz(r):
+        if not r:
+            return "-"
+        cur = "?" if r["cur_hz"] is None else f"{r['cur_hz'] / 1e6:.0f}"
+        top = "?" if r["max_hz"] is None else f"{r['max_hz'] / 1e6:.0f}"
+        return f"{cur} of {top} MHz, governor {r['governor']}"
+
+    rt = b["librknnrt"]
+    mem = b["memory"]
+    print(f"{'board':<20} {b['chip'] or 'not a Rockchip board'}")
+    if b["chip"]:
+        print(f"{'librknnrt':<20} {rt['version'] or '-'} ({rt['path'] or 'not found'})")
+        print(f"{'rknpu driver':<20} {b['rknpu_driver'] or '- (debugfs needs root)'}")
+        print(f"{'NPU clock':<20} {mhz(b['clocks']['npu'])}")
+        print(f"{'DDR clock':<20} {mhz(b['clocks']['ddr'])}")
+        print(f"{'memory':<20} {mem['available_mb'] or '?'} of {mem['total_mb'] or '?'} MB available")
+    for m in models:
+        print(f"{'rknn':<20} {m['file']}: {', '.join(m['chip'])}, toolkit {m['toolkit_version'] or '?'}")

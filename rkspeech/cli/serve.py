@@ -74,7 +74,17 @@ def register(subparsers) -> None:
     f.add(LIMITS, "--idle-timeout", type=float, default=300.0, metavar="S",
           help="close a Wyoming connection with no event for S seconds (default 300)")
     f.add(LIMITS, "--max-connections", type=int, default=256, metavar="N",
-          help="Wyoming connections open at once; more are closed at once (default 256)")
+          help="connections open at once, HTTP and Wyoming together; one more is refused at once "
+               "(default 256; kept 128 below the open-files limit)")
+    f.add(LIMITS, "--header-timeout", type=float, default=10.0, metavar="S",
+          help="HTTP: a request head must arrive within S seconds of connecting (default 10)")
+    f.add(LIMITS, "--body-timeout", type=float, default=60.0, metavar="S",
+          help="HTTP: a request body must arrive within S seconds; else 408 (default 60)")
+    f.add(LIMITS, "--keep-alive-timeout", type=float, default=5.0, metavar="S",
+          help="HTTP: close a kept-alive connection idle for S seconds (default 5)")
+    f.add(LIMITS, "--memory-budget-mb", type=float, default=256.0, metavar="MB",
+          help="client data held at once (bodies being read, Wyoming audio, streamed text); past it "
+               "new work is refused with 503 (default 256)")
     f.add(LIMITS, "--max-speech-s", type=float, default=120.0,
           help="speech generated per request at most (default 120 s): a talker that never chooses "
                "to stop (synthetic weights; a bad prompt) cannot hold an engine for long")
@@ -87,14 +97,19 @@ def options_from_args(args: argparse.Namespace):
     from rkspeech.serve.options import ServeOptions
 
     off = ("off", "none", "")
+    # an explicit --api-key "" is a mistake (it once turned auth off silently); an empty
+    # $RKSPEECH_API_KEY means unset, as before (tests and env files clear it that way)
+    api_key = args.api_key if args.api_key is not None else (os.environ.get(API_KEY_ENV) or None)
     return ServeOptions(
         wyoming=None if args.wyoming.lower() in off else args.wyoming,
         http=None if args.http.lower() in off else args.http,
-        api_key=args.api_key or os.environ.get(API_KEY_ENV) or None,
+        api_key=api_key,
         max_queue=args.max_queue, request_timeout_s=args.timeout,
         max_upload_bytes=int(args.max_upload_mb * 1024 * 1024), max_audio_s=args.max_audio_s,
         max_text_chars=args.max_text_chars, idle_timeout_s=args.idle_timeout,
-        max_connections=args.max_connections, beam_size=args.beam_size,
+        max_connections=args.max_connections, header_timeout_s=args.header_timeout,
+        body_timeout_s=args.body_timeout, keep_alive_timeout_s=args.keep_alive_timeout,
+        memory_budget_bytes=int(args.memory_budget_mb * 1024 * 1024), beam_size=args.beam_size,
         language=None if args.language in ("auto", "") else args.language, vad=args.vad,
         hotwords_file=_hotwords_file(args.hotwords_file),
         model_name=os.path.basename(os.path.normpath(args.whisper_model)) if args.whisper_model else "whisper",

@@ -5,6 +5,8 @@ The talker and code predictor generate frames (as the plan places them: their gr
 else torch on the host); each frame goes to the plan's streaming vocoder at once, and each finished vocoder step's audio goes straight to the
 wav, or with ``-o -`` to stdout as raw 16-bit little-endian mono PCM while generation goes on
 (``| aplay -f S16_LE -r 24000 -c 1``).  Progress and the summary table go to stderr then.
+A text of several sentences is spoken one sentence at a time (``runtime.tts.long_text``: memory
+stays that of one sentence however long the text).
 ``--codes-out`` saves the frames as ``[T, 16]`` int64, the layout ``rkspeech decode`` reads.
 """
 
@@ -100,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
     from rkspeech.core.reporting import print_table
     from rkspeech.core.targets import board_target
     from rkspeech.runtime.audio import decode_audio
+    from rkspeech.runtime.tts.long_text import stream_sentences
     from rkspeech.runtime.tts.speak import MIN_REF_AUDIO_S, Speaker, SpeechTiming
     from rkspeech.runtime.wav import WavWriter, to_int16
 
@@ -137,9 +140,10 @@ def run(args: argparse.Namespace) -> int:
         ref = (decode_audio(args.ref_audio, sample_rate=rate, what="reference audio", min_seconds=MIN_REF_AUDIO_S)
                if args.ref_audio else None)
         timing, codes = SpeechTiming(), []
-        chunks = speaker.stream(args.text, speaker=args.speaker, language=args.language, instruct=args.instruct,
-                                ref_audio=ref, options=options, codes_out=codes,
-                                timing=timing)
+        # one utterance per sentence: a long text is never one prompt (runtime.tts.long_text)
+        chunks = stream_sentences(speaker, args.text, options=options, timing=timing, codes_out=codes,
+                                  max_frames=args.max_frames, speaker=args.speaker, language=args.language,
+                                  instruct=args.instruct, ref_audio=ref)
         start = time.perf_counter()
         if to_stdout:
             sink = sys.stdout.buffer

@@ -6,7 +6,10 @@ timestamps, VAD, language detection, translate, the batched pipeline) with each 
 encoder on onnxruntime, the rknn-toolkit2 simulator or rknn-toolkit-lite2 on the board
 (:class:`rkspeech.runtime.whisper.model.WhisperModel`).  All files are decoded and the encoder
 checked against the model before anything is transcribed; the model is loaded once; outputs
-(txt, srt, vtt, json) are written atomically per file.  ``--compare`` runs stock faster-whisper
+(txt, srt, vtt, json) are written atomically per file.  Without ``--vad``, ``--batch-size`` and
+``--compare`` a file is decoded and its features computed block by block, never held whole
+(``runtime.whisper.long_audio``: 2 h of audio in bounded memory, the same transcript); the files
+are then only probed up front (opened and their first block decoded).  ``--compare`` runs stock faster-whisper
 with the same options and reports identical or the difference in text, segment boundaries and
 word timings (exit 1 when any file differs).
 """
@@ -112,7 +115,13 @@ def run(args: argparse.Namespace) -> int:
     backend = args.backend
     if args.encoder:
         backend, _ = check_encoder_file(args.encoder, model_dir=args.model, backend=backend, target=args.target)
-    audios = [decode_audio(path, sample_rate=SAMPLE_RATE, allow_empty=True) for path in args.audio]  # no samples: ""
+    from rkspeech.runtime.whisper.long_audio import transcribe_file, whole_file_needed
+
+    streamed = not (whole_file_needed(vad=args.vad, batch_size=args.batch_size) or args.compare)
+    if streamed:  # probe each file now (a bad one is one line before the model loads); decode later
+        audios = [_probe(path) for path in args.audio]
+    else:
+        audios = [decode_audio(path, sample_rate=SAMPLE_RATE, allow_empty=True) for path in args.audio]  # no samples: ""
 
     start = time.perf_counter()
     with progress.stage(f"load Whisper (CTranslate2 decoder{', encoder on ' + backend if backend else ''})"):
@@ -143,9 +152,13 @@ def run(args: argparse.Namespace) -> int:
             formats = FORMATS if fmt == "all" else (fmt,)
         files, status = [], 0
         for index, (path, audio) in enumerate(zip(args.audio, audios), 1):
-            progress.info(f"[{index}/{len(audios)}] {path} ({len(audio) / SAMPLE_RATE:.1f} s)")
-            result = transcribe_audio(runner, audio, batch_size=args.batch_size or None, seed=args.seed,
-                                      **options)
+            if streamed:
+                progress.info(f"[{index}/{len(audios)}] {path}")
+                result = transcribe_file(runner, path, sample_rate=SAMPLE_RATE, seed=args.seed, **options)
+            else:
+                progress.info(f"[{index}/{len(audios)}] {path} ({len(audio) / SAMPLE_RATE:.1f} s)")
+                result = transcribe_audio(runner, audio, batch_size=args.batch_size or None, seed=args.seed,
+                                          **options)
             entry = {"audio": path, **result.to_dict()}
             if stock is not None:
                 ref = transcribe_audio(stock, audio, batch_size=args.batch_size or None, seed=args.seed,
@@ -171,6 +184,18 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report, indent=2, ensure_ascii=False))
     return status
+
+
+def _probe(path) -> None:
+    """Open ``path`` and decode its first block: the one-line refusals of ``decode_audio`` now."""
+    from rkspeech.models.whisper.window import SAMPLE_RATE
+    from rkspeech.runtime.audio import iter_audio
+
+    blocks = iter_audio(path, sample_rate=SAMPLE_RATE, allow_empty=True)
+    try:
+        next(blocks, None)
+    finally:
+        blocks.close()
 
 
 def _print_file(entry: dict, result, backend, *, multiple: bool, file) -> None:

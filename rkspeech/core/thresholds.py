@@ -16,6 +16,13 @@ FP32_MIN_SNR_DB = 100.0
 PHASE_SNAKE_FP32_MIN_SNR_DB = 60.0
 SIM_MIN_SNR_DB = 40.0
 
+#: ``rkspeech check-board``: every output of a golden replay against the simulator's, SNR at
+#: least ``SIM_MIN_SNR_DB`` and whole-tensor cosine at least this.  An error at 40 dB SNR is
+#: 1e-4 of the signal's power, a cosine of ~0.99995 for an error unrelated to the signal; 0.9999
+#: leaves that margin, so the SNR mark decides and the cosine mark catches a scaled output
+#: (which SNR alone grades the same as noise).
+GOLDEN_MIN_COSINE = 0.9999
+
 # The accuracy gate of ``build qwen3-tts`` (``accuracy.gate``): a quantized talker / code predictor
 # against its fp32 graph, greedy, over the gate's 20 utterances.  Measured on the confident
 # (trained) reduced checkpoint: docs/accuracy-gate.md.

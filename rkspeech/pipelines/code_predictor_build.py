@@ -202,7 +202,8 @@ def build_code_predictor(stages, files, out: Path, *, target: str, verify_frames
                 "stages": {k: v for k, v in stages.timings.items() if k.startswith("code_predictor_")}}
     graph = Graph(shape.role, onnx_path, rknn_path, shape.read_contract(onnx_path).to_json(), dtype=dtype,
                   dataset=dataset if i16 else None, hybrid=hybrid if i16 else None)
-    seq = run_sequence(stages, [graph], target=target, timeout=timeout, prefix="code_predictor_")
+    seq = run_sequence(stages, [graph], target=target, timeout=timeout, prefix="code_predictor_",
+                       golden="ort" if skip_verify else "sim")
     lint = {k: seq["lint"][shape.role][k] for k in ("errors", "warnings")}
     conv, inspect = seq["convert"][shape.role], seq["inspect"][shape.role]
 

@@ -10,6 +10,10 @@ graph takes the same path, with one report format per stage:
 * ``inspect``: per role the .rknn's bytes, format, target, toolkit version, node counts and its
   custom string parsed (``contract``); a custom string that did not survive conversion verbatim
   stops the build.
+* ``golden`` (``golden="sim"`` or ``"ort"``): per role a golden replay beside the .rknn
+  (``runtime.golden``: a few consecutive calls' inputs and the simulator's outputs, onnxruntime's
+  when the build skips the simulator), which ``rkspeech check-board`` replays on a board; the
+  graphs run in order, so a piece's input is the previous piece's output.
 
 Stage names take the build's ``prefix`` (``talker_``, ``code_predictor_``, ``whisper_``; none for
 the vocoder), so one output folder holds several models' stages.
@@ -96,13 +100,58 @@ def inspect_graphs(stages: StageRunner, graphs: list[Graph], *, target: str, pre
     return stages.run(f"{prefix}inspect", {"target": target}, [g.rknn for g in graphs], lambda: [], work)
 
 
+def golden_graphs(stages: StageRunner, graphs: list[Graph], *, target: str, source: str, prefix: str = "",
+                  given: dict[str, Path] | None = None) -> dict[str, dict]:
+    """Write each graph's golden replay (``plan.integrity.golden_path`` of its .rknn) from
+    ``source`` ("sim": the simulator built as the .rknn was; "ort": onnxruntime); ``given``:
+    input name -> .npy of a one-call graph's input (the graphs' outputs join them in order)."""
+    from rkspeech.plan.integrity import golden_path
+
+    def work():
+        import numpy as np
+
+        from rkspeech.runtime.golden import golden_inputs, record_golden
+        from rkspeech.contracts.read import read_contract
+        from rkspeech.core import progress
+        from rkspeech.runtime.runners import open_runner
+
+        env = {n: np.load(p) for n, p in (given or {}).items()}
+        rep = {}
+        for g in graphs:
+            try:
+                contract = read_contract(g.onnx)
+            except RkspeechError:
+                contract = None  # an encoder (its custom string is not a step contract)
+            with progress.stage(f"golden replay of {g.role} ({source})"):
+                opts = ({"target": target, "dtype": g.dtype, "log_path": None,
+                         "dataset": str(g.dataset) if g.dataset else None,
+                         "hybrid": g.hybrid.to_dict() if g.hybrid is not None else None} if source == "sim" else {})
+                with open_runner(source, g.onnx, **opts) as runner:
+                    golden = golden_inputs(g.role, contract, runner.input_specs(), given=env)
+                    rep[g.role] = record_golden(golden_path(g.rknn), golden, runner, source=source,
+                                                target=target, dtype=g.dtype)
+                    env.update(golden.outputs[-1])
+        return rep
+
+    inputs = [*(g.onnx for g in graphs), *(g.rknn for g in graphs if g.rknn.is_file()), *(given or {}).values(),
+              *(g.dataset for g in graphs if g.dataset)]
+    return stages.run(f"{prefix}golden", {"target": target, "source": source, "format": 1}, inputs,
+                      lambda: [golden_path(g.rknn) for g in graphs], work)
+
+
 def run_sequence(stages: StageRunner, graphs: list[Graph], *, target: str, timeout: float | None,
-                 prefix: str = "", convert: bool = True) -> dict[str, dict]:
-    """Lint, then (``convert``) convert and inspect ``graphs``; ``{"lint", "convert", "inspect"}``."""
-    rep = {"lint": lint_graphs(stages, graphs, target=target, prefix=prefix), "convert": {}, "inspect": {}}
+                 prefix: str = "", convert: bool = True, golden: str | None = None,
+                 golden_given: dict[str, Path] | None = None) -> dict[str, dict]:
+    """Lint, then (``convert``) convert and inspect ``graphs``, then (``golden``: "sim" or "ort")
+    write their golden replays; ``{"lint", "convert", "inspect", "golden"}``."""
+    rep = {"lint": lint_graphs(stages, graphs, target=target, prefix=prefix), "convert": {}, "inspect": {},
+           "golden": {}}
     if convert:
         rep["convert"] = convert_graphs(stages, graphs, target=target, timeout=timeout, prefix=prefix)
         rep["inspect"] = inspect_graphs(stages, graphs, target=target, prefix=prefix)
+    if golden:
+        rep["golden"] = golden_graphs(stages, graphs, target=target, source=golden, prefix=prefix,
+                                      given=golden_given)
     return rep
 
 

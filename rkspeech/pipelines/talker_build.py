@@ -92,7 +92,8 @@ def build_talker(stages, files, out: Path, *, target: str, capacity: int, prefil
     rknn_paths = {role: rknn_dir / f"{p.stem}_{target}.rknn" for role, p in onnx_paths.items()}
     graphs = [Graph(role, path, rknn_paths[role], read_contract(path, TalkerContract).to_json())
               for role, path in onnx_paths.items()]
-    seq = run_sequence(stages, graphs, target=target, timeout=timeout, prefix="talker_", convert=not skip_rknn)
+    seq = run_sequence(stages, graphs, target=target, timeout=timeout, prefix="talker_", convert=not skip_rknn,
+                       golden=None if skip_rknn else ("ort" if skip_verify else "sim"))
     lint_rep, convert_reps = seq["lint"], seq["convert"]
 
     artifacts = {role: {"onnx": str(onnx_paths[role]), "rknn": None if skip_rknn else str(rknn_paths[role])}

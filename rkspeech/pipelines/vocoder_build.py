@@ -114,22 +114,27 @@ def _build(o: VocoderBuildOptions, files, out: Path) -> dict:
     rknn_paths = {role: rknn_dir / f"{p.stem}_{o.target}.rknn" for role, p in roles.items()}
     graphs = [Graph(role, path, rknn_paths[role], read_contract(path, VocoderContract).to_json())
               for role, path in roles.items()]
-    seq = run_sequence(stages, graphs, target=o.target, timeout=o.timeout)
+    # goldens: recorded by the verify stage on its own simulator builds (onnxruntime's when skipped)
+    seq = run_sequence(stages, graphs, target=o.target, timeout=o.timeout, golden="ort" if o.skip_verify else None)
     lint_report, convert_reports, inspect_report = seq["lint"], seq["convert"], seq["inspect"]
 
     verify_report = None
+    from rkspeech.plan.integrity import golden_path
+
     if not o.skip_verify:
         def do_verify():
             from rkspeech.verify.simulator import load_artifact, verify_vocoder
 
             artifacts = {role: load_artifact(roles[role], rknn_paths[role], o.target) for role in roles}
             return verify_vocoder(files.folder, artifacts["main"], artifacts.get("first"), steps=o.verify_steps,
-                                  target=o.target, sim_pieces=o.sim_pieces,
-                                  sim_log=str(out / "simulator.log")).to_report()
+                                  target=o.target, sim_pieces=o.sim_pieces, sim_log=str(out / "simulator.log"),
+                                  goldens=goldens).to_report()
 
-        verify_report = stages.run("verify", {"steps": o.verify_steps, "target": o.target, "sim_pieces": o.sim_pieces},
-                                   ckpt_inputs + list(roles.values()) + list(rknn_paths.values()), lambda: [],
-                                   do_verify)
+        goldens = {role: golden_path(p) for role, p in rknn_paths.items()}
+        verify_report = stages.run("verify", {"steps": o.verify_steps, "target": o.target, "sim_pieces": o.sim_pieces,
+                                              "golden": 1},
+                                   ckpt_inputs + list(roles.values()) + list(rknn_paths.values()),
+                                   lambda: list(goldens.values()), do_verify)
 
     accuracy_report = None
     if o.accuracy_pieces:
@@ -164,6 +169,7 @@ def _build(o: VocoderBuildOptions, files, out: Path) -> dict:
         "lint": {r: {"errors": v["errors"], "warnings": v["warnings"]} for r, v in lint_report.items()},
         "convert": convert_reports,
         "inspect": inspect_report,
+        "golden": seq["golden"] or (verify_report or {}).get("golden"),
         "verify": verify_report,
         "accuracy": accuracy_report,
         "options": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(o).items()},

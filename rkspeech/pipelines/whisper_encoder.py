@@ -50,6 +50,7 @@ from rkspeech.core.errors import RkspeechError
 from rkspeech.core.targets import DEFAULT_TARGET, TARGETS
 from rkspeech.models.whisper.window import SAMPLE_RATE, WINDOW_FRAMES
 from rkspeech.pipelines.vocoder_build import BUILD_REPORT
+from rkspeech.plan.integrity import golden_path
 
 #: The name this build's report had before both builds used ``BUILD_REPORT``; still written (same
 #: content) so scripts that read it keep working.
@@ -152,8 +153,46 @@ def build_whisper_encoder(options: WhisperEncoderBuildOptions) -> dict:
     else:
         report = _build_whole(args, stages, onnx_path, out_dir, check, report)
     report["stages"] = {**report.get("stages", {}), "build": stages.timings}
+    report["plan"] = str(_write_plan(args, out_dir, report))
     _write_report(out_dir, report)
     return report
+
+
+def _golden(args, report: dict, check: dict[str, Path]) -> dict:
+    """``run_sequence``'s golden keywords when the build skips the simulator: the check window
+    replayed on onnxruntime.  Otherwise the simulator stage writes the goldens from its own runs
+    (``_save_golden``), so no graph is built on the simulator twice."""
+    if not (args.skip_convert or args.skip_sim):
+        return {}
+    return {"golden": "ort", "golden_given": {report["onnx"]["input"]["name"]: check["mel"]}}
+
+
+def _save_golden(rknn_path: Path, role: str, inputs: dict, outputs: dict, target: str) -> None:
+    """The golden replay of one encoder call the simulator stage just ran (``runtime.golden``)."""
+    from rkspeech.runtime.golden import Golden, save_golden
+
+    save_golden(golden_path(rknn_path), Golden(role, [dict(inputs)], outputs=[dict(outputs)],
+                                               meta={"inputs": "the build's check window", "source": "sim",
+                                                     "target": target, "dtype": "fp16"}))
+
+
+def _write_plan(args, out_dir: Path, report: dict) -> Path:
+    """``plan.json`` with one ``whisper_encoder`` section (role -> {onnx, rknn}: ``encoder``, or
+    ``part0``, ``part1``, ... in order) and the integrity record of every file and golden replay,
+    for ``rkspeech check-board`` and ``rkspeech doctor --plan``."""
+    from rkspeech.plan.plan import PLAN_FORMAT, write_plan_data
+    from rkspeech.pipelines.vocoder_build import PLAN_FILE
+
+    onnx = [Path(p) for p in report["split"]["pieces"]] if args.parts > 1 else [out_dir / "encoder.onnx"]
+    roles = [f"part{k}" for k in range(len(onnx))] if args.parts > 1 else ["encoder"]
+    arts = {}
+    for role, p in zip(roles, onnx):
+        rknn = p.with_suffix(".rknn")
+        arts[role] = {"onnx": os.path.relpath(p.resolve(), out_dir.resolve()),
+                      **({"rknn": os.path.relpath(rknn.resolve(), out_dir.resolve())} if rknn.is_file() else {})}
+    section = {"impl": "onnx" if args.skip_convert else "rknn", "target": args.target, "artifacts": arts,
+               "custom_string": report.get("custom_string")}
+    return write_plan_data(out_dir / PLAN_FILE, {"format": PLAN_FORMAT, "whisper_encoder": section})
 
 
 def _export(args, onnx_path: Path, check: dict[str, Path]) -> dict:
@@ -220,7 +259,8 @@ def _build_whole(args, stages, onnx_path: Path, out_dir: Path, check: dict[str, 
     rknn_path = out_dir / "encoder.rknn"
     graph = Graph("encoder", onnx_path, rknn_path, report["custom_string"])
     seq = run_sequence(stages, [graph], target=args.target, timeout=args.timeout, prefix="whisper_",
-                       convert=not args.skip_convert)
+                       convert=not args.skip_convert, **_golden(args, report, check))
+    report["golden"] = seq["golden"]
     report["lint"] = seq["lint"]["encoder"]
     if args.skip_convert:
         return report
@@ -229,10 +269,13 @@ def _build_whole(args, stages, onnx_path: Path, out_dir: Path, check: dict[str, 
         def work():
             mel, ref = _load_check(check)
             sim_out, sim_cost = _simulate(onnx_path, mel, args.target)
+            _save_golden(rknn_path, "encoder", {report["onnx"]["input"]["name"]: mel},
+                         {report["onnx"]["output"]["name"]: sim_out}, args.target)
             return {**compare(ref, sim_out), **sim_cost}
 
-        report["simulator"] = stages.run("whisper_simulate", {"target": args.target},
-                                         [onnx_path, rknn_path, *check.values()], lambda: [], work)
+        report["simulator"] = stages.run("whisper_simulate", {"target": args.target, "golden": 1},
+                                         [onnx_path, rknn_path, *check.values()], lambda: [golden_path(rknn_path)],
+                                         work)
     return report
 
 
@@ -275,7 +318,8 @@ def _build_pieces(args, stages, onnx_path: Path, out_dir: Path, check: dict[str,
     graphs = [Graph(f"part{k}", p, p.with_suffix(".rknn"), report["custom_string"] if k == 0 else None)
               for k, p in enumerate(paths)]
     seq = run_sequence(stages, graphs, target=args.target, timeout=args.timeout, prefix="whisper_",
-                       convert=not args.skip_convert)
+                       convert=not args.skip_convert, **_golden(args, report, check))
+    report["golden"] = seq["golden"]
     report["lint"] = seq["lint"]
     if args.skip_convert:
         return report
@@ -294,9 +338,12 @@ def _build_pieces(args, stages, onnx_path: Path, out_dir: Path, check: dict[str,
                     t0 = time.perf_counter()
                     with SimulatorProcess(path, target=args.target, dtype="fp16") as sim:
                         t1 = time.perf_counter()
-                        env.update(sim.infer({n: env[n] for n in sim.input_specs()}))
+                        feed = {n: env[n] for n in sim.input_specs()}
+                        outs = sim.infer(feed)
+                        env.update(outs)
                         t2 = time.perf_counter()
                         peak = sim.peak_rss_mb
+                    _save_golden(graphs[k].rknn, graphs[k].role, feed, outs, args.target)
                 sims.append({"build_s": round(t1 - t0, 3), "seconds": round(t2 - t1, 3),
                              "peak_rss_mb": round(peak, 1)})
             out = env[report["onnx"]["output"]["name"]]
@@ -304,8 +351,9 @@ def _build_pieces(args, stages, onnx_path: Path, out_dir: Path, check: dict[str,
                     "seconds": round(sum(s["seconds"] for s in sims), 3),
                     "peak_rss_mb": max(s["peak_rss_mb"] for s in sims)}
 
-        report["simulator"] = stages.run("whisper_simulate", {"target": args.target},
-                                         [*paths, *(g.rknn for g in graphs), *check.values()], lambda: [], work)
+        report["simulator"] = stages.run("whisper_simulate", {"target": args.target, "golden": 1},
+                                         [*paths, *(g.rknn for g in graphs), *check.values()],
+                                         lambda: [golden_path(g.rknn) for g in graphs], work)
     return report
 
 

@@ -121,6 +121,17 @@ def write_plan(path, *, impl: str, target: str | None, contracts: dict[str, Voco
         data[name] = section
     if extra:
         data["build"] = extra
+    return write_plan_data(p, data)
+
+
+def write_plan_data(path, data: dict) -> Path:
+    """Write the plan ``data`` to ``path`` with its ``integrity`` record (size and sha256 of
+    every file it names and of their golden replays: ``plan.integrity``)."""
+    from rkspeech.plan.integrity import INTEGRITY_KEY, record
+
+    p = Path(path)
+    data = {k: v for k, v in data.items() if k != INTEGRITY_KEY}
+    data[INTEGRITY_KEY] = record(data, p.parent)
     return write_json(p, data)
 
 
@@ -159,9 +170,11 @@ def _artifact_contract(path: Path, role: str, expect_target: str | None) -> Voco
     return read_contract(path, VocoderContract)
 
 
-def load_plan(path, *, backend: str | None = None, expect_target: str | None = None) -> Plan:
-    """Read and validate ``plan.json``.  ``backend`` 'ort' validates the ONNX artifacts,
-    'sim' needs the ONNX too (the simulator builds from ONNX), 'rknnlite' the .rknn ones."""
+def read_plan(path) -> dict:
+    """``plan.json``'s JSON, after its files passed the integrity check (``plan.integrity``:
+    sizes, then hashes cached by mtime; a plan without the record is not checked).  The one
+    place every command reads a plan through (``load_plan``: decode, speak, serve;
+    ``rkspeech check-board``)."""
     p = Path(path)
     if p.is_dir():
         raise RkspeechError(f"plan {p} is a directory; pass its plan.json")
@@ -171,6 +184,19 @@ def load_plan(path, *, backend: str | None = None, expect_target: str | None = N
         raw = json.loads(p.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise RkspeechError(f"plan {p}: not valid JSON ({exc})") from None
+    if not isinstance(raw, dict):
+        raise RkspeechError(f"plan {p}: no speech_decoder section (not a plan object)")
+    from rkspeech.plan.integrity import check
+
+    check(raw, p)
+    return raw
+
+
+def load_plan(path, *, backend: str | None = None, expect_target: str | None = None) -> Plan:
+    """Read and validate ``plan.json``.  ``backend`` 'ort' validates the ONNX artifacts,
+    'sim' needs the ONNX too (the simulator builds from ONNX), 'rknnlite' the .rknn ones."""
+    p = Path(path)
+    raw = read_plan(p)
     sd = raw.get("speech_decoder") if isinstance(raw, dict) else None
     if not isinstance(sd, dict):
         raise RkspeechError(f"plan {p}: no speech_decoder section")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import io
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -50,12 +51,39 @@ def decode_audio(source: str | os.PathLike | bytes, *, sample_rate: int, what: s
     not exist or is a folder, 0 bytes, data PyAV cannot decode (not audio, no audio stream, or
     packets that decode to no samples), a container with no samples unless ``allow_empty``,
     fewer than ``min_seconds``; :class:`AudioTooLong` past ``max_seconds``."""
+    raw = io.BytesIO()  # int16 while decoding: half the size of the float32 result
+    for block in _blocks(source, sample_rate=sample_rate, what=what, allow_empty=allow_empty,
+                         max_seconds=max_seconds):
+        raw.write(block)
+    audio = np.frombuffer(raw.getbuffer(), dtype=np.int16).astype(np.float32) / 32768.0
+    if 0 < audio.size < min_seconds * sample_rate:
+        raise AudioError(f"{_label(source, what)} is {audio.size / sample_rate:.2f} s long; "
+                         f"give at least {min_seconds:g} s")
+    return audio
+
+
+def iter_audio(source: str | os.PathLike | bytes, *, sample_rate: int, what: str = "audio file",
+               allow_empty: bool = False, max_seconds: float | None = None) -> Iterator[np.ndarray]:
+    """:func:`decode_audio` block by block (float32 blocks of up to ~30 s, the same samples in the
+    same order), so a long recording is never held whole; the same refusals, raised when met
+    (a path's own problems at the first ``next``)."""
+    for block in _blocks(source, sample_rate=sample_rate, what=what, allow_empty=allow_empty,
+                         max_seconds=max_seconds):
+        yield block.astype(np.float32) / 32768.0
+
+
+def _label(source, what: str) -> str:
+    return what if isinstance(source, (bytes, bytearray, memoryview)) else f"{what} {Path(source)}"
+
+
+def _blocks(source, *, sample_rate: int, what: str, allow_empty: bool, max_seconds: float | None):
+    """int16 blocks of the decoded audio, after the checks of the source; the empty checks at the end."""
     if isinstance(sample_rate, bool) or not isinstance(sample_rate, int) or sample_rate <= 0:
         raise AudioError(f"cannot decode {what} to a sample rate of {sample_rate!r}; "
                          "give a positive whole number of Hz")
+    label = _label(source, what)
     if isinstance(source, (bytes, bytearray, memoryview)):
         data = bytes(source)
-        label = what
         if not data:
             raise AudioError(f"{label} is empty (0 bytes)")
 
@@ -63,7 +91,6 @@ def decode_audio(source: str | os.PathLike | bytes, *, sample_rate: int, what: s
             return io.BytesIO(data)
     else:
         path = Path(source)
-        label = f"{what} {path}"
         if path.is_dir():
             raise AudioError(f"{label} is a folder; pass an audio file")
         if not path.is_file():
@@ -74,27 +101,28 @@ def decode_audio(source: str | os.PathLike | bytes, *, sample_rate: int, what: s
         def open_input():
             return str(path)
 
-    audio = _decode(open_input, label, sample_rate, max_seconds)
-    if audio.size == 0:
+    samples = 0
+    for block in _decode(open_input, label, sample_rate, max_seconds):
+        samples += block.size
+        yield block
+    if samples == 0:
         if _packet_bytes(open_input) > 0:  # e.g. random bytes named .mp3: probed as mp3, every packet invalid
             raise AudioError(f"{label}: cannot decode it as audio (its packets decode to no samples: "
                              "not audio, or corrupt)")
         if not allow_empty:
             raise AudioError(f"{label} holds no audio samples")
-    elif audio.size < min_seconds * sample_rate:
-        raise AudioError(f"{label} is {audio.size / sample_rate:.2f} s long; give at least {min_seconds:g} s")
-    return audio
 
 
-def _decode(open_input, label: str, sample_rate: int, max_seconds: float | None) -> np.ndarray:
-    """faster-whisper's decoding steps, with the length bound checked as frames come out."""
+def _decode(open_input, label: str, sample_rate: int, max_seconds: float | None) -> Iterator[np.ndarray]:
+    """faster-whisper's decoding steps (int16 blocks as the resampler gives them), with the length
+    bound checked as frames come out."""
     import gc
     import itertools
 
     av = _import_av()
-    limit_bytes = None if max_seconds is None else int(max_seconds * sample_rate) * 2
-    raw = io.BytesIO()
+    limit = None if max_seconds is None else int(max_seconds * sample_rate)
     resampler = av.audio.resampler.AudioResampler(format="s16", layout="mono", rate=sample_rate)
+    samples = 0
     try:
         with av.open(open_input(), mode="r", metadata_errors="ignore") as container:
             if not container.streams.audio:
@@ -102,17 +130,20 @@ def _decode(open_input, label: str, sample_rate: int, max_seconds: float | None)
             grouped = _group_frames(av, _ignore_invalid_frames(av, container.decode(audio=0)))
             for group in itertools.chain(grouped, [None]):  # None flushes the resampler
                 for frame in resampler.resample(group):
-                    raw.write(frame.to_ndarray())
-                    if limit_bytes is not None and raw.tell() > limit_bytes:
+                    block = frame.to_ndarray().reshape(-1)
+                    samples += block.size
+                    if limit is not None and samples > limit:
                         raise AudioTooLong(too_long_message(label, max_seconds))
+                    yield block
     except AudioError:
+        raise
+    except GeneratorExit:
         raise
     except Exception as exc:  # noqa: BLE001 - PyAV raises its own error types
         raise AudioError(f"{label}: cannot decode it as audio ({_detail(exc)})") from None
     finally:
         del resampler
         gc.collect()  # as faster-whisper does: PyAV resampler objects are freed late otherwise
-    return np.frombuffer(raw.getbuffer(), dtype=np.int16).astype(np.float32) / 32768.0
 
 
 def _ignore_invalid_frames(av, frames):

@@ -50,3 +50,13 @@ class BadAudio(ServeError):
 class TooLong(ServeError):
     status = 413
     code = "too-long"
+
+
+class RequestTimeout(ServeError):
+    status = 408
+    code = "request_timeout"
+
+
+class TooLarge(ServeError):
+    status = 413
+    code = "too_large"

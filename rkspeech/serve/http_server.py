@@ -50,16 +50,23 @@ def _error_response(exc: ServeError):
     from starlette.responses import JSONResponse
 
     kind = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-            413: "invalid_request_error", 503: "server_busy", 504: "timeout"}.get(exc.status, "server_error")
+            408: "timeout", 413: "invalid_request_error", 503: "server_busy",
+            504: "timeout"}.get(exc.status, "server_error")
     headers = {}
     if isinstance(exc, Busy) or exc.status == 503:
         headers["Retry-After"] = str(getattr(exc, "retry_after_s", 2))
+    if exc.status in (408, 413) or exc.code == "over-budget":
+        # the rest of the body is not wanted: close (a refusal before any reading, 503 busy, keeps
+        # the connection: closing it under a client still sending its upload reset the
+        # connection, and the client saw a connection error instead of the 503)
+        headers["Connection"] = "close"
     return JSONResponse({"error": {"message": str(exc), "type": kind, "param": None, "code": exc.code}},
                         status_code=exc.status, headers=headers)
 
 
-def build_app(pool: ServePool, options: ServeOptions, metrics=None):
-    """The Starlette application over ``pool``."""
+def build_app(pool: ServePool, options: ServeOptions, metrics=None, limits=None):
+    """The Starlette application over ``pool``; ``limits`` (:class:`rkspeech.serve.limits.ServerLimits`)
+    holds the memory budget request bodies count against."""
     from starlette.applications import Starlette
     from starlette.responses import (
         JSONResponse,
@@ -73,6 +80,9 @@ def build_app(pool: ServePool, options: ServeOptions, metrics=None):
     from rkspeech.runtime.audio import AudioError, decode_audio
     from rkspeech.serve import biasing, transcription
     from rkspeech.serve.audio import bad_audio
+    from rkspeech.serve.http_limits import read_body as read_limited
+    from rkspeech.serve.http_limits import unless_gone
+    from rkspeech.serve.limits import ServerLimits
     from rkspeech.serve.speech import SpeakRequest
     from rkspeech.serve.speech_formats import (
         SpeechEncoder,
@@ -82,6 +92,8 @@ def build_app(pool: ServePool, options: ServeOptions, metrics=None):
         encoded_body,
     )
     from rkspeech.serve.transcript_stream import sse_body, transcript_events
+
+    limits = limits or ServerLimits.from_options(options, metrics)
 
     def count(endpoint: str, status) -> None:
         if metrics is not None:
@@ -108,6 +120,7 @@ def build_app(pool: ServePool, options: ServeOptions, metrics=None):
         def wrap(handler):
             async def route(request):
                 start = time.perf_counter()
+                request.state.lease = limits.budget.lease()
                 try:
                     if name != "/health":
                         authorize(request)
@@ -119,6 +132,8 @@ def build_app(pool: ServePool, options: ServeOptions, metrics=None):
                 except Exception as exc:
                     log.exception("%s failed", name)
                     response = _error_response(HttpError(500, f"internal error: {type(exc).__name__}", "internal"))
+                finally:
+                    request.state.lease.release()  # the body is parsed (speech) or transcribed by now
                 count(name, response.status_code)
                 if metrics is not None and name.startswith("/v1/"):
                     metrics.stage_seconds.labels("request").observe(time.perf_counter() - start)
@@ -127,15 +142,7 @@ def build_app(pool: ServePool, options: ServeOptions, metrics=None):
         return wrap
 
     async def read_body(request, limit: int) -> bytes:
-        length = request.headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > limit:
-            raise HttpError(413, f"the request body is {int(length)} bytes, the server's limit is {limit}", "too_large")
-        body = bytearray()
-        async for piece in request.stream():
-            body += piece
-            if len(body) > limit:
-                raise HttpError(413, f"the request body is larger than the server's limit of {limit} bytes", "too_large")
-        return bytes(body)
+        return await read_limited(request, limit=limit, timeout_s=options.body_timeout_s, lease=request.state.lease)
 
     async def parse_form(request, body: bytes):
         from starlette.formparsers import MultiPartException, MultiPartParser
@@ -201,7 +208,9 @@ def build_app(pool: ServePool, options: ServeOptions, metrics=None):
             events = transcript_events(pool, audio, req, deadline=deadline, client=client)
             first = await anext(events)  # errors before the first event get a status code
             return StreamingResponse(sse_body(events, first, on_done=observe), media_type="text/event-stream")
-        result = await pool.run(TRANSCRIBE, transcription.run, audio, req, deadline=deadline, client=client)
+        # a client that leaves while its request waits for an engine is not transcribed
+        result = await unless_gone(request, pool.run(TRANSCRIBE, transcription.run, audio, req, deadline=deadline,
+                                                     client=client))
         observe(result)
         body, media = transcription.render(result, fmt, words="word" in grains)
         if media == "json":
@@ -277,11 +286,13 @@ class HttpServer:
     """uvicorn serving :func:`build_app` on ``host:port`` (port 0: a free one, see :attr:`address`),
     in the caller's event loop; signals are left to the caller."""
 
-    def __init__(self, address: str, pool: ServePool, options: ServeOptions, metrics=None):
+    def __init__(self, address: str, pool: ServePool, options: ServeOptions, metrics=None, limits=None):
+        from rkspeech.serve.limits import ServerLimits
         from rkspeech.serve.options import split_host_port
 
         self.host, self.port = split_host_port(address, flag="--http")
         self.pool, self.options, self.metrics = pool, options, metrics
+        self.limits = limits or ServerLimits.from_options(options, metrics)
         self._server = None
         self._task = None
         self.address: str | None = None
@@ -302,8 +313,13 @@ class HttpServer:
         sock.setblocking(False)
         host, port = sock.getsockname()[:2]
         self.address = f"{'[' + host + ']' if ':' in host else host}:{port}"
-        config = uvicorn.Config(build_app(self.pool, self.options, self.metrics), log_level="warning",
+        from rkspeech.serve.http_limits import protocol_class
+        from rkspeech.serve.limits import ACCEPT_BATCH, deepen
+
+        config = uvicorn.Config(build_app(self.pool, self.options, self.metrics, self.limits), log_level="warning",
                                 lifespan="off", access_log=False,
+                                http=protocol_class(self.limits.gate, self.options.header_timeout_s),
+                                timeout_keep_alive=self.options.keep_alive_timeout_s, backlog=ACCEPT_BATCH,
                                 timeout_graceful_shutdown=max(1, int(self.options.shutdown_grace_s)))
         self._server = _Server(config)
         self._task = asyncio.create_task(self._server.serve(sockets=[sock]))
@@ -312,6 +328,7 @@ class HttpServer:
                 self._task.result()  # raises the startup error
                 raise RuntimeError("the HTTP server stopped during startup")
             await asyncio.sleep(0.01)
+        deepen(sock)  # uvicorn listened with the accept batch; the queue itself is longer
 
     async def stop(self) -> None:
         """Stop accepting; uvicorn lets running responses finish (up to the grace time)."""

@@ -33,8 +33,19 @@ class ServeOptions:
     #: a Wyoming connection with no event for this long is closed (an idle client holds a
     #: descriptor; 1,100 idle ones once exhausted a systemd unit's 1024 and took both front ends down)
     idle_timeout_s: float = 300.0
-    #: Wyoming connections open at once; one more is closed at once, before it costs anything
+    #: connections open at once over both front ends (they share the descriptors; lowered to stay
+    #: ``limits.FD_RESERVE`` below RLIMIT_NOFILE); one more is answered and closed at once
     max_connections: int = 256
+    #: HTTP: a request head must arrive within this of connecting or of the last response
+    header_timeout_s: float = 10.0
+    #: HTTP: a request body must arrive within this of its head (25 MB in 60 s is 3.5 Mbit/s)
+    body_timeout_s: float = 60.0
+    #: HTTP: a kept-alive connection with no new request for this long is closed (uvicorn's 5 s)
+    keep_alive_timeout_s: float = 5.0
+    #: client data held at once -- bodies being read, buffered Wyoming audio, streamed text;
+    #: past it new work is refused with 503 / Wyoming ``over-budget`` (256 MB: ten uploads at
+    #: the 25 MB limit; the models of an 8 GB board leave room for it)
+    memory_budget_bytes: int = 256 * 1024 * 1024
     # transcription defaults: those of ``rkspeech transcribe`` (see serve.transcription)
     beam_size: int = 5
     language: str | None = None
@@ -48,9 +59,12 @@ class ServeOptions:
         for name, low in (("max_queue", 0), ("request_timeout_s", 0.001), ("retry_after_s", 0),
                           ("max_upload_bytes", 1), ("max_audio_s", 0.001), ("max_text_chars", 1),
                           ("shutdown_grace_s", 0), ("beam_size", 1), ("idle_timeout_s", 0.001),
-                          ("max_connections", 1)):
+                          ("max_connections", 1), ("header_timeout_s", 0.001), ("body_timeout_s", 0.001),
+                          ("keep_alive_timeout_s", 0.001), ("memory_budget_bytes", 1)):
             if getattr(self, name) < low:
                 raise RkspeechError(f"{name} must be >= {low}, got {getattr(self, name)}")
+        if self.api_key is not None and not self.api_key.strip():
+            raise RkspeechError("--api-key is empty: give a key, or leave the flag out to serve without one")
         if self.wyoming is not None and not self.wyoming.startswith(("tcp://", "unix://")):
             raise RkspeechError(f"--wyoming {self.wyoming!r}: use tcp://HOST:PORT or unix://PATH")
         if self.http is not None:

@@ -27,6 +27,9 @@ class Server:
         for lane in pool.lanes.values():
             lane.metrics = metrics
         self.pool, self.options, self.metrics = pool, options, metrics
+        from rkspeech.serve.limits import ServerLimits
+
+        self.limits = ServerLimits.from_options(options, metrics)  # one cap and one budget for both front ends
         self.wyoming = self.http = None
         self.addresses: dict[str, str] = {}
 
@@ -35,17 +38,21 @@ class Server:
 
         if self.options.wyoming is None and self.options.http is None:
             raise RkspeechError("nothing to serve on: give --wyoming URI and/or --http HOST:PORT")
+        from rkspeech.serve.limits import quiet_accept_errors
+
+        quiet_accept_errors(asyncio.get_running_loop())
         try:
             if self.options.wyoming is not None:
                 from rkspeech.serve.wyoming_server import WyomingServer
 
-                self.wyoming = WyomingServer(self.options.wyoming, self.pool, self.options, self.metrics)
+                self.wyoming = WyomingServer(self.options.wyoming, self.pool, self.options, self.metrics,
+                                             self.limits)
                 await self.wyoming.start()
                 self.addresses["wyoming"] = self.wyoming.address
             if self.options.http is not None:
                 from rkspeech.serve.http_server import HttpServer
 
-                self.http = HttpServer(self.options.http, self.pool, self.options, self.metrics)
+                self.http = HttpServer(self.options.http, self.pool, self.options, self.metrics, self.limits)
                 await self.http.start()
                 self.addresses["http"] = self.http.address
         except OSError as exc:

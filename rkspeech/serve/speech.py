@@ -34,7 +34,9 @@ class SpeakRequest:
         if speaker is not None and speakers and speaker not in speakers and speaker != "default":
             raise BadSpeechRequest(f"unknown voice {speaker!r}; this server has: {', '.join(speakers)}")
         if speaker == "default":
-            speaker = None
+            # the engine's first voice: a custom-voice model has no voice without a speaker
+            # (None failed there: "needs a speaker"); a base model has none to name
+            speaker = speakers[0] if speakers else None
         languages = list(engine.languages or [])
         if language is not None and languages and language not in languages:
             raise BadSpeechRequest(f"unknown language {language!r}; this server speaks: {', '.join(languages)}")

@@ -31,14 +31,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 
 from rkspeech.core.errors import RkspeechError
 from rkspeech.serve.audio import pcm16_to_float
 from rkspeech.serve.engines import SPEECH, TRANSCRIBE, ServePool
 from rkspeech.serve.errors import ServeError
+from rkspeech.serve.limits import ACCEPT_BATCH, ServerLimits, deepen
 from rkspeech.serve.options import SAMPLE_RATE, ServeOptions
+from rkspeech.core.sentences import SentenceSplitter
 from rkspeech.serve.wyoming_events import MAX_LINE, Framing, check_audio_format, read_event
 from rkspeech.serve.wyoming_info import info_event
 
@@ -46,14 +47,17 @@ from rkspeech.serve.wyoming_info import info_event
 #: expect a steady stream of small ones.
 CHUNK_SAMPLES = 2048
 log = logging.getLogger("rkspeech.serve")
-_SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+")
 
 
 class WyomingHandler:
-    def __init__(self, reader, writer, pool: ServePool, options: ServeOptions, metrics, info_event):
+    def __init__(self, reader, writer, pool: ServePool, options: ServeOptions, metrics, info_event,
+                 limits: ServerLimits | None = None):
         self.reader, self.writer = reader, writer
         self.pool, self.options, self.metrics = pool, options, metrics
         self.info_event = info_event
+        limits = limits or ServerLimits.from_options(options, metrics)
+        # buffered audio and streamed text count against the server's memory budget
+        self._audio_lease, self._text_lease = limits.budget.lease(), limits.budget.lease()
         self._language = None
         self._bias: list = []  # transcribe's transcript_names + transcript_terms (hotwords)
         self._converter = None
@@ -121,6 +125,8 @@ class WyomingHandler:
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         finally:
+            self._audio_lease.release()
+            self._text_lease.release()
             self.writer.close()
 
     async def handle(self, event) -> None:
@@ -150,6 +156,7 @@ class WyomingHandler:
             check_audio_format(start.rate, start.width, start.channels)
             self._converter = AudioChunkConverter(rate=SAMPLE_RATE, width=2, channels=1)
             self._audio, self._audio_bytes, self._too_long = [], 0, False
+            self._audio_lease.release()
         elif AudioChunk.is_type(event.type):
             if self._converter is None:
                 raise ServeError("audio-chunk before audio-start")
@@ -162,10 +169,18 @@ class WyomingHandler:
                                  f"(width {chunk.width} x channels {chunk.channels})")
             # the size after conversion, known before converting: a tiny chunk declaring a low
             # rate must not allocate gigabytes (the resampler's output grows by 16000 / rate)
-            self._audio_bytes += 2 * (len(chunk.audio) // frame) * SAMPLE_RATE // chunk.rate
+            converted = 2 * (len(chunk.audio) // frame) * SAMPLE_RATE // chunk.rate
+            self._audio_bytes += converted
             if self._audio_bytes > self.options.max_audio_s * SAMPLE_RATE * 2:
                 self._too_long, self._audio = True, []
+                self._audio_lease.release()
                 return
+            try:
+                self._audio_lease.add(converted, "this audio")
+            except ServeError:
+                self._converter, self._audio = None, []  # the stream ends here: audio-stop is out of order now
+                self._audio_lease.release()
+                raise
             self._audio.append(self._converter.convert(chunk).audio)
         elif AudioStop.is_type(event.type):
             await self._transcribe()
@@ -177,29 +192,38 @@ class WyomingHandler:
             self._count("wyoming synthesize", "ok")
         elif SynthesizeStart.is_type(event.type):
             self.pool.first_model(SPEECH)
-            self._streaming = {"voice": SynthesizeStart.from_event(event).voice, "text": ""}
+            self._streaming = {"voice": SynthesizeStart.from_event(event).voice, "text": SentenceSplitter()}
             self._stream_started = False
         elif SynthesizeChunk.is_type(event.type):
             if self._streaming is None:
                 raise ServeError("synthesize-chunk before synthesize-start")
-            self._streaming["text"] += SynthesizeChunk.from_event(event).text
-            if len(self._streaming["text"]) > self.options.max_text_chars:
+            splitter = self._streaming["text"]
+            sentences = splitter.feed(SynthesizeChunk.from_event(event).text)
+            try:
+                if len(splitter.text) > self.options.max_text_chars:
+                    raise ServeError(f"the text of this synthesize stream has no sentence end within "
+                                     f"{self.options.max_text_chars} characters (--max-text-chars)")
+                self._text_lease.release()  # the text held is what is not yet a sentence
+                self._text_lease.add(len(splitter.text) + sum(map(len, sentences)), "this text stream")
+            except ServeError:
                 self._streaming = None
-                raise ServeError(f"the text of this synthesize stream has no sentence end within "
-                                 f"{self.options.max_text_chars} characters (--max-text-chars)")
-            parts = _SENTENCE_END.split(self._streaming["text"])
-            for sentence in parts[:-1]:
+                self._text_lease.release()
+                if self._stream_started:
+                    await self._audio_stop()  # no audio-start is left without its audio-stop
+                raise
+            for sentence in sentences:
                 await self._speak(sentence, self._streaming["voice"], start=not self._stream_started, stop=False)
                 self._stream_started = True
-            self._streaming["text"] = parts[-1]
         elif SynthesizeStop.is_type(event.type):
             if self._streaming is None:
                 raise ServeError("synthesize-stop before synthesize-start")
             from wyoming.tts import SynthesizeStopped
 
             state, self._streaming = self._streaming, None
-            if state["text"].strip() or not self._stream_started:
-                await self._speak(state["text"], state["voice"], start=not self._stream_started, stop=True)
+            self._text_lease.release()
+            rest = state["text"].rest()
+            if rest.strip() or not self._stream_started:
+                await self._speak(rest, state["voice"], start=not self._stream_started, stop=True)
             else:
                 await self._audio_stop()
             await self.write(SynthesizeStopped().event())
@@ -217,6 +241,8 @@ class WyomingHandler:
             raise ServeError("audio-stop before audio-start")
         audio_bytes, too_long, language, bias = b"".join(self._audio), self._too_long, self._language, self._bias
         self._converter, self._audio, self._audio_bytes, self._language, self._bias = None, [], 0, None, []
+        if too_long or not audio_bytes:
+            self._audio_lease.release()
         if too_long:
             from rkspeech.runtime.audio import too_long_message
             from rkspeech.serve.errors import TooLong
@@ -235,14 +261,17 @@ class WyomingHandler:
         # streamed (wyoming 1.10): transcript-start, a chunk per decoded segment, transcript-stop,
         # then the plain transcript, which clients that do not stream wait for
         started = False
-        async for kind, value in transcript_events(self.pool, audio, request, client=self.client):
-            if not started:
-                await self.write(TranscriptStart(language=request.language).event())
-                started = True
-            if kind == "delta":
-                await self.write(TranscriptChunk(text=value).event())
-            else:
-                result = value
+        try:
+            async for kind, value in transcript_events(self.pool, audio, request, client=self.client):
+                if not started:
+                    await self.write(TranscriptStart(language=request.language).event())
+                    started = True
+                if kind == "delta":
+                    await self.write(TranscriptChunk(text=value).event())
+                else:
+                    result = value
+        finally:
+            self._audio_lease.release()  # the buffered audio is held until transcribed
         await self.write(TranscriptStop().event())
         await self.write(Transcript(text=result.text.strip(), language=result.language).event())
         if self.metrics is not None:
@@ -263,16 +292,29 @@ class WyomingHandler:
                                        max_chars=self.options.max_text_chars)
         rate = engine.sample_rate
         began = time.perf_counter()
-        if start:
+        chunks = self.pool.stream(SPEECH, request.open, client=self.client)
+        started = not start  # audio-start already sent (a streamed sentence after the first)
+        try:
+            async for chunk in chunks:
+                if not started:  # after the first chunk: an engine's refusal comes before any audio-start
+                    await self.write(AudioStart(rate=rate, width=2, channels=1).event())
+                    started = True
+                    if self.metrics is not None:
+                        self.metrics.stage_seconds.labels("speech_first_chunk").observe(time.perf_counter() - began)
+                pcm = float_to_pcm16(chunk)
+                for i in range(0, len(pcm), CHUNK_SAMPLES * 2):
+                    await self.write(AudioChunk(rate=rate, width=2, channels=1,
+                                                audio=pcm[i:i + CHUNK_SAMPLES * 2]).event())
+        except Exception as exc:
+            if started and not isinstance(exc, ConnectionError):
+                # an error mid-stream: close the audio first, so no audio-start lacks its audio-stop
+                self._streaming = None
+                await self._audio_stop()
+            raise
+        finally:
+            await chunks.aclose()  # a client gone mid-stream stops the generation now, not at collection
+        if not started and start:
             await self.write(AudioStart(rate=rate, width=2, channels=1).event())
-        first = True
-        async for chunk in self.pool.stream(SPEECH, request.open, client=self.client):
-            if first and self.metrics is not None:
-                self.metrics.stage_seconds.labels("speech_first_chunk").observe(time.perf_counter() - began)
-            first = False
-            pcm = float_to_pcm16(chunk)
-            for i in range(0, len(pcm), CHUNK_SAMPLES * 2):
-                await self.write(AudioChunk(rate=rate, width=2, channels=1, audio=pcm[i:i + CHUNK_SAMPLES * 2]).event())
         if self.metrics is not None:
             self.metrics.stage_seconds.labels("speech_total").observe(time.perf_counter() - began)
         if stop:
@@ -284,12 +326,18 @@ class WyomingHandler:
         await self.write(AudioStop().event())
 
 
+#: the answer to a connection over the cap: one ``error`` event (header line, then its data)
+_TOO_MANY_DATA = b'{"text": "too many open connections (--max-connections); retry later", "code": "too-many-connections"}'
+_TOO_MANY = b'{"type": "error", "data_length": %d}\n%s' % (len(_TOO_MANY_DATA), _TOO_MANY_DATA)
+
+
 class WyomingServer:
     """``await start()`` binds (port 0: a free one, see :attr:`address`); ``await stop()`` closes
     the listener and every connection."""
 
-    def __init__(self, uri: str, pool: ServePool, options: ServeOptions, metrics=None):
+    def __init__(self, uri: str, pool: ServePool, options: ServeOptions, metrics=None, limits=None):
         self.uri, self.pool, self.options, self.metrics = uri, pool, options, metrics
+        self.limits = limits or ServerLimits.from_options(options, metrics)
         self._server = None
         self._tasks: dict[asyncio.Task, WyomingHandler] = {}
         self.address: str | None = None
@@ -300,12 +348,11 @@ class WyomingServer:
         info = info_event(self.pool, self.options)
 
         async def on_connect(reader, writer):
-            if len(self._tasks) >= self.options.max_connections:
-                if self.metrics is not None:
-                    self.metrics.requests.labels("wyoming connect", "refused").inc()
-                writer.transport.abort()  # over --max-connections: refused before it costs anything
+            if not self.limits.gate.admit("wyoming"):  # over --max-connections: say so, close
+                writer.write(_TOO_MANY)
+                writer.close()
                 return
-            handler = WyomingHandler(reader, writer, self.pool, self.options, self.metrics, info)
+            handler = WyomingHandler(reader, writer, self.pool, self.options, self.metrics, info, self.limits)
             task = asyncio.current_task()
             self._tasks[task] = handler
             try:
@@ -314,15 +361,19 @@ class WyomingServer:
                 pass  # shutdown past the grace time
             finally:
                 self._tasks.pop(task, None)
+                self.limits.gate.leave()
 
         parsed = urlparse(self.uri)
         if parsed.scheme == "unix":
-            self._server = await asyncio.start_unix_server(on_connect, path=parsed.path, limit=MAX_LINE)
+            self._server = await asyncio.start_unix_server(on_connect, path=parsed.path, limit=MAX_LINE,
+                                                           backlog=ACCEPT_BATCH)
             self.address = self.uri
         else:
             self._server = await asyncio.start_server(on_connect, host=parsed.hostname or "127.0.0.1",
-                                                      port=parsed.port or 0, limit=MAX_LINE)
+                                                      port=parsed.port or 0, limit=MAX_LINE, backlog=ACCEPT_BATCH)
             host, port = self._server.sockets[0].getsockname()[:2]
+        for sock in self._server.sockets:
+            deepen(sock)
             self.address = f"tcp://{host}:{port}"
 
     async def stop_listening(self) -> None:

@@ -64,17 +64,23 @@ class VerifyResult:
     sim_vs_ort_db: float | None = None
     per_step: dict = field(default_factory=dict)  # stage -> [dB per main step]
     sim_peak_rss_mb: float | None = None  # largest simulator child seen
+    golden: dict = field(default_factory=dict)  # role -> runtime.golden.record_golden's report
 
     def to_report(self) -> dict:
         return {"tokens": self.tokens, "snr_db": self.snr_db, "sim_vs_onnxruntime_db": self.sim_vs_ort_db,
-                "per_step_snr_db": self.per_step, "sim_peak_rss_mb": self.sim_peak_rss_mb}
+                "per_step_snr_db": self.per_step, "sim_peak_rss_mb": self.sim_peak_rss_mb,
+                **({"golden": self.golden} if self.golden else {})}
 
 
 def verify_vocoder(model_dir, main: Artifact, first: Artifact | None = None, *, steps: int = 3,
                    target: str | None = None, seed: int = 0, threads: int = 2,
                    sim_log: str | None = None, sim_memory_limit_mb: float | None = None,
-                   sim_pieces: int = 1) -> VerifyResult:
-    """Full decode vs onnxruntime step vs simulator step, over ``steps`` main steps."""
+                   sim_pieces: int = 1, goldens: dict[str, Path] | None = None) -> VerifyResult:
+    """Full decode vs onnxruntime step vs simulator step, over ``steps`` main steps.
+
+    ``goldens``: role ("main", "first") -> where to write that graph's golden replay
+    (``runtime.golden``), recorded on the same simulator build just before the stream runs on
+    it (a golden stage of its own would build each graph once more: 115 s of a reduced build)."""
     import torch
 
     from rkspeech.models.qwen3_tts.vocoder_checkpoint import load_vocoder
@@ -132,8 +138,17 @@ def verify_vocoder(model_dir, main: Artifact, first: Artifact | None = None, *, 
     ort_audio = run("onnxruntime_step", lambda a: open_runner("ort", a.onnx, threads=threads))
     # memory limit: the caller's, else open_runner's default (90 % of the memory available now)
     limit = {} if sim_memory_limit_mb is None else {"memory_limit_mb": sim_memory_limit_mb}
-    sim_audio = run("rknn_sim_step", lambda a: open_runner("sim", a.onnx, target=target, dtype="fp16",
-                                                          log_path=sim_log, pieces=sim_pieces, **limit),
-                    lazy=True)
+    def sim_runner(a: Artifact):
+        r = open_runner("sim", a.onnx, target=target, dtype="fp16", log_path=sim_log, pieces=sim_pieces, **limit)
+        role = "main" if a is main else "first"
+        if goldens and role in goldens:
+            from rkspeech.runtime.golden import golden_inputs, record_golden
+
+            with progress.stage(f"golden replay of {role} (simulator)"):
+                result.golden[role] = record_golden(goldens[role], golden_inputs(role, a.contract, r.input_specs()),
+                                                    r, source="sim", target=target or main.target, dtype="fp16")
+        return r
+
+    sim_audio = run("rknn_sim_step", sim_runner, lazy=True)
     result.sim_vs_ort_db = round(snr_db(ort_audio, sim_audio), 2)
     return result

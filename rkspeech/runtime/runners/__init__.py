@@ -43,7 +43,8 @@ def check_runner_file(backend: str, path: str | os.PathLike) -> Path:
 def open_runner(backend: str, path: str | os.PathLike, *, threads: int | None = None,
                 target: str | None = None, dtype: str = "fp16", memory_limit_mb: float | None | str = "auto",
                 log_path: str | None = None, pieces: int = 1, core_mask: str | None = None,
-                dataset: str | None = None, hybrid: dict | None = None, spin: bool = True):
+                dataset: str | None = None, hybrid: dict | None = None, pass_through: bool = False,
+                reuse_outputs: bool = False, spin: bool = True):
     """Open ``path`` on ``backend`` (one of :data:`BACKENDS`); returns a Runner.
 
     * ``ort``: :class:`OnnxRuntimeRunner` with ``threads`` intra-op threads (default
@@ -55,7 +56,9 @@ def open_runner(backend: str, path: str | os.PathLike, *, threads: int | None = 
       output goes to ``log_path`` (or is discarded); ``dataset``: the calibration list of an
       ``int8`` / ``int16-hybrid`` build, ``hybrid`` the latter's
       ``HybridInt16Options.to_dict()`` (one piece only).
-    * ``rknnlite``: :class:`RknnLiteRunner` pinned to ``core_mask`` (default "auto").
+    * ``rknnlite``: :class:`RknnLiteRunner` pinned to ``core_mask`` (default "auto");
+      ``pass_through`` / ``reuse_outputs``: the runtime's own options, where the graph's inputs
+      and the caller allow them (the class says when).
 
     Options that do not apply to ``backend`` are ignored.  A missing file, a wrong file kind or
     an unknown backend is a one-line RkspeechError.
@@ -68,7 +71,8 @@ def open_runner(backend: str, path: str | os.PathLike, *, threads: int | None = 
     if backend == "rknnlite":
         from rkspeech.runtime.runners.rknnlite import RknnLiteRunner
 
-        return RknnLiteRunner(path, core_mask=core_mask or "auto")
+        return RknnLiteRunner(path, core_mask=core_mask or "auto", pass_through=pass_through,
+                              reuse_outputs=reuse_outputs)
     from rkspeech.core.targets import DEFAULT_TARGET, TARGETS
 
     if memory_limit_mb == "auto":

@@ -1,8 +1,19 @@
-"""rknn-toolkit-lite2 on a board: a .rknn on the NPU."""
+"""rknn-toolkit-lite2 on a board: a .rknn on the NPU.
+
+Written to rknn-toolkit-lite2 2.5.0's own ``rknnlite/api/rknn_lite.py`` (read from its aarch64
+wheel): ``RKNNLite(verbose=False, verbose_file=None)``, ``load_rknn(path, key_path=None)`` and
+``init_runtime(target=None, device_id=None, async_mode=False, core_mask=NPU_CORE_AUTO)`` return 0
+or -1; ``inference(inputs, data_type=None, data_format=None, inputs_pass_through=None,
+get_frame_id=False, reuse_outputs=False)`` returns the outputs or None on any error (the reason
+only in its log); core masks ``NPU_CORE_AUTO`` 0, ``_0`` 1, ``_1`` 2, ``_2`` 4, ``_0_1`` 3,
+``_0_1_2`` 7.  What pass-through and reuse_outputs save, and what only the C API reaches:
+docs/board.md.
+"""
 
 from __future__ import annotations
 
 import os
+import time
 
 import numpy as np
 
@@ -22,12 +33,24 @@ class RknnLiteRunner(Runner):
 
     I/O names, shapes and dtypes come from the .rknn itself (``contracts.rknn_file``).
     ``core_mask``: one of :data:`rkspeech.core.targets.CORE_MASKS` ("auto": the runtime picks
-    one core; multi-core masks only on rk3588 / rk3576).  Not testable without a board.
+    one core; multi-core masks only on rk3588 / rk3576).
+
+    ``pass_through``: inputs the NPU holds as float16 in their own layout (fp16 at the graph
+    boundary and not 4-D, so no NCHW -> NC1HWC2 re-layout: the vocoder's flat cache, the talker's
+    2-D inputs) are declared float16 (``input_specs``) and handed over with pass-through set, so
+    the runtime neither converts nor re-lays them; a caller that keeps such a state in float16
+    pays no conversion at all.  ``reuse_outputs``: the runtime returns views of its own output
+    buffers, overwritten by the next call: only for callers that are done with a call's outputs
+    before the next (``runtime.golden.replay``, which feeds a state output into the next call's
+    inputs, which the runtime copies in before it writes outputs).  ``overhead_s``: time spent
+    in this runner around ``inference()`` (checks, casts), summed over calls.
+    Tested with a stand-in of the 2.5.0 API (tests/test_board.py), never on a board here.
     """
 
     name = "rknn-lite"
 
-    def __init__(self, rknn_path: str | os.PathLike, core_mask: str = "auto"):
+    def __init__(self, rknn_path: str | os.PathLike, core_mask: str = "auto", *, pass_through: bool = False,
+                 reuse_outputs: bool = False):
         super().__init__()
         from rkspeech.convert.toolkit import rknn_lite_class
         from rkspeech.contracts.rknn_file import read_container
@@ -43,6 +66,13 @@ class RknnLiteRunner(Runner):
             for t in infos:
                 dt = _RKNN_DTYPES.get(t.model_dtype or "", None) or _RKNN_DTYPES.get(t.dtype, np.float32)
                 specs[t.name] = (tuple(t.shape), np.dtype(dt))
+        #: per input, in order: handed over as float16 with the pass-through flag set
+        self.pass_through = [bool(pass_through) and t.dtype == "float16" and len(t.shape) != 4 for t in c.inputs]
+        for t, on in zip(c.inputs, self.pass_through):
+            if on:
+                self._inputs[t.name] = (tuple(t.shape), np.dtype(np.float16))
+        self.reuse_outputs = bool(reuse_outputs)
+        self.overhead_s = 0.0
         RKNNLite = rknn_lite_class()
         self.rknn = RKNNLite(verbose=False)
         if self.rknn.load_rknn(rknn_path) != 0:
@@ -58,7 +88,14 @@ class RknnLiteRunner(Runner):
         if self.rknn is None:
             raise RkspeechError(f"{self.name}: the runner is closed")
         inputs = list(arrays.values())
-        outputs = self.rknn.inference(inputs=inputs, data_format=rknn_data_formats(inputs))
+        extra = {}
+        if any(self.pass_through):
+            extra["inputs_pass_through"] = [int(on) for on in self.pass_through]
+        if self.reuse_outputs:
+            extra["reuse_outputs"] = True
+        t0 = time.perf_counter()
+        outputs = self.rknn.inference(inputs=inputs, data_format=rknn_data_formats(inputs), **extra)
+        self._runtime_s = time.perf_counter() - t0
         if outputs is None:  # rknn-toolkit-lite2 returns None on any error; the reason is only in its log
             raise RkspeechError(f"{os.path.basename(self.path)}: rknn-lite inference returned no outputs (the "
                                 "runtime's reason is in its log above; a librknnrt older than the toolkit that "
@@ -67,6 +104,15 @@ class RknnLiteRunner(Runner):
             raise RkspeechError(f"{os.path.basename(self.path)}: rknn-lite returned {len(outputs)} outputs, the "
                                 f".rknn declares {len(self._outputs)}")
         return outputs
+
+    def infer(self, feed):
+        """``Runner.infer``, timing what this runner adds around ``inference()``."""
+        self._runtime_s = 0.0
+        t0 = time.perf_counter()
+        try:
+            return super().infer(feed)
+        finally:
+            self.overhead_s += time.perf_counter() - t0 - self._runtime_s
 
     def close(self) -> None:
         if getattr(self, "rknn", None) is not None:

@@ -1,0 +1,211 @@
+"""``rkspeech check-board``: replay every graph's golden steps on this machine's runtime, compare
+each output with what the simulator computed, time each call, and set the timings beside the
+compiler-based estimate (``rkspeech estimate``).
+
+The graphs of a plan (:func:`plan_graphs`): the vocoder's ``first`` / ``main`` step graphs, the
+talker's ``prefill`` / ``decode``, the code predictor's ``step`` or ``frame`` (NPU-placed stages
+only: a CPU stage never reaches the NPU), a Whisper encoder's ``encoder`` or ``part0..N``.  Each
+runs on ``backend``: ``rknnlite`` (the .rknn on the board's NPU), ``sim`` (the simulator, from the
+ONNX the .rknn came from) or ``ort`` (onnxruntime on that ONNX), so the command runs off a board.
+
+Per graph: each step's outputs against the golden (SNR and cosine, pass marks
+``core.thresholds.SIM_MIN_SNR_DB`` and ``GOLDEN_MIN_COSINE``; integer outputs as agreement,
+reported, not graded: a near-tie of two logits may flip between fp16 implementations), and call
+times: the first call (it pays the runtime's lazy set-up), then the median and p95 of the rest
+over ``repeats`` replays.  The first failing step is one line naming the graph and the step.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rkspeech.core.errors import RkspeechError
+from rkspeech.core.thresholds import GOLDEN_MIN_COSINE, SIM_MIN_SNR_DB
+
+CHECK_FORMAT = "rkspeech-check-board/1"
+
+
+@dataclass(frozen=True)
+class BoardGraph:
+    name: str  # "vocoder main", "talker decode", "whisper_encoder part0", ...
+    onnx: Path | None
+    rknn: Path | None
+    golden: Path
+    build: dict = field(default_factory=dict)  # the simulator's build keywords (dtype, dataset, hybrid)
+
+
+@dataclass(frozen=True)
+class CheckBoardOptions:
+    plan: str | os.PathLike
+    backend: str = "rknnlite"
+    core_mask: str | None = None  # rknnlite: one of core.targets.CORE_MASKS
+    target: str | None = None  # sim: the chip to simulate (default: the plan's)
+    threads: int | None = None  # ort
+    repeats: int = 5  # replays of the golden steps timed (the first is also compared)
+    output: str | os.PathLike | None = None  # the JSON report
+
+
+def plan_graphs(raw: dict, base: Path) -> list[BoardGraph]:
+    """Every NPU graph of the plan ``raw`` (read through ``plan.plan.read_plan``), in run order."""
+    from rkspeech.plan.integrity import golden_path
+
+    def path(v):
+        return None if not isinstance(v, str) else (Path(v) if os.path.isabs(v) else base / v)
+
+    def golden_of(rknn, onnx):
+        for p in (rknn, onnx):
+            if p is not None and golden_path(p).is_file():
+                return golden_path(p)
+        return golden_path(rknn or onnx)
+
+    out = []
+    sd = raw.get("speech_decoder")
+    if isinstance(sd, dict):
+        arts, onnx = sd.get("artifacts") or {}, sd.get("onnx") or {}
+        for role in ("first", "main"):
+            if role in arts or role in onnx:
+                r, o = path(arts.get(role)), path(onnx.get(role))
+                out.append(BoardGraph(f"vocoder {role}", o, r, golden_of(r, o)))
+    for name in ("talker", "code_predictor", "whisper_encoder"):
+        sec = raw.get(name)
+        if not isinstance(sec, dict) or (sec.get("impl") != "rknn" and name != "whisper_encoder"):
+            continue
+        q = sec.get("quantization") or {}
+        build = ({"dtype": q["dtype"], "dataset": str(path(q["dataset"])), "hybrid": q.get("hybrid")}
+                 if isinstance(q, dict) and q.get("dtype") and q.get("dataset") else {})
+        for role, files in (sec.get("artifacts") or {}).items():
+            r, o = path(files.get("rknn")), path(files.get("onnx"))
+            label = name.replace("_", " ") + ("" if role == "encoder" else f" {role}")
+            out.append(BoardGraph(label, o, r, golden_of(r, o), build))
+    return out
+
+
+def _estimate_ms(rknn: Path | None) -> dict:
+    """``rkspeech estimate``'s step time for ``rknn`` (its build log beside it); the reason when
+    there is none (a board copy without logs)."""
+    if rknn is None or not rknn.is_file():
+        return {"est_step_ms": None, "why": "no .rknn"}
+    try:
+        from rkspeech.estimate.steptime import estimate_path
+
+        rep = estimate_path(rknn).to_report()
+        return {"est_step_ms": rep.get("est_step_ms"), "est_step_ms_by_cores": rep.get("est_step_ms_by_cores")}
+    except RkspeechError as exc:
+        return {"est_step_ms": None, "why": str(exc)}
+
+
+def _compare(name: str, ref, out) -> dict:
+    import numpy as np
+
+    from rkspeech.verify.compare import compare_tensors
+
+    ref, out = np.asarray(ref), np.asarray(out)
+    if ref.shape != out.shape and ref.size == out.size:
+        out = out.reshape(ref.shape)
+    if ref.dtype.kind in "iub":
+        agree = float(np.mean(ref.reshape(-1) == out.reshape(-1).astype(ref.dtype))) if ref.size else 1.0
+        return {"output": name, "agreement": agree, "graded": False, "ok": True}
+    c = compare_tensors(ref.astype(np.float32), out.astype(np.float32))
+    ok = bool(np.isfinite(out).all()) and c["snr_db"] >= SIM_MIN_SNR_DB and c["cosine"] >= GOLDEN_MIN_COSINE
+    return {"output": name, "snr_db": round(c["snr_db"], 2) if np.isfinite(c["snr_db"]) else c["snr_db"],
+            "cosine": round(c["cosine"], 7), "max_abs_diff": c["max_abs_diff"], "graded": True, "ok": ok}
+
+
+def _open(g: BoardGraph, o: CheckBoardOptions, target: str | None):
+    from rkspeech.runtime.runners import open_runner
+
+    if o.backend == "rknnlite":
+        if g.rknn is None:
+            raise RkspeechError(f"{g.name}: the plan names no .rknn for it (build it with conversion)")
+        # the replay is done with each call's outputs before the next and feeds caches as they come
+        return open_runner("rknnlite", g.rknn, core_mask=o.core_mask, pass_through=True, reuse_outputs=True)
+    if g.onnx is None:
+        raise RkspeechError(f"{g.name}: the plan names no ONNX for it; --backend {o.backend} runs the ONNX")
+    if o.backend == "sim":
+        return open_runner("sim", g.onnx, target=target, log_path=None, **g.build)
+    return open_runner("ort", g.onnx, threads=o.threads)
+
+
+def _pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, int(round(q * (len(s) - 1)))))]
+
+
+def check_graph(g: BoardGraph, o: CheckBoardOptions, target: str | None) -> dict:
+    """Replay ``g``'s golden steps (``repeats`` times), compare the first replay, time every call."""
+    from rkspeech.runtime.golden import load_golden, replay
+    from rkspeech.core import progress
+
+    if not g.golden.is_file():
+        raise RkspeechError(f"{g.name}: no golden replay {g.golden} (plans built before 2026-12-01 have none; "
+                            "rebuild)")
+    golden = load_golden(g.golden)
+    t0 = time.perf_counter()
+    with progress.stage(f"check-board: {g.name} on {o.backend}"):
+        with _open(g, o, target) as runner:
+            load_s = time.perf_counter() - t0
+            steps, times = [], []
+            for rep in range(max(1, o.repeats)):
+                for k, call in enumerate(replay(runner, golden, graph=g.name)):
+                    times.append(call.seconds)
+                    if rep:
+                        continue
+                    rows = [_compare(n, ref, call.outputs[n]) for n, ref in golden.outputs[k].items()]
+                    steps.append({"step": k, "outputs": rows, "ok": all(r["ok"] for r in rows)})
+            overhead = getattr(runner, "overhead_s", None)
+    rest = times[1:] or times
+    timing = {"first_ms": round(times[0] * 1e3, 3), "median_ms": round(statistics.median(rest) * 1e3, 3),
+              "p95_ms": round(_pct(rest, 0.95) * 1e3, 3), "calls": len(times), "load_s": round(load_s, 3)}
+    if overhead is not None:
+        timing["runner_overhead_ms"] = round(1e3 * overhead / max(1, len(times)), 4)
+    failed = next((s for s in steps if not s["ok"]), None)
+    return {"graph": g.name, "file": str(g.rknn if o.backend == "rknnlite" else g.onnx), "golden": str(g.golden),
+            "golden_source": golden.meta.get("source"), "steps": steps, "timing": timing,
+            "estimate": _estimate_ms(g.rknn), "ok": failed is None,
+            **({"failure": _failure_line(g.name, failed)} if failed else {})}
+
+
+def _failure_line(graph: str, step: dict) -> str:
+    bad = next(r for r in step["outputs"] if not r["ok"])
+    return (f"{graph}, step {step['step']}: output {bad['output']} differs from the golden replay "
+            f"(SNR {bad['snr_db']} dB, cosine {bad['cosine']}; pass marks {SIM_MIN_SNR_DB:g} dB, "
+            f"{GOLDEN_MIN_COSINE:g})")
+
+
+def check_board(options: CheckBoardOptions) -> dict:
+    """Load the plan (integrity first), replay every graph, return (and write) the report."""
+    from rkspeech.plan.plan import read_plan
+    from rkspeech.runtime.runners import BACKENDS
+
+    o = options
+    if o.backend not in BACKENDS:
+        raise RkspeechError(f"unknown backend {o.backend!r}; choose one of {', '.join(BACKENDS)}")
+    if o.repeats < 1:
+        raise RkspeechError(f"--repeats must be >= 1, got {o.repeats}")
+    if o.output is not None:
+        from rkspeech.core.atomic import check_writable
+
+        check_writable(o.output)
+    plan = Path(o.plan)
+    raw = read_plan(plan)
+    graphs = plan_graphs(raw, plan.parent)
+    if not graphs:
+        raise RkspeechError(f"plan {plan}: no NPU graphs to check")
+    target = o.target or next((s.get("target") for s in raw.values() if isinstance(s, dict) and s.get("target")), None)
+    started = time.perf_counter()
+    rows = [check_graph(g, o, target) for g in graphs]
+    report = {"format": CHECK_FORMAT, "plan": str(plan), "backend": o.backend, "core_mask": o.core_mask,
+              "target": target, "machine": f"{platform.system()} {platform.machine()}",
+              "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+              "pass_marks": {"snr_db": SIM_MIN_SNR_DB, "cosine": GOLDEN_MIN_COSINE},
+              "graphs": rows, "ok": all(r["ok"] for r in rows), "seconds": round(time.perf_counter() - started, 1)}
+    if o.output is not None:
+        from rkspeech.core.atomic import write_json
+
+        write_json(o.output, report)
+    return report

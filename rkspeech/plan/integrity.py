@@ -1,0 +1,162 @@
+"""Artifact integrity: the size and sha256 of every file a plan names, recorded when the plan is
+written and checked when it is read, so a file damaged in copying to a board is refused in one
+line naming it before anything runs.
+
+``plan.json`` holds ``"integrity": {"files": {relative path: {"bytes": n, "sha256": hex}}}``:
+every graph of every section (``speech_decoder``'s ``artifacts`` / ``onnx`` / ``host_onnx``, the
+talker's and code predictor's ``artifacts``, ``whisper_encoder``'s ``artifacts``), an ONNX
+graph's external ``.data`` file, and each graph's golden replay (:func:`golden_path`).
+
+Checking is cheap: the size of every file always (one ``stat``), the hash once per file, cached
+by (absolute path, size, mtime) in :func:`hash_cache_path` (a small JSON file; a published-size
+plan's ~1 GB of graphs hashes in a few seconds, once).  Plans written before 2026-12-01 have no
+``integrity`` and load as before (nothing to check against).  Standard library only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from rkspeech.core.errors import RkspeechError
+
+INTEGRITY_KEY = "integrity"
+#: the golden replay file beside a graph: ``X.rknn`` -> ``X.golden.npz``
+GOLDEN_SUFFIX = ".golden.npz"
+#: sections whose ``artifacts`` map role -> {"onnx": path, "rknn": path}
+_STAGE_SECTIONS = ("talker", "code_predictor", "whisper_encoder")
+_CHUNK = 1 << 20
+
+
+def golden_path(graph: str | os.PathLike) -> Path:
+    """The golden replay file of ``graph`` (a .rknn, or the .onnx of an unconverted build)."""
+    g = Path(graph)
+    return g.with_name(g.stem + GOLDEN_SUFFIX)
+
+
+def hash_cache_path() -> Path:
+    """``$RKSPEECH_CACHE_DIR/sha256.json`` (default ``~/.cache/rkspeech``)."""
+    root = os.environ.get("RKSPEECH_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "rkspeech")
+    return Path(root) / "sha256.json"
+
+
+def plan_files(raw: dict, base: Path) -> list[Path]:
+    """Every file the plan ``raw`` (its JSON, in folder ``base``) names, with each graph's external
+    data file and golden replay when they exist; in a stable order, without repeats."""
+    named: list[str] = []
+    sd = raw.get("speech_decoder")
+    if isinstance(sd, dict):
+        for section in ("artifacts", "onnx", "host_onnx"):
+            entries = sd.get(section)
+            if isinstance(entries, dict):
+                named += [v for v in entries.values() if isinstance(v, str)]
+    for name in _STAGE_SECTIONS:
+        sec = raw.get(name)
+        arts = sec.get("artifacts") if isinstance(sec, dict) else None
+        if isinstance(arts, dict):
+            for files in arts.values():
+                if isinstance(files, dict):
+                    named += [files[k] for k in ("onnx", "rknn") if isinstance(files.get(k), str)]
+    out: dict[Path, None] = {}
+    for v in named:
+        p = Path(v) if os.path.isabs(v) else base / v
+        out[p] = None
+        for extra in (p.with_name(p.name + ".data"), golden_path(p)):
+            if extra.is_file():
+                out[extra] = None
+    return list(out)
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+class _HashCache:
+    """(absolute path, size, mtime_ns) -> sha256, kept in a small JSON file; unreadable or
+    unwritable cache files only cost a re-hash."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.dirty = False
+        try:
+            self.data = json.loads(path.read_text())
+            if not isinstance(self.data, dict):
+                self.data = {}
+        except (OSError, ValueError):
+            self.data = {}
+
+    def sha256(self, p: Path, st: os.stat_result) -> str:
+        key = str(p.resolve())
+        hit = self.data.get(key)
+        if isinstance(hit, list) and len(hit) == 3 and hit[0] == st.st_size and hit[1] == st.st_mtime_ns:
+            return hit[2]
+        digest = sha256_file(p)
+        self.data[key] = [st.st_size, st.st_mtime_ns, digest]
+        self.dirty = True
+        return digest
+
+    def save(self) -> None:
+        if not self.dirty:
+            return
+        try:
+            from rkspeech.core.atomic import write_json
+
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            write_json(self.path, self.data, indent=0)
+        except OSError:
+            pass
+
+
+def record(raw: dict, base: Path) -> dict:
+    """The ``integrity`` section for the plan ``raw`` written in folder ``base``."""
+    cache = _HashCache(hash_cache_path())
+    files = {}
+    for p in plan_files(raw, base):
+        if not p.is_file():
+            continue
+        st = p.stat()
+        files[os.path.relpath(p.resolve(), base.resolve())] = {"bytes": st.st_size, "sha256": cache.sha256(p, st)}
+    cache.save()
+    return {"files": files}
+
+
+def check(raw: dict, plan_path: Path) -> int:
+    """Refuse (one line naming the file) any file whose size or sha256 differs from the plan's
+    ``integrity`` record; returns how many files were checked (0: a plan without the record).
+    A file that is absent is left to the loaders, which refuse it only when the backend in use
+    needs it (a board copy may leave out the ONNX graphs)."""
+    sec = raw.get(INTEGRITY_KEY)
+    if sec is None:
+        return 0
+    files = sec.get("files") if isinstance(sec, dict) else None
+    if not isinstance(files, dict):
+        raise RkspeechError(f"plan {plan_path}: integrity must hold files (path -> bytes, sha256); rebuild the plan")
+    base = plan_path.parent
+    todo = []
+    for rel, want in files.items():  # sizes first: one stat each, before any file is read
+        if not isinstance(want, dict) or not isinstance(want.get("bytes"), int) or not isinstance(want.get("sha256"), str):
+            raise RkspeechError(f"plan {plan_path}: integrity.files[{rel!r}] must hold bytes and sha256")
+        p = Path(rel) if os.path.isabs(rel) else base / rel
+        try:
+            st = p.stat()
+        except OSError:
+            continue  # not copied: the loaders say so when the backend in use needs it (a board needs no ONNX)
+        if st.st_size != want["bytes"]:
+            raise RkspeechError(f"plan {plan_path}: {p} has {st.st_size} bytes, the plan records {want['bytes']} "
+                                "(damaged or incomplete copy); copy it again")
+        todo.append((p, st, want["sha256"]))
+    cache = _HashCache(hash_cache_path())
+    try:
+        for p, st, want in todo:
+            if cache.sha256(p, st) != want:
+                raise RkspeechError(f"plan {plan_path}: {p} differs from the file the plan was built with "
+                                    "(sha256 mismatch: damaged copy, or changed since); copy it again or rebuild")
+    finally:
+        cache.save()
+    return len(todo)

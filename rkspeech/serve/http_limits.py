@@ -1,0 +1,147 @@
+"""Limits of the HTTP front end that uvicorn 0.54 does not have.
+
+uvicorn offers ``timeout_keep_alive`` (idle time between requests on a kept-alive connection:
+used, ``--keep-alive-timeout``) and ``h11_max_incomplete_event_size`` (a request head larger
+than that is a 400: h11's 16 KB default kept).  Its ``limit_concurrency`` answers 503 only once a
+request head has arrived, and never closes a connection that sends nothing, so idle
+connections still hold descriptors; and there is no time limit for a request's head or body.
+:func:`protocol_class` adds, per connection (uvicorn's own h11 protocol, subclassed):
+
+* the cap on open connections (:class:`rkspeech.serve.limits.ConnectionGate`, shared with
+  Wyoming): one more is answered ``503`` and closed at once;
+* a header deadline: a connection that has not sent a whole request head within
+  ``header_timeout_s`` of connecting (or of its last response) is answered ``408`` (or just
+  closed when it sent nothing) -- a slow-header client cannot hold a descriptor for long.
+
+The body deadline is the app's (:func:`read_body`): a body not received within
+``body_timeout_s`` is answered 408 and the connection closed; every byte read counts against the
+memory budget (:class:`rkspeech.serve.limits.Lease`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from rkspeech.serve.errors import RequestTimeout, ServeError, TooLarge
+
+_REFUSED = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 2\r\n"
+            b"connection: close\r\ncontent-length: %d\r\n\r\n%s")
+_REFUSED_BODY = (b'{"error": {"message": "too many open connections (--max-connections); retry later", '
+                 b'"type": "server_busy", "param": null, "code": "too_many_connections"}}')
+_HEADER_TIMEOUT = (b"HTTP/1.1 408 Request Timeout\r\nconnection: close\r\ncontent-length: 0\r\n\r\n")
+
+
+def protocol_class(gate, header_timeout_s: float):
+    """uvicorn's H11Protocol with the connection cap and the header deadline (``Config(http=...)``)."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class LimitedH11Protocol(H11Protocol):
+        _refused = False
+        _timer = None
+        _head_of = None  # the request cycle whose head cancelled the timer
+
+        def connection_made(self, transport):
+            if not gate.admit("http"):
+                self._refused = True
+                transport.write(_REFUSED % (len(_REFUSED_BODY), _REFUSED_BODY))
+                transport.close()
+                return
+            super().connection_made(transport)
+            self._arm()
+
+        def connection_lost(self, exc):
+            if self._refused:
+                return
+            gate.leave()
+            self._disarm()
+            super().connection_lost(exc)
+
+        def data_received(self, data):
+            if self._refused:
+                return
+            super().data_received(data)
+            if self.cycle is not None and self.cycle is not self._head_of:  # a whole request head arrived
+                self._head_of = self.cycle
+                self._disarm()
+
+        def on_response_complete(self):
+            super().on_response_complete()
+            if not self.transport.is_closing():
+                self._arm()  # the next request's head has the same deadline
+
+        def _arm(self):
+            self._disarm()
+            self._timer = self.loop.call_later(header_timeout_s, self._header_expired)
+
+        def _disarm(self):
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+
+        def _header_expired(self):
+            self._timer = None
+            if self.transport.is_closing() or (self.cycle is not None and not self.cycle.response_complete):
+                return
+            import h11
+
+            if self.conn.their_state is h11.IDLE and self.conn.trailing_data[0]:
+                self.transport.write(_HEADER_TIMEOUT)  # part of a head came: say why
+            self.transport.close()
+
+    return LimitedH11Protocol
+
+
+async def read_body(request, *, limit: int, timeout_s: float, lease) -> bytes:
+    """The request body, at most ``limit`` bytes (413), received within ``timeout_s`` (408);
+    each piece is added to ``lease`` before it is kept (``OverBudget``: 503)."""
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > limit:
+        raise TooLarge(f"the request body is {int(length)} bytes, the server's limit is {limit}")
+    deadline = time.monotonic() + timeout_s
+    body = bytearray()
+    while True:
+        try:
+            message = await asyncio.wait_for(request.receive(), max(0.0, deadline - time.monotonic()))
+        except asyncio.TimeoutError:
+            raise RequestTimeout(f"the request body did not arrive within {timeout_s:g} s (--body-timeout); "
+                                 f"{len(body)} bytes came") from None
+        if message["type"] == "http.disconnect":
+            raise ClientGone()
+        piece = message.get("body", b"")
+        if len(body) + len(piece) > limit:
+            raise TooLarge(f"the request body is larger than the server's limit of {limit} bytes")
+        lease.add(len(piece), "the request body")
+        body += piece
+        if not message.get("more_body", False):
+            return bytes(body)
+
+
+class ClientGone(ServeError):
+    """The client closed the connection: nothing to answer."""
+
+    status = 499
+    code = "client_gone"
+
+    def __init__(self):
+        super().__init__("the client closed the connection")
+
+
+async def unless_gone(request, work):
+    """Await ``work`` (a coroutine) unless the client disconnects first: then it is cancelled --
+    a request still waiting for an engine leaves the wait line and is never computed (a model
+    call already running cannot be interrupted; its result is dropped) -- and :class:`ClientGone`
+    is raised.  Call it once the whole body has been read: ``receive()`` then only returns at a
+    disconnect."""
+    task = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(request.receive())
+    try:
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            return task.result()
+        task.cancel()
+        raise ClientGone()
+    finally:
+        gone.cancel()
+        if not task.done():
+            task.cancel()

@@ -1,0 +1,182 @@
+"""Process-wide limits shared by both front ends: open connections and one memory budget.
+
+* :class:`ConnectionGate`: connections open at once over HTTP and Wyoming together (they share
+  the process's descriptors).  One more is accepted and closed at once with a clear answer (a
+  503 over HTTP, an ``error`` event over Wyoming) -- accepting and closing keeps the listen
+  queue draining, so no connection waits in it for a descriptor; refusals are logged once per
+  :data:`LOG_EVERY_S`, not per accept (1,100 idle connections once grew the log by 600 MB in
+  75 s of per-accept tracebacks).  :func:`connection_cap` keeps the cap below the descriptor
+  limit (``RLIMIT_NOFILE`` minus :data:`FD_RESERVE` for models, logs, threads, pipes).
+* :class:`MemoryBudget`: bytes held on behalf of clients -- bodies being read, buffered Wyoming
+  audio, streamed text -- against one limit; work that would pass it is refused with
+  :class:`OverBudget` (HTTP 503 + ``Retry-After``, a Wyoming ``error`` with code
+  ``over-budget``).  Each request takes a :class:`Lease` and gives it back when it ends.
+* :func:`quiet_accept_errors`: the event loop's "socket.accept() out of system resource"
+  (EMFILE) report, once per interval with a count instead of a traceback per retry.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+from rkspeech.serve.errors import ServeError
+
+log = logging.getLogger("rkspeech.serve")
+
+#: at most one log line per kind of refusal per this many seconds
+LOG_EVERY_S = 10.0
+#: asyncio accepts up to its ``backlog`` argument connections in one loop turn before any of them
+#: is answered, and a refused one is closed a few turns later, so a burst passes the cap by a few
+#: batches of descriptors: this many per listener per turn (the kernel's listen queue is made
+#: :data:`LISTEN_QUEUE` long afterwards, see :func:`deepen`).  With 64, 2,000 connections at once
+#: at a 1,024 descriptor limit still failed an accept; with 16, none (tests/test_serve_limits.py).
+ACCEPT_BATCH = 16
+#: the kernel's queue of connections not yet accepted (asyncio's default of 100 made a burst
+#: wait 1 s per SYN retry while the server could already answer)
+LISTEN_QUEUE = 2048
+#: descriptors kept free of connections: bursts of accepts in flight (above), model and library
+#: files, the log, executor threads' pipes.  Measured: the test's stand-in server held 8 besides
+#: its connections, and 904 in all at the cap of 896 during 2,000 connections at once.
+FD_RESERVE = 160
+
+
+class OverBudget(ServeError):
+    status = 503
+    code = "over-budget"
+    retry_after_s = 2
+
+    def __init__(self, what: str, limit: int):
+        super().__init__(f"the server's memory budget for client data ({limit / 2**20:g} MB, --memory-budget-mb) "
+                         f"is in use; {what} refused, retry later")
+
+
+class _Every:
+    """A counter logged at most once per ``LOG_EVERY_S`` (the first occurrence at once)."""
+
+    def __init__(self, message: str):
+        self.message, self.count, self.last = message, 0, -float("inf")
+
+    def hit(self, **fields) -> None:
+        self.count += 1
+        now = time.monotonic()
+        if now - self.last >= LOG_EVERY_S:
+            log.warning(self.message, self.count, *fields.values())
+            self.count, self.last = 0, now
+
+
+def deepen(sock) -> None:
+    """Make ``sock``'s listen queue :data:`LISTEN_QUEUE` long (after asyncio set it to its accept
+    batch); ``sock`` may be asyncio's TransportSocket, which has no ``listen``: a duplicate does it."""
+    import socket
+
+    dup = socket.socket(fileno=os.dup(sock.fileno()))
+    try:
+        dup.listen(LISTEN_QUEUE)
+    finally:
+        dup.close()
+
+
+def connection_cap(wanted: int) -> int:
+    """``wanted``, lowered to stay :data:`FD_RESERVE` below the soft descriptor limit."""
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (ImportError, OSError, ValueError):
+        return wanted
+    if soft == resource.RLIM_INFINITY:
+        return wanted
+    return max(1, min(wanted, soft - FD_RESERVE))
+
+
+class ConnectionGate:
+    """Open connections over both front ends; :meth:`admit` False = refuse this one."""
+
+    def __init__(self, limit: int, metrics=None):
+        self.limit, self.metrics, self.open = limit, metrics, 0
+        self._refused = _Every("refused %d connection(s) over the cap of %d open (--max-connections) "
+                               "in the last interval")
+
+    def admit(self, front_end: str) -> bool:
+        if self.open >= self.limit:
+            self._refused.hit(limit=self.limit)
+            if self.metrics is not None:
+                self.metrics.requests.labels(f"{front_end} connect", "refused").inc()
+            return False
+        self.open += 1
+        return True
+
+    def leave(self) -> None:
+        self.open -= 1
+
+
+class MemoryBudget:
+    """``limit`` bytes of client data at once (event-loop thread only)."""
+
+    def __init__(self, limit: int):
+        self.limit, self.used = limit, 0
+        self._refused = _Every("refused %d request(s) over the memory budget of %d bytes in the last interval")
+
+    def lease(self) -> Lease:
+        return Lease(self)
+
+    def _take(self, n: int, what: str) -> None:
+        if self.used + n > self.limit:
+            self._refused.hit(limit=self.limit)
+            raise OverBudget(what, self.limit)
+        self.used += n
+
+
+class Lease:
+    """One request's share of a :class:`MemoryBudget`: :meth:`add` grows it (``OverBudget`` when
+    the budget would be passed), :meth:`release` gives it all back (idempotent)."""
+
+    def __init__(self, budget: MemoryBudget):
+        self.budget, self.held = budget, 0
+
+    def add(self, n: int, what: str = "this request") -> None:
+        self.budget._take(n, what)
+        self.held += n
+
+    def release(self) -> None:
+        self.budget.used -= self.held
+        self.held = 0
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def quiet_accept_errors(loop) -> None:
+    """Install an exception handler on ``loop`` that reports descriptor exhaustion on accept once
+    per interval (asyncio retries the accept every second and reports each retry with a traceback)."""
+    previous = loop.get_exception_handler()
+    exhausted = _Every("%d accept(s) failed: out of file descriptors (raise LimitNOFILE or lower "
+                       "--max-connections)")
+
+    def handler(loop, context):
+        if context.get("message", "").startswith("socket.accept() out of system resource"):
+            exhausted.hit()
+            return
+        if previous is not None:
+            previous(loop, context)
+        else:
+            loop.default_exception_handler(context)
+
+    loop.set_exception_handler(handler)
+
+
+class ServerLimits:
+    """The gate and the budget one server's front ends share."""
+
+    def __init__(self, gate: ConnectionGate, budget: MemoryBudget):
+        self.gate, self.budget = gate, budget
+
+    @classmethod
+    def from_options(cls, options, metrics=None) -> ServerLimits:
+        return cls(ConnectionGate(connection_cap(options.max_connections), metrics),
+                   MemoryBudget(options.memory_budget_bytes))

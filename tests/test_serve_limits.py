@@ -1,0 +1,377 @@
+"""``rkspeech serve`` under hostile-but-honest clients (issue 30): descriptors, stalled bodies, one
+memory budget, a non-reading client, clients that leave.  No Whisper model: the engines are
+stand-ins (:class:`Words`, :class:`CountingTranscriber`), so what is checked is the server's
+limits, fast (short timeouts)."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import os
+import resource
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import wave
+
+import numpy as np
+import pytest
+
+pytest.importorskip("wyoming")
+pytest.importorskip("uvicorn")
+httpx = pytest.importorskip("httpx")
+
+
+class Words:
+    """TEST DOUBLE of ``SpeechEngine``: ``samples`` of silence per word; a voice must be one of
+    :attr:`voices` (checked in ``stream``, as a custom-voice model does, while ``speakers`` is
+    empty so the server's own check lets it through)."""
+
+    sample_rate = 24000
+    languages: list = []
+
+    def __init__(self, samples: int = 1200, speakers=(), voices=("ryan",)):
+        self.samples, self.speakers, self.voices = samples, list(speakers), voices
+
+    def stream(self, text, *, speaker=None, language=None, instruct=None):
+        from rkspeech.core.errors import RkspeechError
+
+        if speaker is not None and speaker not in self.voices:
+            raise RkspeechError(f"unknown speaker {speaker!r}")
+        for _ in text.split():
+            yield np.full(self.samples, 0.1, np.float32)
+
+
+class CountingTranscriber:
+    """TEST DOUBLE of a faster-whisper model: counts the transcriptions it was asked for."""
+
+    class model:
+        is_multilingual = False
+
+    def __init__(self):
+        self.calls = 0
+
+    def transcribe(self, audio, **options):
+        from types import SimpleNamespace
+
+        self.calls += 1
+        return iter([]), SimpleNamespace(language="en", language_probability=1.0, duration=len(audio) / 16000)
+
+
+def _wav(seconds: float = 0.5) -> bytes:
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(1), w.setsampwidth(2), w.setframerate(16000)
+        w.writeframes(np.zeros(int(16000 * seconds), np.int16).tobytes())
+    return buf.getvalue()
+
+
+def _server(**kw):
+    from rkspeech.serve.engines import ServePool
+    from rkspeech.serve.options import ServeOptions
+    from rkspeech.serve.server import ServerThread
+
+    pool = ServePool(transcribers=[kw.pop("transcriber", CountingTranscriber())],
+                     speakers=[kw.pop("speaker", Words())], max_queue=4, owned=False)
+    return ServerThread(pool, ServeOptions(**{"wyoming": "tcp://127.0.0.1:0", "http": "127.0.0.1:0", **kw})).start()
+
+
+def _hostport(st, kind):
+    host, port = st.addresses[kind].removeprefix("tcp://").rsplit(":", 1)
+    return host, int(port)
+
+
+def _post_head(path: str, length: int, ctype: str = "multipart/form-data; boundary=x") -> bytes:
+    return (f"POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: {ctype}\r\ncontent-length: {length}\r\n\r\n").encode()
+
+
+def _reply(sock: socket.socket, timeout: float) -> bytes:
+    sock.settimeout(timeout)
+    data = b""
+    try:
+        while chunk := sock.recv(65536):
+            data += chunk
+    except (TimeoutError, ConnectionResetError):
+        pass
+    return data
+
+
+# -- descriptors -------------------------------------------------------------------------------------
+
+_CHILD = textwrap.dedent("""
+    import asyncio, json, resource, sys
+    resource.setrlimit(resource.RLIMIT_NOFILE, (1024, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+    sys.path.insert(0, sys.argv[1])
+    from test_serve_limits import Words
+    from rkspeech.serve.engines import ServePool
+    from rkspeech.serve.options import ServeOptions
+    from rkspeech.serve.server import Server, serve_forever
+    options = ServeOptions(wyoming="tcp://127.0.0.1:0", http="127.0.0.1:0", max_connections=5000,
+                           header_timeout_s=2.0, idle_timeout_s=2.0)
+    server = Server(ServePool(speakers=[Words()], owned=False), options)
+    asyncio.run(serve_forever(server, on_ready=lambda a: print(json.dumps(a), flush=True)))
+""")
+
+
+def test_2000_idle_connections_at_a_1024_descriptor_limit_leave_health_answering(tmp_path):
+    """The server runs with RLIMIT_NOFILE 1024 and asks for --max-connections 5000: the cap is lowered
+    to 864; 1,000 idle HTTP and 1,000 idle Wyoming connections: those over the cap are answered and
+    closed at once (no accept fails for want of a descriptor), the rest are closed by the header /
+    idle timeouts (2 s), and /health answers within a few seconds; refusals are logged once per
+    interval, not once per connection."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 4200:
+        pytest.skip(f"this test opens 2,000+ sockets; the hard descriptor limit is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 4200), hard))
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    proc = subprocess.Popen([sys.executable, "-c", _CHILD, os.path.dirname(__file__)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    socks = []
+    try:
+        addresses = json.loads(proc.stdout.readline())
+        http = addresses["http"].rsplit(":", 1)
+        wy = addresses["wyoming"].removeprefix("tcp://").rsplit(":", 1)
+        for i in range(2000):
+            s = socket.socket()
+            s.settimeout(10)
+            s.connect((http[0], int(http[1])) if i % 2 else (wy[0], int(wy[1])))
+            socks.append(s)
+        start = time.monotonic()
+        health = None
+        while time.monotonic() - start < 15:
+            try:
+                health = httpx.get(f"http://{addresses['http']}/health", timeout=2)
+                if health.status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        waited = time.monotonic() - start
+        replies = [_reply(s, 0.5) for s in socks[-200:]]  # the newest: over the cap
+    finally:
+        for s in socks:
+            s.close()
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    assert health is not None and health.status_code == 200, (health, err[-2000:])
+    assert waited < 8, waited
+    assert sum(b"503 Service Unavailable" in r for r in replies[1::2]) == 100, (replies[:4], err[-3000:])  # HTTP: a clear 503
+    assert sum(b"too-many-connections" in r for r in replies[0::2]) == 100  # Wyoming: an error event
+    assert "out of system resource" not in err and "Traceback" not in err, err[-2000:]
+    assert 1 <= err.count("over the cap of 864 open") <= 3, err[-2000:]  # once per 10 s, not per accept
+
+
+# -- bodies and the memory budget --------------------------------------------------------------------
+
+
+def test_stalled_uploads_are_cut_by_the_body_timeout_and_count_against_the_budget():
+    """20 uploads declaring 1 MB send 64 KB and stall: they are held in the budget (1 MB) until it is full,
+    then refused with 503 at once; every stalled one is answered 408 after --body-timeout (1.5 s),
+    and the budget is whole again."""
+    st = _server(body_timeout_s=1.5, header_timeout_s=5, memory_budget_bytes=1_000_000,
+                 max_upload_bytes=2 * 1024 * 1024)
+    host, port = _hostport(st, "http")
+    socks = []
+    try:
+        start = time.monotonic()
+        for _ in range(20):
+            s = socket.create_connection((host, port))
+            s.sendall(_post_head("/v1/audio/transcriptions", 1024 * 1024) + b"\0" * 65536)
+            socks.append(s)
+            time.sleep(0.01)
+        time.sleep(0.3)
+        held = st.server.limits.budget.used
+        replies = [_reply(s, 4) for s in socks]
+        took = time.monotonic() - start
+        time.sleep(0.2)
+        used_after = st.server.limits.budget.used
+    finally:
+        for s in socks:
+            s.close()
+        st.stop()
+    cut = [r for r in replies if r.startswith(b"HTTP/1.1 408")]
+    refused = [r for r in replies if r.startswith(b"HTTP/1.1 503")]
+    assert len(cut) + len(refused) == 20, [r[:40] for r in replies]
+    assert len(cut) == 1_000_000 // 65536 and held == len(cut) * 65536, (len(cut), held)
+    assert all(b"--body-timeout" in r for r in cut) and all(b"over-budget" in r for r in refused)
+    assert took < 1.5 + 3, took
+    assert used_after == 0
+
+
+def test_wyoming_audio_and_streamed_text_count_against_the_budget():
+    """Budget 1 MB: one client buffers 0.9 MB of audio; a second one's audio and a streamed text past
+    the rest are refused with over-budget errors; once the first client leaves, the budget is whole."""
+    from wyoming.audio import AudioChunk, AudioStart
+    from wyoming.client import AsyncTcpClient
+    from wyoming.tts import SynthesizeChunk, SynthesizeStart
+
+    st = _server(memory_budget_bytes=1_000_000, max_text_chars=500_000)
+    host, port = _hostport(st, "wyoming")
+    chunk = AudioChunk(rate=16000, width=2, channels=1, audio=b"\0" * 90_000).event()
+
+    async def go():
+        async with AsyncTcpClient(host, port) as a, AsyncTcpClient(host, port) as b:
+            await a.write_event(AudioStart(rate=16000, width=2, channels=1).event())
+            for _ in range(10):
+                await a.write_event(chunk)
+            await a.write_event(AudioStart(rate=16000, width=2, channels=1).event())  # a new stream: back to 0
+            for _ in range(10):
+                await a.write_event(chunk)
+            await asyncio.sleep(0.3)
+            held = st.server.limits.budget.used
+            await b.write_event(AudioStart(rate=16000, width=2, channels=1).event())
+            await b.write_event(chunk)  # 0.99 MB in all: still within
+            await b.write_event(chunk)
+            audio_refused = await asyncio.wait_for(b.read_event(), 5)
+            await b.write_event(SynthesizeStart().event())
+            await b.write_event(SynthesizeChunk(text="no sentence end " * 10_000).event())
+            text_refused = await asyncio.wait_for(b.read_event(), 5)
+        await asyncio.sleep(0.3)
+        return held, audio_refused, text_refused, st.server.limits.budget.used
+
+    try:
+        held, audio_refused, text_refused, after = asyncio.run(go())
+    finally:
+        st.stop()
+    assert held == 900_000
+    for e in (audio_refused, text_refused):
+        assert e.type == "error" and e.data["code"] == "over-budget" and "--memory-budget-mb" in e.data["text"], e
+    assert after == 0
+
+
+def test_the_sentence_split_scans_each_character_once():
+    from rkspeech.core.sentences import SENTENCE_END, SentenceSplitter
+
+    text = "One sentence here. " * 20 + "x" * 20_000 + ". Last"
+    splitter, got = SentenceSplitter(), []
+    for i in range(0, len(text), 7):  # token-sized pieces
+        got += splitter.feed(text[i:i + 7])
+    assert got == SENTENCE_END.split(text)[:-1] and splitter.rest() == "Last"
+    assert splitter.chars_scanned <= len(text) + 10  # a rescan of the buffer per piece: ~30 million
+
+
+# -- a client that does not read -----------------------------------------------------------------------
+
+
+def test_a_wyoming_client_that_does_not_read_is_dropped_within_the_request_timeout():
+    """A client with a 4 KB receive buffer asks for ~20 MB of speech and reads nothing: the server's
+    writes stall; within --request-timeout (2 s) + a few s the connection is dropped and its handler
+    gone, the engine idle, and another client is served."""
+    from wyoming.client import AsyncTcpClient
+    from wyoming.info import Describe
+    from wyoming.tts import Synthesize
+
+    from rkspeech.serve.engines import SPEECH
+
+    st = _server(speaker=Words(samples=48_000), request_timeout_s=2.0, max_text_chars=1000)
+    host, port = _hostport(st, "wyoming")
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    try:
+        s.connect((host, port))
+        event = Synthesize(text="word " * 200).event()  # 200 x 1 s of 24 kHz 16-bit: 9.6 MB
+        s.sendall(json.dumps({"type": event.type, "data": event.data}).encode() + b"\n")
+        start = time.monotonic()
+        while not st.server.wyoming._tasks and time.monotonic() - start < 5:
+            time.sleep(0.01)
+        time.sleep(1.0)
+        stalled = len(st.server.wyoming._tasks)  # still writing to the client after 1 s
+        while time.monotonic() - start < 15 and (st.server.wyoming._tasks or not st.pool.lanes[SPEECH].idle()):
+            time.sleep(0.1)
+        dropped_after = time.monotonic() - start
+        tasks = len(st.server.wyoming._tasks)
+
+        async def other():
+            async with AsyncTcpClient(host, port) as c:
+                await c.write_event(Describe().event())
+                return await asyncio.wait_for(c.read_event(), 5)
+
+        served = asyncio.run(other())
+    finally:
+        s.close()
+        st.stop()
+    assert stalled == 1 and tasks == 0 and 2.0 <= dropped_after < 2.0 + 4, (stalled, dropped_after)
+    assert served.type == "info"
+
+
+# -- the minor items -----------------------------------------------------------------------------------
+
+
+def test_a_transcription_whose_client_left_is_not_computed():
+    """The one engine is held; a client uploads, gives up (1 s) and closes; when the engine is free
+    again, that request is not transcribed."""
+    from rkspeech.serve.engines import TRANSCRIBE
+
+    counting = CountingTranscriber()
+    st = _server(transcriber=counting)
+    release = threading.Event()
+
+    async def hold():
+        lane = st.pool.lanes[TRANSCRIBE]
+        engine = await lane.acquire()
+        try:
+            await asyncio.to_thread(release.wait, 30)
+        finally:
+            lane.release(engine)
+
+    holder = st.submit(hold)
+    try:
+        url = f"http://{st.addresses['http']}/v1/audio/transcriptions"
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(url, files={"file": ("a.wav", _wav())}, timeout=1.0)
+        time.sleep(0.3)
+        waiting = st.pool.status()[TRANSCRIBE]["waiting"]
+        release.set()
+        holder.result(10)
+        time.sleep(0.3)
+        served = httpx.post(url, files={"file": ("a.wav", _wav())}, timeout=10)
+    finally:
+        release.set()
+        st.stop()
+    assert waiting == 0  # it left the wait line when its client left
+    assert served.status_code == 200 and counting.calls == 1  # only the second request was computed
+
+
+def test_empty_api_key_is_refused(capsys, monkeypatch):
+    from rkspeech.cli import main
+
+    assert main(["serve", "--tts-model-dir", "x", "--api-key", ""]) == 2
+    err = capsys.readouterr().err
+    assert "--api-key is empty" in err and len(err.strip().splitlines()) == 1
+    monkeypatch.setenv("RKSPEECH_API_KEY", "from-env")
+    assert main(["serve", "--tts-model-dir", "x", "--api-key", " "]) == 2  # the flag wins, and is refused
+    assert "--api-key is empty" in capsys.readouterr().err
+
+
+def test_voice_default_and_unknown_voices():
+    """``voice: "default"`` is the engine's first voice on a model with voices (a custom-voice model
+    needs one); a Wyoming synthesize whose voice the engine refuses gets an error and no audio-start."""
+    from wyoming.client import AsyncTcpClient
+    from wyoming.tts import Synthesize, SynthesizeVoice
+
+    from rkspeech.serve.speech import SpeakRequest
+
+    assert SpeakRequest.checked(Words(speakers=["ryan", "vivian"]), "hi", speaker="default", max_chars=10).speaker \
+        == "ryan"
+    assert SpeakRequest.checked(Words(), "hi", speaker="default", max_chars=10).speaker is None
+    st = _server()
+    host, port = _hostport(st, "wyoming")
+
+    async def go():
+        async with AsyncTcpClient(host, port) as c:
+            await c.write_event(Synthesize(text="one two", voice=SynthesizeVoice(name="nova")).event())
+            first = await asyncio.wait_for(c.read_event(), 5)
+            await c.write_event(Synthesize(text="one two", voice=SynthesizeVoice(name="ryan")).event())
+            rest = [await asyncio.wait_for(c.read_event(), 5) for _ in range(4)]
+        return first, rest
+
+    try:
+        first, rest = asyncio.run(go())
+    finally:
+        st.stop()
+    assert first.type == "error" and "unknown speaker 'nova'" in first.data["text"], first
+    assert [e.type for e in rest] == ["audio-start", "audio-chunk", "audio-chunk", "audio-stop"]
