@@ -86,6 +86,9 @@ def test_plan_places_the_stages_on_the_cpu(built):
     assert tq["graphs"]["decode"]["quantized_ops"]["MatMulNBits"] > 0
     assert (cq["variant"], cq["bits"], cq["per_channel"]) == ("int8", 8, True) and "dataset" not in cq
     assert cp.simulator_build() == {}  # a CPU record says nothing to the simulator
+    # CPU stages are exported with per-layer cache inputs and grouped k/v (cpu_stages.CPU_EXPORT)
+    for stage in (talker, cp):
+        assert (stage.contract["cache_io"], stage.contract["kv_layout"]) == ("layers", "grouped")
     # no .rknn for CPU stages (the vocoder's placeholders are outside the folder)
     assert not list(built.rglob("*.rknn")), list(built.rglob("*.rknn"))
     assert not (built / "code_predictor" / "calib").exists()

@@ -261,3 +261,36 @@ def test_talker_stop_frame_and_first_divergence_are_reported(tts, graphs, refere
         assert t["first_diverging_frame"] == 3, t
     assert not a["same_stop"] and a["first_diverging_frame"] == 3
     assert a["agreement"] == round(3 * len(reference) / a["decisions"], 4)
+
+
+def test_cpu_export_layout_gives_the_same_greedy_codes(tts, graphs, reference, tmp_path):
+    """The CPU export (``cpu_stages.CPU_EXPORT``: per-layer cache inputs, grouped k/v) of the
+    talker pair and the code predictor step: its inputs are per layer with kv_heads cache heads,
+    its fp32 graphs give the default export's greedy codes (the same arithmetic, unrepeated), and
+    its int4 variant quantizes every weight MatMul and runs."""
+    from rkspeech.accuracy.quantized_stage import record_greedy_reference
+    from rkspeech.contracts.read import read_contract
+    from rkspeech.convert.cpu_quant import CpuQuantOptions, quantize_step_graph
+    from rkspeech.pipelines.cpu_stages import export_cpu_code_predictor, export_cpu_talker
+    from rkspeech.runtime.tts.code_predictor_codebook import CodebookCodePredictor
+    from rkspeech.runtime.tts.talker_backend import open_graph_talker
+
+    cp = tts.net.talker.code_predictor
+    pair = export_cpu_talker(tts.net.talker.model, tmp_path, capacity=CAPACITY, prefill_B=PREFILL_B)
+    step = export_cpu_code_predictor(cp, tmp_path / "cp_step_cpu.onnx")
+    for path, stack in ((pair["decode"], tts.net.talker.model), (step, cp.model)):
+        c = read_contract(path)
+        assert (c.cache_io, c.kv_layout, c.cache_heads) == ("layers", "grouped", stack.cfg.num_key_value_heads)
+        assert "cache" not in c.input_names and f"cache_v{c.layers - 1}" in c.input_names
+    talker = open_graph_talker(pair["decode"], pair["prefill"], model=tts.net.talker.model, threads=2)
+    with CodebookCodePredictor(step, "ort", model=tts, threads=2) as cpb:
+        runs = record_greedy_reference(tts, talker=talker, code_predictor=cpb, texts=TEXTS, frames=FRAMES)
+    talker.close()
+    for got, want in zip(runs, reference):
+        assert np.array_equal(got.frames, want.frames)
+    q = tmp_path / "cp_step_cpu.int4.onnx"
+    rec = quantize_step_graph(step, q, CpuQuantOptions(variant="int4"))
+    assert rec["quantized_ops"]["MatMulNBits"] == _weight_matmuls(step)
+    with CodebookCodePredictor(q, "ort", model=tts, threads=1) as cpb:
+        hidden, first = runs[0].cp_inputs[0]
+        assert len(cpb.frame(hidden, first, lambda j, lg: int(lg.argmax()))) == tts.num_code_groups - 1

@@ -254,8 +254,16 @@ def test_host_loop_choice(tts_custom_ckpt, plans, tmp_path, tts):
     with pytest.raises(RkspeechError, match="numpy host loop") as e:
         Speaker(tts_custom_ckpt, vocoder_only, host="numpy")
     assert "\n" not in str(e.value)
-    with Speaker(tts_custom_ckpt, plans["frame"], threads=1) as sp:
+    with Speaker(tts_custom_ckpt, plans["frame"], threads=1, stage_threads=2) as sp:
         assert sp.host == "numpy"
+        # every onnxruntime session of a Speaker sleeps between parallel sections (speak.SPIN), the
+        # stages with their own thread count
+        talker, cp = sp.stage_backends["talker"].decode[0], sp.stage_backends["code_predictor"].runner
+        sessions = [talker.session, cp.session] + [r.session for r in sp.pool._owned]
+        assert len(sessions) == 4
+        for s in sessions:
+            assert s.get_session_options().get_session_config_entry("session.intra_op.allow_spinning") == "0"
+        assert [s.get_session_options().intra_op_num_threads for s in sessions] == [2, 2, 1, 1]
     with Speaker(tts_custom_ckpt, plans["frame"], threads=1, host_stages=True) as sp:
         assert sp.host == "torch" and sp.stage_names == {"talker": "torch", "code_predictor": "torch"}
     with pytest.raises(RkspeechError, match="host loop numpy was asked for with a loaded TTSModel"):

@@ -118,7 +118,7 @@ def torch_frame_logits(tts, captured) -> np.ndarray:
 def build_code_predictor(stages, files, out: Path, *, target: str, verify_frames: int = 20,
                          skip_verify: bool = False, timeout: float | None = None, model=None,
                          dtype: str = "fp16", calibration_frames: int = 240, hybrid=None,
-                         form: str = DEFAULT_FORM, convert: bool = True) -> dict:
+                         form: str = DEFAULT_FORM, convert: bool = True, layout: dict | None = None) -> dict:
     """Run (or resume) the code predictor's stages in ``out / "code_predictor"``; the report.
 
     ``stages``: a ``pipelines.resumable.StageRunner`` (its state file may be shared with the other
@@ -127,7 +127,9 @@ def build_code_predictor(stages, files, out: Path, *, target: str, verify_frames
     stages (default: one of its own); ``dtype``: ``DTYPES`` (``int16-hybrid``: calibrated on
     ``calibration_frames`` frames, ``hybrid`` a ``convert.hybrid_int16.HybridInt16Options``); ``form``:
     ``code_predictor_forms.FORMS``; ``convert=False``: export (and its onnxruntime check) only, for a
-    CPU placement (no lint, .rknn or simulator; ``placement``, ``build``, ``sim`` are None)."""
+    CPU placement (no lint, .rknn or simulator; ``placement``, ``build``, ``sim`` are None);
+    ``layout``: the step form's ``kv_layout`` / ``cache_io`` (``cpu_stages.CPU_EXPORT`` for a CPU
+    placement; None: the NPU's; the frame form has no cache input and ignores it)."""
     shape = get_form(form)
     if not convert and dtype != "fp16":
         raise RkspeechError(f"a code predictor that is not converted has no {dtype} build; use dtype fp16")
@@ -159,7 +161,7 @@ def build_code_predictor(stages, files, out: Path, *, target: str, verify_frames
 
     def do_export():
         tts = model.get()
-        contract = shape.export(tts, onnx_path, i16)
+        contract = shape.export(tts, onnx_path, i16, **layout_kw)
         # one frame through onnxruntime must give torch's greedy codes
         captured = capture_frames(tts, 1)
         with shape.open(onnx_path, "ort", model=tts) as g:
@@ -170,7 +172,8 @@ def build_code_predictor(stages, files, out: Path, *, target: str, verify_frames
         return {"onnx": str(onnx_path), "bytes": onnx_path.stat().st_size, "contract": contract,
                 "ort_codes_equal_torch": True}
 
-    export_key = {"form": form, "embed": EMBED} if form == "frame" else {"form": form}
+    layout_kw = dict(layout or {}) if form == "step" else {}
+    export_key = {"form": form, "embed": EMBED} if form == "frame" else {"form": form, **layout_kw}
     export = stages.run("code_predictor_export", {**export_key, **({"int16_ready": True} if i16 else {})}, ckpt,
                         lambda: [onnx_path], do_export)
 

@@ -30,7 +30,8 @@ class FrameForm:
     name = role = "frame"
     stem = "code_predictor_onehot"
 
-    def export(self, tts, path: Path, i16: bool) -> str:
+    def export(self, tts, path: Path, i16: bool, **layout) -> str:
+        """``layout`` is the step form's; the frame graph has no cache input (ignored)."""
         from rkspeech.export.code_predictor_onnx import export_code_predictor_onnx
         from rkspeech.stepgraph.code_predictor_step import CodePredictorFrame
 
@@ -68,13 +69,15 @@ class StepForm:
     name = role = "step"
     stem = "code_predictor_step"
 
-    def export(self, tts, path: Path, i16: bool) -> str:
+    def export(self, tts, path: Path, i16: bool, **layout) -> str:
+        """``layout``: ``kv_layout`` / ``cache_io`` (``code_predictor_step``'s; default the NPU's)."""
         from rkspeech.export.talker_onnx import export_talker_onnx
         from rkspeech.stepgraph.code_predictor_codebook import code_predictor_step
         from rkspeech.stepgraph.code_predictor_step import INT16_MASK
         from rkspeech.contracts.talker import MASK_VALUE
 
-        step = code_predictor_step(tts.net.talker.code_predictor, mask_value=INT16_MASK if i16 else MASK_VALUE)
+        step = code_predictor_step(tts.net.talker.code_predictor, mask_value=INT16_MASK if i16 else MASK_VALUE,
+                                   **layout)
         export_talker_onnx(step, path)
         return step.contract().to_json()
 

@@ -35,6 +35,28 @@ GRAPH_KEYS = ("source", "bytes_before", "bytes_after", "size_ratio", "quantized_
 #: frames per utterance at most of the build's accuracy gate (``TTSBuildOptions.cpu_check_frames``):
 #: the trained reduced root's 20 gate utterances stop by themselves after 6-27 frames (378 in all)
 DEFAULT_CHECK_FRAMES = 48
+#: How a CPU-placed talker or code predictor step is exported (``stepgraph.talker_step.TalkerStep``
+#: options; an NPU stage keeps the defaults, ``heads`` / ``flat``).  Per-layer cache inputs: the flat
+#: ``[2L, Hc, cap, hd]`` input made onnxruntime split it into layers every call (``Split`` +
+#: ``Concat`` were 25 % of an int4 talker decode step); grouped k/v: the cache and the k/v
+#: projections are not repeated per query head (half the cache bytes).  Measured on the published
+#: int4 talker decode (cap 256, x86, docs/cpu-stages.md): 0.70x the time of ``heads`` / ``flat``.
+CPU_EXPORT = {"kv_layout": "grouped", "cache_io": "layers"}
+
+
+def export_cpu_talker(stack, out_dir: Path, *, capacity: int, prefill_B: int) -> dict[str, Path]:
+    """The talker pair (``export.talker_onnx.export_talker_pair``) in the CPU export."""
+    from rkspeech.export.talker_onnx import export_talker_pair
+
+    return export_talker_pair(stack, out_dir, capacity=capacity, prefill_B=prefill_B, **CPU_EXPORT)
+
+
+def export_cpu_code_predictor(cp, path: Path) -> Path:
+    """The code predictor step graph (``stepgraph.code_predictor_codebook``) in the CPU export."""
+    from rkspeech.export.talker_onnx import export_talker_onnx
+    from rkspeech.stepgraph.code_predictor_codebook import code_predictor_step
+
+    return export_talker_onnx(code_predictor_step(cp, **CPU_EXPORT), path)
 
 
 def quantize_stage(stages, name: str, placement: str, sources: dict[str, Path], folder: Path) -> dict:

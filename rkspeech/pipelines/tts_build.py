@@ -243,7 +243,7 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
     from rkspeech.plan.plan import load_plan, write_plan
     from rkspeech.convert.hybrid_int16 import HybridInt16Options
     from rkspeech.plan.sections import stage_section
-    from rkspeech.pipelines.cpu_stages import check_cpu_stages, cpu_row, gate_section, quantize_stage
+    from rkspeech.pipelines.cpu_stages import CPU_EXPORT, check_cpu_stages, cpu_row, gate_section, quantize_stage
 
     started = time.perf_counter()
     if o.vocoder_plan is not None:
@@ -273,7 +273,8 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
                                   skip_verify=o.skip_verify, timeout=o.timeout, model=model,
                                   dtype=o.code_predictor_dtype,
                                   calibration_frames=o.code_predictor_calibration_frames,
-                                  form=o.code_predictor_form, convert=cp_place == "npu")
+                                  form=o.code_predictor_form, convert=cp_place == "npu",
+                                  layout=CPU_EXPORT if cp_place != "npu" else None)
         a = cp["artifacts"]
         cpu_checks["code_predictor"] = {"placement": cp_place, "role": cp["role"], "fp32": Path(a["onnx"])}
         if cp_place != "npu":
@@ -302,7 +303,8 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
 
         talker = build_talker(stages, files, out, target=o.target, capacity=o.talker_capacity,
                               prefill_B=o.talker_prefill, skip_rknn=talker_place != "npu",
-                              skip_verify=o.skip_verify, timeout=o.timeout, model=model)
+                              skip_verify=o.skip_verify, timeout=o.timeout, model=model,
+                              **(CPU_EXPORT if talker_place != "npu" else {}))
         a = talker["artifacts"]
         src = {r: Path(a[r]["onnx"]) for r in ("prefill", "decode")}
         cpu_checks["talker"] = {"placement": talker_place, "fp32": src}

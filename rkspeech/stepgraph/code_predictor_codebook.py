@@ -16,10 +16,11 @@ from __future__ import annotations
 from rkspeech.contracts.talker import CODE_PREDICTOR_STEP_MODEL, MASK_VALUE
 
 
-def code_predictor_step(cp, *, mask_value: float = MASK_VALUE):
-    """The B = 1 step graph (a ``TalkerStep``) over ``cp`` (``talker.code_predictor``)."""
+def code_predictor_step(cp, *, mask_value: float = MASK_VALUE, kv_layout: str = "heads", cache_io: str = "flat"):
+    """The B = 1 step graph (a ``TalkerStep``) over ``cp`` (``talker.code_predictor``);
+    ``kv_layout`` / ``cache_io`` as ``TalkerStep``'s (the defaults are the NPU's)."""
     from rkspeech.stepgraph.talker_step import TalkerStep
 
     cfg = cp.model.cfg
-    return TalkerStep(cp.model, capacity=cfg.num_code_groups, B=1, kv_layout="heads", name=CODE_PREDICTOR_STEP_MODEL,
-                      mask_value=mask_value)
+    return TalkerStep(cp.model, capacity=cfg.num_code_groups, B=1, kv_layout=kv_layout, cache_io=cache_io,
+                      name=CODE_PREDICTOR_STEP_MODEL, mask_value=mask_value)

@@ -44,11 +44,11 @@ def open_runner(backend: str, path: str | os.PathLike, *, threads: int | None = 
                 target: str | None = None, dtype: str = "fp16", memory_limit_mb: float | None | str = "auto",
                 log_path: str | None = None, pieces: int = 1, core_mask: str | None = None,
                 dataset: str | None = None, hybrid: dict | None = None, pass_through: bool = False,
-                reuse_outputs: bool = False):
+                reuse_outputs: bool = False, spin: bool = True):
     """Open ``path`` on ``backend`` (one of :data:`BACKENDS`); returns a Runner.
 
     * ``ort``: :class:`OnnxRuntimeRunner` with ``threads`` intra-op threads (default
-      :func:`rkspeech.core.threads.default_threads`).
+      :func:`rkspeech.core.threads.default_threads`); ``spin=False``: its idle threads sleep.
     * ``sim``: the simulator, always in a child process (:class:`SimulatorProcess`; with
       ``pieces`` > 1 the graph in that many pieces, :class:`SegmentedSimulator`), built for
       ``target`` (default rk3588) and ``dtype``; ``memory_limit_mb``: kill the child above it
@@ -67,7 +67,7 @@ def open_runner(backend: str, path: str | os.PathLike, *, threads: int | None = 
     if backend == "ort":
         from rkspeech.runtime.runners.onnxruntime import OnnxRuntimeRunner
 
-        return OnnxRuntimeRunner(path, threads=threads)
+        return OnnxRuntimeRunner(path, threads=threads, spin=spin)
     if backend == "rknnlite":
         from rkspeech.runtime.runners.rknnlite import RknnLiteRunner
 

@@ -90,7 +90,8 @@ class Runner:
                 a = np.asarray(feed[n])
             except (ValueError, TypeError) as exc:
                 raise RkspeechError(f"{self.name}: input {n} is not an array ({exc})") from None
-            if a.ndim != len(shape) or any(_static(d) and d != s for d, s in zip(shape, a.shape)):
+            if a.shape != shape and (a.ndim != len(shape)
+                                     or any(_static(d) and d != s for d, s in zip(shape, a.shape))):
                 raise RkspeechError(f"{self.name}: input {n} has shape {list(a.shape)}, the graph "
                                     f"wants {list(shape)}")
             arrays[n] = np.ascontiguousarray(self._cast(n, a, np.dtype(dtype)))
@@ -141,7 +142,7 @@ class Runner:
             a = np.asarray(a)
             if a.dtype == np.float16:  # fp16 graph boundary (simulator, board): callers get fp32
                 a = a.astype(np.float32)
-            if (all(_static(d) for d in shape) and tuple(a.shape) != tuple(shape)
+            if (a.shape != tuple(shape) and all(_static(d) for d in shape)
                     and a.size == int(np.prod(shape, dtype=np.int64))):
                 a = a.reshape(shape)  # the toolkit returns some outputs flattened or 4-D
             result[n] = a

@@ -20,7 +20,11 @@ class OnnxRuntimeRunner(Runner):
     """One ``InferenceSession`` over ``onnx_path``.
 
     ``threads``: intra-op threads (default :func:`rkspeech.core.threads.default_threads`), one
-    inter-op thread.  ``InferenceSession.run`` is documented as safe to call from several
+    inter-op thread.  ``spin=False``: idle intra-op threads sleep instead of spin-waiting for the
+    next parallel section (onnxruntime's ``session.intra_op.allow_spinning``), for sessions that
+    run beside other busy threads: ``speak``'s generation and vocoder threads each spinning took
+    the cores from the other (published int4 plan, 2 cores: real-time factor 12.3 spinning vs
+    3.2 not, load ~8; docs/speak.md).  ``InferenceSession.run`` is documented as safe to call from several
     threads, so one runner may serve several callers at once (the engine pool relies on it).
     Symbolic dims are kept as declared (their names) and not checked.
     """
@@ -28,7 +32,7 @@ class OnnxRuntimeRunner(Runner):
     name = "onnxruntime"
 
     def __init__(self, onnx_path: str | os.PathLike, threads: int | None = None,
-                 providers: list[str] | None = None):
+                 providers: list[str] | None = None, spin: bool = True):
         super().__init__()
         try:
             import onnxruntime as ort
@@ -42,6 +46,8 @@ class OnnxRuntimeRunner(Runner):
         opts.intra_op_num_threads = int(threads)
         opts.inter_op_num_threads = 1
         opts.log_severity_level = 3
+        if not spin:
+            opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         try:
             self.session = ort.InferenceSession(os.fspath(onnx_path), opts,
                                                 providers=providers or ["CPUExecutionProvider"])

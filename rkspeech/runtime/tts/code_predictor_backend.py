@@ -59,7 +59,7 @@ class GraphCodePredictor:
 
     def __init__(self, path: str | os.PathLike, backend: str = "ort", *, model=None, target: str | None = None,
                  threads: int | None = None, log_path: str | None = None, core_mask: str | None = None,
-                 dtype: str = "fp16", dataset: str | None = None, hybrid: dict | None = None):
+                 dtype: str = "fp16", dataset: str | None = None, hybrid: dict | None = None, spin: bool = True):
         from rkspeech.runtime.runners import check_runner_file, open_runner
 
         self.path = check_runner_file(backend, path)
@@ -71,7 +71,7 @@ class GraphCodePredictor:
         self.runner = None
         self.runner = open_runner(backend, self.path, threads=threads, target=target, log_path=log_path,
                                   core_mask=core_mask, dtype=dtype, dataset=dataset,
-                                  hybrid=hybrid)
+                                  hybrid=hybrid, spin=spin)
         self._check_io()
 
     def check_model(self, model) -> None:

@@ -64,11 +64,11 @@ def describe_placement(stage, backend: str, threads: int | None) -> str:
 
 
 def open_stage_backends(plan, backend: str, *, model=None, threads: int | None = None, target: str | None = None,
-                        host_stages: bool = False, core_mask: str | None = None) -> dict:
+                        host_stages: bool = False, core_mask: str | None = None, spin: bool = True) -> dict:
     """``{"talker": TalkerBackend, "code_predictor": CodePredictorBackend}`` for the stages the
     plan holds (either key may be absent: torch).  ``model``: the loaded ``TTSModel`` each graph's
     contract is checked against (one line on a mismatch).  ``core_mask``: rknn-lite core of a
-    stage whose plan section names none."""
+    stage whose plan section names none; ``spin``: onnxruntime's."""
     if host_stages:
         return {}
     out = {}
@@ -80,7 +80,7 @@ def open_stage_backends(plan, backend: str, *, model=None, threads: int | None =
         (role, path), = cp.paths(backend).items()  # "step" or "frame"
         n = stage_threads(cp, threads)
         out["code_predictor"] = open_code_predictor(role, path, be, model=model, threads=n, target=target,
-                                                    core_mask=cp.core_mask or core_mask, **build)
+                                                    core_mask=cp.core_mask or core_mask, spin=spin, **build)
         progress.info(f"code predictor: {role} graph {path.name}, {where(cp, be, n)}"
                       + (f" ({build['dtype']})" if build else ""))
     talker = plan.stages.get("talker")
@@ -90,7 +90,7 @@ def open_stage_backends(plan, backend: str, *, model=None, threads: int | None =
         try:
             stack = model.net.talker.model if model is not None else None  # the talker's DecoderStack
             out["talker"] = open_talker(talker.artifacts, be, model=stack, threads=n, target=target,
-                                        core_mask=talker.core_mask or core_mask)
+                                        core_mask=talker.core_mask or core_mask, spin=spin)
         except BaseException:
             for b in out.values():
                 b.close()

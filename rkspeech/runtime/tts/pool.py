@@ -171,8 +171,9 @@ class EnginePool:
 
 
 def open_pool(plan, backend: str = "ort", *, size: int | None = None, threads: int | None = None,
-              core_masks: Sequence[str] | None = None, target: str | None = None) -> EnginePool:
-    """An :class:`EnginePool` over a loaded :class:`~rkspeech.plan.plan.Plan` (see module docstring)."""
+              core_masks: Sequence[str] | None = None, target: str | None = None, spin: bool = True) -> EnginePool:
+    """An :class:`EnginePool` over a loaded :class:`~rkspeech.plan.plan.Plan` (see module docstring);
+    ``spin``: onnxruntime's (``OnnxRuntimeRunner``)."""
     if backend not in BACKENDS:
         raise RkspeechError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     contracts = {role: plan.contracts[role] for role in plan.roles()}
@@ -189,7 +190,7 @@ def open_pool(plan, backend: str = "ort", *, size: int | None = None, threads: i
             threads = threads or default_threads()
             shared = {}
             for role in contracts:
-                shared[role] = open_runner("ort", graphs[role], threads=threads)
+                shared[role] = open_runner("ort", graphs[role], threads=threads, spin=spin)
                 owned.append(shared[role])
             n = size or max(1, (os.cpu_count() or 1) // threads)
             slots = [Slot(f"ort{i}", dict(shared)) for i in range(n)]

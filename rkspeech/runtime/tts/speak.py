@@ -61,6 +61,12 @@ class SpeechTiming:
 DEFAULT_SEED = 0
 #: What runs the host's part of generation (``Speaker(host=...)``, ``rkspeech speak --host-loop``).
 HOST_LOOPS = ("auto", "numpy", "torch")
+#: Whether ``Speaker``'s onnxruntime sessions spin-wait between parallel sections (onnxruntime's
+#: default).  No: generation and the vocoder run in two threads at once, and each session's idle
+#: threads spinning took the cores from the other.  Published int4 plan, 16 frames, 2 x86 cores
+#: shared with other jobs (load 6-9), 2026-12-01: real-time factor 12.3 spinning vs 3.2 not (2
+#: threads each), 2.7-2.9 not spinning with 1 or 2 threads per session (docs/speak.md).
+SPIN = False
 #: The shortest reference recording ``rkspeech speak --ref-audio`` accepts (``runtime.audio.decode_audio``'s
 #: ``min_seconds``).
 MIN_REF_AUDIO_S = 0.5
@@ -87,7 +93,7 @@ class Speaker:
 
     def __init__(self, model_dir, plan, *, backend: str = "ort", engines: int = 1, threads: int | None = None,
                  core_masks=None, target: str | None = None, model=None, options=None, host_stages: bool = False,
-                 host: str = "auto"):
+                 host: str = "auto", stage_threads: int | None = None):
         import threading
 
         from rkspeech.plan.plan import check_plan_for_model, load_plan
@@ -111,22 +117,24 @@ class Speaker:
             self.model = _load_model(model_dir)
         check_plan_for_model(self.plan, read_config(resolve_checkpoint(self.model.files.root)))
         self.pool = open_pool(self.plan, backend, size=engines, threads=threads, core_masks=core_masks,
-                              target=target)
+                              target=target, spin=SPIN)
         self.stage_backends: dict = {}
+        if stage_threads is None:
+            stage_threads = threads
         # the talker and code predictor on the first of the vocoder's cores unless the plan pins them
         stage_mask = core_masks[0] if core_masks else None
         try:
             if self.host == "numpy":
-                from rkspeech.runtime.tts.numpy_loop import open_numpy_stages
+                from rkspeech.runtime.tts.numpy_stages import open_numpy_stages
 
-                self.stage_backends = open_numpy_stages(self.plan, backend, model=self.model, threads=threads,
-                                                        target=target, core_mask=stage_mask)
+                self.stage_backends = open_numpy_stages(self.plan, backend, model=self.model, threads=stage_threads,
+                                                        target=target, core_mask=stage_mask, spin=SPIN)
             else:
                 from rkspeech.runtime.tts.open_stages import open_stage_backends
 
-                self.stage_backends = open_stage_backends(self.plan, backend, model=self.model, threads=threads,
+                self.stage_backends = open_stage_backends(self.plan, backend, model=self.model, threads=stage_threads,
                                                           target=target, host_stages=host_stages,
-                                                          core_mask=stage_mask)
+                                                          core_mask=stage_mask, spin=SPIN)
         except BaseException:
             self.close()
             raise
