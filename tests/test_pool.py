@@ -163,9 +163,9 @@ def test_rknnlite_pool_one_context_per_core(setup, monkeypatch, tmp_path, target
     made = []
 
     class FakeLite(OnnxRuntimeRunner):  # runs the ONNX graph, records the core mask it was pinned to
-        def __init__(self, rknn_path, core_mask="auto"):
+        def __init__(self, rknn_path, core_mask="auto", **options):  # pass_through, reuse_outputs
             super().__init__(rknn_path, threads=1)
-            self.core_mask, self.closed = core_mask, False
+            self.core_mask, self.closed, self.options = core_mask, False, options
             made.append(self)
 
         def close(self):
