@@ -123,7 +123,13 @@ def _open(g: BoardGraph, o: CheckBoardOptions, target: str | None):
         if g.rknn is None:
             raise RkspeechError(f"{g.name}: the plan names no .rknn for it (build it with conversion)")
         # the replay is done with each call's outputs before the next and feeds caches as they come
-        return open_runner("rknnlite", g.rknn, core_mask=o.core_mask, pass_through=True, reuse_outputs=True)
+        try:
+            return open_runner("rknnlite", g.rknn, core_mask=o.core_mask, pass_through=True, reuse_outputs=True)
+        except RkspeechError as exc:
+            if "not importable" not in str(exc):
+                raise
+            raise RkspeechError(f"{exc}; off a board, --backend ort (onnxruntime) or --backend sim (the "
+                                "simulator) replays the same golden steps") from None
     if g.onnx is None:
         raise RkspeechError(f"{g.name}: the plan names no ONNX for it; --backend {o.backend} runs the ONNX")
     if o.backend == "sim":
