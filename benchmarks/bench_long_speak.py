@@ -17,13 +17,7 @@ import json
 import resource
 import time
 
-SENTENCES = [
-    "The weather today is cloudy with a chance of rain in the afternoon.",
-    "Please call Stella and ask her to bring these things with her from the store.",
-    "We will meet at the train station at nine o'clock tomorrow morning.",
-    "The quick brown fox jumps over the lazy dog.",
-    "My phone number has changed, so please write down the new one.",
-]
+from make_long_audio import SENTENCES  # the same five sentences as the long recording (same folder)
 
 
 def main() -> None:
