@@ -100,7 +100,7 @@ def main(argv=None) -> int:
     from rkspeech.convert.conversion import convert
     from rkspeech.export.whisper_onnx import export_encoder
     from rkspeech.models.whisper.weights import load_whisper_encoder
-    from rkspeech.pipelines.whisper_encoder import check_window_mel
+    from rkspeech.pipelines.whisper_inputs import check_window_mel
     from rkspeech.models.whisper.window import SAMPLE_RATE
     from rkspeech.runtime.audio import decode_audio
     from rkspeech.runtime.whisper.encoder import open_encoder

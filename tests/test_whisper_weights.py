@@ -32,7 +32,7 @@ def tiny():
 @pytest.fixture(scope="module")
 def speech_mel():
     """One 30 s window of a speech-like signal through faster-whisper's feature extractor."""
-    from rkspeech.pipelines.whisper_encoder import check_window_mel
+    from rkspeech.pipelines.whisper_inputs import check_window_mel
 
     return check_window_mel(80)
 
