@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rkspeech.core.errors import RkspeechError
+from rkspeech.core.errors import MissingPackage, RkspeechError
 from rkspeech.core.thresholds import GOLDEN_MIN_COSINE, SIM_MIN_SNR_DB
 
 CHECK_FORMAT = "rkspeech-check-board/1"
@@ -125,9 +125,7 @@ def _open(g: BoardGraph, o: CheckBoardOptions, target: str | None):
         # the replay is done with each call's outputs before the next and feeds caches as they come
         try:
             return open_runner("rknnlite", g.rknn, core_mask=o.core_mask, pass_through=True, reuse_outputs=True)
-        except RkspeechError as exc:
-            if "not importable" not in str(exc):
-                raise
+        except MissingPackage as exc:
             raise RkspeechError(f"{exc}; off a board, --backend ort (onnxruntime) or --backend sim (the "
                                 "simulator) replays the same golden steps") from None
     if g.onnx is None:

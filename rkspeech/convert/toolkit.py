@@ -19,7 +19,7 @@ import logging
 import os
 import warnings
 
-from rkspeech.core.errors import RkspeechError
+from rkspeech.core.errors import MissingPackage, RkspeechError
 
 TOOLKIT_HINT = ("install it into the host venv with `pip install --no-deps rknn-toolkit2==2.5.0` "
                 "(plus numpy<2, onnx<=1.18, setuptools<81; see `rkspeech doctor`)")
@@ -37,7 +37,7 @@ def rknn_class():
         if exc.name == "pkg_resources":
             raise RkspeechError("rknn-toolkit2 needs pkg_resources, which setuptools>=81 removed: "
                                 "`pip install 'setuptools<81'`") from None
-        raise RkspeechError(f"rknn-toolkit2 is not importable ({exc}); {TOOLKIT_HINT}") from None
+        raise MissingPackage(f"rknn-toolkit2 is not importable ({exc}); {TOOLKIT_HINT}") from None
     except ImportError as exc:
         raise RkspeechError(f"rknn-toolkit2 failed to import ({exc}); {TOOLKIT_HINT}") from None
     return RKNN
@@ -50,7 +50,7 @@ def rknn_lite_class():
     try:
         from rknnlite.api import RKNNLite
     except ImportError as exc:
-        raise RkspeechError(f"rknn-toolkit-lite2 is not importable ({exc}); {LITE_HINT}") from None
+        raise MissingPackage(f"rknn-toolkit-lite2 is not importable ({exc}); {LITE_HINT}") from None
     finally:
         logging._nameToLevel.clear()  # type: ignore[attr-defined]
         logging._nameToLevel.update(saved_name)  # type: ignore[attr-defined]
