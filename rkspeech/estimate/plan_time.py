@@ -28,9 +28,10 @@ the two units run at once (the NPU vocodes while the CPU generates), so the stea
 audio second is ``max(CPU sum, NPU sum, DDR floor)``, where the DDR floor is every unit's bytes
 per audio second over the shared DDR bandwidth (the NPU's traffic is its layer table's reads +
 writes).  Time to first audio: the prefill, then the frames of the first vocoder step (its B),
-one talker decode and one code predictor frame each, then that vocoder step.  Not modelled: the
-host's own work (sampling, the code predictor's heads when they are outside its graph,
-embeddings), CPU/NPU synchronisation, caches (the weights of these stages do not fit any).
+one talker decode, one code predictor frame and the host heads each, then that vocoder step.
+The host loop's heads (the plan's ``build.host_heads``: fp32 numpy matrices read once a frame)
+are a CPU stage of their own.  Not modelled: the rest of the host's work (sampling, embeddings),
+CPU/NPU synchronisation, caches (the weights of these stages do not fit any).
 """
 
 from __future__ import annotations
@@ -157,6 +158,9 @@ def plan_inputs(plan_path: str | os.PathLike, a: PlanAssumptions) -> tuple[list[
                 st.per_frame = 1.0
                 st.note = "frame form: one call a frame (the codebooks unrolled inside)"
             out.append(st)
+    heads = host_heads_input(plan, info["notes"])
+    if heads is not None:
+        out.append(heads)
     missing = [n for n in ("talker", "code_predictor") if n not in plan.stages]
     if missing:
         info["notes"].append(f"the plan has no {' / '.join(missing)} stage (built without them: they run in "
@@ -189,6 +193,28 @@ def plan_inputs(plan_path: str | os.PathLike, a: PlanAssumptions) -> tuple[list[
         info["notes"].append("vocoder on the CPU: priced by its conv / matmul MACs (from ONNX shape inference) "
                              "and bytes; elementwise work (Snake) is not counted")
     return out, info
+
+
+def host_heads_input(plan, notes: list) -> StageInput | None:
+    """The host loop's fp32 heads (``build.host_heads``, recorded by ``build qwen3-tts``) as a CPU
+    stage of one call a frame, when the plan places both the talker and the code predictor as
+    graphs (the numpy host loop applies the codec head, and the code predictor's heads with its
+    step form); a plan without the record gets a note instead."""
+    if not all(n in plan.stages for n in ("talker", "code_predictor")):
+        return None
+    rec = (plan.raw.get("build") or {}).get("host_heads") if isinstance(plan.raw, dict) else None
+    if not isinstance(rec, dict) or not isinstance(rec.get("bytes_per_frame"), int):
+        notes.append("the plan does not record the host loop's heads (built before build.host_heads): they are "
+                     "not counted; rebuild the plan to count them")
+        return None
+    nbytes = rec["bytes_per_frame"]
+    if "step" not in plan.stages["code_predictor"].artifacts:  # the frame graph holds its own heads
+        v, h = rec["codec_head"]
+        nbytes = 4 * v * h
+    call = CpuCall(weight_bytes=nbytes, macs=nbytes / 4, variant=str(rec.get("dtype", "float32")),
+                   source="plan build.host_heads (numpy, fp32)")
+    return StageInput("host heads", call, per_frame=1.0, impl="numpy",
+                      note="the host loop's heads (codec head + code predictor heads), read once a frame")
 
 
 def _vocoder_rates(stages: list[StageInput], fps: float, a: PlanAssumptions) -> None:
@@ -263,7 +289,8 @@ def estimate_stages(stages: list[StageInput], fps: float, a: PlanAssumptions,
     voc = by_name.get("vocoder first") or by_name.get("vocoder main")
     first_B = next((s.B for s in stages if s.name == (voc["stage"] if voc else "")), None)
     if voc is not None:
-        per_frame_gen = (dec["ms_per_call"] if dec else 0.0) + (
+        heads = by_name.get("host heads")
+        per_frame_gen = (dec["ms_per_call"] if dec else 0.0) + (heads["ms_per_call"] if heads else 0.0) + (
             cp["ms_per_call"] * next(s.per_frame for s in stages if s.name == "code predictor") if cp else 0.0)
         prefill_ms = pre["ms_per_call"] * math.ceil(a.prompt_tokens / next(
             s.positions for s in stages if s.name == "talker prefill")) if pre else 0.0
