@@ -283,6 +283,17 @@ def test_host_heads_are_a_cpu_stage_when_the_plan_records_them(tmp_path):
     assert rep["time_to_first_audio"]["per_frame_ms"] == pytest.approx(per_frame)
 
 
+def test_speak_schedule_prices_small_vocoder_steps_throughout(tmp_path):
+    rep = estimate_plan(make_plan(tmp_path / "p", voc_layers=40))
+    first = by_stage(rep)["vocoder first"]
+    sp = rep["speak_schedule"]
+    # speak runs the first (B=4) graph for every 4 frames: 12.5 / 4 calls a second, main unused
+    assert sp["vocoder_ms_per_audio_s"] == pytest.approx(first["ms_per_call"] * 12.5 / 4)
+    npu_main = rep["units"]["npu"]["ms_per_audio_s"]
+    assert sp["units"]["npu"] == pytest.approx(sp["vocoder_ms_per_audio_s"]) and sp["units"]["npu"] != npu_main
+    assert sp["units"]["cpu"] == pytest.approx(rep["units"]["cpu"]["ms_per_audio_s"])
+
+
 # ---- the command --------------------------------------------------------------------------------
 def test_cli_prints_every_assumption_and_writes_the_report(tmp_path, capsys):
     plan = make_plan(tmp_path / "p")

@@ -106,9 +106,9 @@ def test_stream_api_yields_chunks_as_steps_finish(tts_custom_ckpt, plan):
                                 codes_out=codes, timing=timing))
     sizes = [c.size for c in chunks]
     assert sizes[0] == 4 * 1920  # the B=4 first step, as soon as 4 frames exist
-    # then whole steps as they finish: small (B=4) ones while the vocoder waits for frames, main
-    # (B=16) ones for a backlog (eager); only the flushed tail may be a partial step
-    assert all(s % (4 * 1920) == 0 for s in sizes[1:-1]) and sum(sizes) == len(codes) * 1920
+    # then a small step every 4 frames (eager: speak pushes frame by frame), the last one flushed
+    assert all(s == 4 * 1920 for s in sizes[:-1]) and 0 < sizes[-1] <= 4 * 1920
+    assert sum(sizes) == len(codes) * 1920
     assert timing.frames == len(codes) and timing.samples == sum(sizes)
 
 

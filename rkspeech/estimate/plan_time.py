@@ -229,6 +229,11 @@ def _vocoder_rates(stages: list[StageInput], fps: float, a: PlanAssumptions) -> 
     if first is not None:
         first.per_utterance = 1.0
         first.note = f"once per utterance (its B={first.B} frames)"
+    small = next((s for s in stages if s.name == "vocoder small steps"), None)
+    if small is not None:
+        small.per_utterance = 0.0
+        small.per_frame = max(frames - small.B, 0.0) / frames / small.B
+        small.note = f"speak: the first graph again, one call per B={small.B} frames after the first"
 
 
 def estimate_stages(stages: list[StageInput], fps: float, a: PlanAssumptions,
@@ -357,6 +362,24 @@ def npu_factor_check(stages: list[StageInput], fps: float, a: PlanAssumptions,
             "source": "docs/estimate.md calibration: Whisper base encoder 104.9 ms estimated vs 703 ms public (6.7x)"}
 
 
+def speak_schedule(stages: list[StageInput], fps: float, a: PlanAssumptions) -> dict[str, Any] | None:
+    """The plan as ``speak`` runs its vocoder when it has a first (small) graph: small steps after
+    the first one too (``StreamingVocoder`` eager, fed frame by frame), the main graph unused; None
+    without a first graph.  The main rows above are what ``decode`` (whole codes) runs."""
+    first = next((s for s in stages if s.name == "vocoder first"), None)
+    if first is None or not any(s.name == "vocoder main" for s in stages):
+        return None
+    small = replace(first, name="vocoder small steps")
+    st = [s for s in stages if s.name not in ("vocoder first", "vocoder main")] + [first, small]
+    rep = estimate_stages(st, fps, a)
+    row = next(r for r in rep["stages"] if r["stage"] == "vocoder small steps")
+    return {"rtf": rep["rtf"], "limiting_stage": rep["limiting_stage"],
+            "units": {u: v["ms_per_audio_s"] for u, v in rep["units"].items()},
+            "vocoder_ms_per_audio_s": row["ms_per_audio_s"] + next(
+                r["ms_per_audio_s"] for r in rep["stages"] if r["stage"] == "vocoder first"),
+            "ddr_floor_ms_per_audio_s": rep["ddr_floor_ms_per_audio_s"]}
+
+
 def estimate_plan(plan_path: str | os.PathLike, a: PlanAssumptions | None = None) -> dict[str, Any]:
     """The whole report for ``plan.json``."""
     a = (a or PlanAssumptions()).check()
@@ -374,6 +397,7 @@ def estimate_plan(plan_path: str | os.PathLike, a: PlanAssumptions | None = None
     rep["notes"] = info["notes"] + rep["notes"]
     rep["sensitivity"] = sensitivity(stages, info["frames_per_s"], a)
     rep["npu_board_factor_check"] = npu_factor_check(stages, info["frames_per_s"], a)
+    rep["speak_schedule"] = speak_schedule(stages, info["frames_per_s"], a)
     rep["peers"] = PEERS
     return rep
 

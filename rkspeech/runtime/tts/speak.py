@@ -198,11 +198,13 @@ class Speaker:
         frames = self.model.generate_frames(text, speaker=speaker, language=language, instruct=instruct,
                                             ref_audio=ref_audio, ref_text=ref_text, ref_codes=ref_codes,
                                             options=options)
+        # eager, fed one frame at a time: small steps after the first, so the utterance ends one
+        # small step after its last frame, and the steps depend on the frames only, not on timing
         sv = self.pool.open_stream(eager=True)
         start = time.perf_counter()
         with _Generation(frames, self._lock, timing, codes_out) as produced:
-            for waiting in produced:
-                pcm = self._push(sv, waiting, timing)
+            for frame in produced:
+                pcm = self._push(sv, frame, timing)
                 if pcm.size:
                     if timing.first_audio_s is None:
                         timing.first_audio_s = time.perf_counter() - start
@@ -253,8 +255,7 @@ class _Generation:
     Frames come out in order, through a bounded queue (``QUEUE_FRAMES``: a vocoder slower than
     generation holds back the generator, not memory).  An exception in the generator is raised
     in the caller's thread; a caller that stops early (a client gone) stops the generator
-    before its next frame.  It yields every frame waiting at once (``[n, 16]``), so a vocoder
-    that fell behind catches up with main steps (``StreamingVocoder`` eager)."""
+    before its next frame."""
 
     QUEUE_FRAMES = 32
     _DONE = object()
@@ -321,23 +322,13 @@ class _Generation:
             self._put(exc)
 
     def _drain(self):
-        import queue
-
-        done = False
-        while not done:
-            batch = [self._queue.get()]
-            while batch[-1] is not self._DONE and not isinstance(batch[-1], BaseException):
-                try:
-                    batch.append(self._queue.get_nowait())
-                except queue.Empty:
-                    break
-            if isinstance(batch[-1], BaseException):
-                raise batch[-1]
-            if batch[-1] is self._DONE:
-                done = True
-                batch.pop()
-            if batch:
-                yield np.concatenate(batch)
+        while True:
+            item = self._queue.get()
+            if item is self._DONE:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
 
 
 def _host_loop(host: str, plan, *, host_stages: bool, model) -> str:

@@ -8,12 +8,12 @@ its cache feeds the ``main`` graph (N does not depend on B).  ``flush()`` pads t
 partial step with code 0 and trims exactly the padding: the graph is causal, so the padded
 tokens cannot change the samples before them.
 
-``eager``: with a ``first`` graph, whatever is pending below the main B runs in small steps as
-soon as a small step's worth is there, instead of waiting for a main step's worth.  A stream
-fed by a generator slower than the vocoder (``Speaker``: the vocoder thread would wait) then ends
-one small step after its last frame, not one main step; when the vocoder falls behind, frames
-pile up and it takes main steps again.  Exact either way: the steps share one cache and the
-graph is causal, so how tokens are cut into steps does not change the samples.
+``eager``: with a ``first`` graph, fewer tokens pending than the main B run in small steps as
+soon as a small step's worth is there, instead of waiting for a main step's worth; a push of a
+main step's worth or more still takes main steps.  ``Speaker`` pushes frame by frame, so every
+step after the first is small and the utterance ends one small step after its last frame, not
+one main step after it (16 frames vocoded after generation ended at B=16).  The steps share one
+cache and the graph is causal: the samples are those of any other cut, to float rounding.
 
 Each instance owns its cache and position: streams never share state.
 """
