@@ -113,7 +113,8 @@ def _cpu_rows(name: str, cpu: dict | None) -> list[tuple]:
     after = sum(f["variant_bytes"] for f in files.values())
     if q:
         how = f"{q['variant']} ({q['quantizer'].rsplit('.', 1)[-1]}, onnxruntime {q['onnxruntime']}"
-        how += (f", block {q['block_size']}, accuracy level {q.get('accuracy_level')})" if q["bits"] == 4
+        how += (f", block {q['block_size']}{', symmetric' if q.get('symmetric') else ''}, accuracy level "
+                f"{q.get('accuracy_level')})" if q["bits"] == 4
                 else f", per channel {q.get('per_channel')})")
     else:
         how = "fp32 (the exported graphs as they are)"
