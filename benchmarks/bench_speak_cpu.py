@@ -135,11 +135,26 @@ def prepare(work: Path, config: str, capacity: int, prefill: int) -> dict:
         raw["talker"] = stage_section(impl="onnx", target=None, placement=placement, quantization=tq,
                                       artifacts={r: {"onnx": files[r]} for r in ("prefill", "decode")},
                                       contract=contract(files["decode"]), base=d)
+        heads = {}
+        if record:  # the code predictor's heads quantized alike, as the build does (pipelines.cpu_heads)
+            from rkspeech.models.qwen3_tts.tts_checkpoint import resolve_model_root
+            from rkspeech.pipelines.cpu_heads import quantize_heads
+
+            heads = quantize_heads(_NoStages(), placement, resolve_model_root(root), d / f"heads_{v}",
+                                   int4=extra if placement == "cpu-int4" else None)
         raw["code_predictor"] = stage_section(impl="onnx", target=None, placement=placement, quantization=cq,
                                               artifacts={"step": {"onnx": files["step"]}},
-                                              contract=contract(files["step"]), base=d)
+                                              contract=contract(files["step"]), base=d, heads=heads.get("heads"))
         plans[v].write_text(json.dumps(raw, indent=1))
     return {"root": root, "plans": plans, "graphs": d}
+
+
+class _NoStages:
+    """The resumable-stage interface without the resuming (the benchmark caches by file)."""
+
+    @staticmethod
+    def run(name, args, inputs, outputs, work):
+        return work()
 
 
 def stream_rate_gbps(mb: int = 512) -> float:
@@ -186,6 +201,8 @@ def frame_bytes(plan_path: Path | None, cfg, capacity: int) -> dict:
         cache = lambda k: 4 * int(np.prod(k.cache_shape()))  # noqa: E731
         talker = dec.stat().st_size + cache(ct)
         cp = c.num_code_groups * (step.stat().st_size + cache(cc))
+        if cps.heads:  # quantized head graphs: their files, the codec head still fp32
+            host = 4 * t.vocab_size * t.hidden_size + sum(p.stat().st_size for p in cps.heads.values())
     return {"talker": talker, "code_predictor": cp, "host_heads": host, "total": talker + cp + host}
 
 

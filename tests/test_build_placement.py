@@ -86,6 +86,15 @@ def test_plan_places_the_stages_on_the_cpu(built):
     assert tq["graphs"]["decode"]["quantized_ops"]["MatMulNBits"] > 0
     assert (cq["variant"], cq["bits"], cq["per_channel"]) == ("int8", 8, True) and "dataset" not in cq
     assert cp.simulator_build() == {}  # a CPU record says nothing to the simulator
+    # the code predictor's 15 heads as int8 graphs (pipelines.cpu_heads), each with its contract
+    from rkspeech.contracts.head import HeadContract
+    from rkspeech.contracts.read import read_contract
+
+    assert sorted(cp.heads) == list(range(1, 16)) and talker.heads == {}
+    for j, path in cp.heads.items():
+        c = read_contract(path, HeadContract)
+        assert c.index == j and path.name == f"head{j}.int8.onnx" and "MatMulInteger" in _op_types(path)
+    assert raw["code_predictor"]["heads"]["1"] == "code_predictor/cpu/heads/head1.int8.onnx"  # relative
     # CPU stages are exported with per-layer cache inputs and grouped k/v (cpu_stages.CPU_EXPORT)
     for stage in (talker, cp):
         assert (stage.contract["cache_io"], stage.contract["kv_layout"]) == ("layers", "grouped")
@@ -105,6 +114,8 @@ def test_report_has_the_cpu_stage_records(built):
         for f in cpu["files"].values():
             assert 0 < f["variant_bytes"] < f["fp32_bytes"], f
         assert cpu["check"] is None, cpu  # --gate off: not measured
+    heads = report["graphs"]["code_predictor"]["cpu"]["heads"]
+    assert heads["heads"] == 15 and heads["variant"] == "int8" and 0 < heads["bytes_after"] < heads["bytes_before"]
     # the gate's figures are tests/test_accuracy_gate.py's (on the random root they fail: flat logits)
     gate = report["accuracy_gate"]
     assert gate["mode"] == "off" and gate["passed"] is None and "stages" not in gate
@@ -134,7 +145,7 @@ def test_speak_runs_the_cpu_variants(built, tts_custom_ckpt, tmp_path, capsys):
     report = json.loads((tmp_path / "r.json").read_text())
     names = report["stage_backends"]
     assert names["talker"] == "talker graph (ort: talker_decode_B1_cap96.int4.onnx)", names
-    assert names["code_predictor"] == "code-predictor step (ort: code_predictor_step.int8.onnx)", names
+    assert names["code_predictor"] == "code-predictor step (ort: code_predictor_step.int8.onnx) + 15 head graphs", names
     flat = " ".join(err.split())  # progress lines wrap at the terminal's width
     assert "cpu-int4 on ort, 1 threads" in flat and "cpu-int8 on ort, 1 threads" in flat, err
     pcm, rate = sf.read(tmp_path / "s.wav", dtype="int16")
@@ -153,7 +164,7 @@ def test_a_second_build_resumes(built, tts_custom_ckpt, vocoder_plan, capsys):
     rc, err, _ = run_relative(home, _build_argv(tts_custom_ckpt, vocoder_plan, home), capsys)
     assert rc == 0
     flat = " ".join(err.split())
-    for stage in ("talker_quantize_int4", "code_predictor_quantize_int8", "talker_export"):
+    for stage in ("talker_quantize_int4", "code_predictor_quantize_int8", "code_predictor_heads_int8", "talker_export"):
         assert f"skip: {stage}" in flat, err
     assert "== " not in err, err
     assert (built / "plan.json").read_text() == plan

@@ -283,6 +283,31 @@ def test_host_heads_are_a_cpu_stage_when_the_plan_records_them(tmp_path):
     assert rep["time_to_first_audio"]["per_frame_ms"] == pytest.approx(per_frame)
 
 
+def test_quantized_head_graphs_are_priced_from_their_files(tmp_path):
+    from rkspeech.contracts.head import HeadContract
+    from rkspeech.convert.cpu_quant import CpuQuantOptions, quantize_step_graph
+    from rkspeech.export.head_onnx import export_head_onnx
+
+    d = tmp_path / "p"
+    d.mkdir()
+    rng = np.random.default_rng(0)
+    heads = {}
+    for j in range(1, 16):
+        src = export_head_onnx(rng.standard_normal((256, H)).astype(np.float32), HeadContract(j, H, 256),
+                               d / f"head{j}.onnx")
+        heads[str(j)] = d / f"head{j}.int4.onnx"
+        quantize_step_graph(src, heads[str(j)], CpuQuantOptions("int4", block_size=16))
+    rec = {"codec_head": [3072, H], "code_predictor_heads": [15, 256, H], "dtype": "float32",
+           "bytes_per_frame": 4 * (3072 * H + 15 * 256 * H)}
+    plan = make_plan(d, build={"host_heads": rec},
+                     extra={"code_predictor": {"heads": {j: p.name for j, p in heads.items()}}})
+    row = by_stage(estimate_plan(plan))["host heads"]
+    per_head = onnx_call(heads["1"], positions=1).weight_bytes  # 4-bit blocks + scales + zero points
+    assert per_head < 4 * 256 * H / 4  # under a quarter of the fp32 head
+    assert row["bytes_per_call"] == 4 * 3072 * H + 15 * per_head  # the codec head stays fp32
+    assert "int4" in row["variant"]
+
+
 def test_speak_schedule_prices_small_vocoder_steps_throughout(tmp_path):
     rep = estimate_plan(make_plan(tmp_path / "p", voc_layers=40))
     first = by_stage(rep)["vocoder first"]

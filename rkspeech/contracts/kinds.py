@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from rkspeech.contracts.base import Contract
 from rkspeech.contracts.code_predictor import CodePredictorContract
+from rkspeech.contracts.head import HeadContract
 from rkspeech.contracts.talker import TalkerContract
 from rkspeech.contracts.vocoder import VocoderContract
 
 #: format string -> contract class
-KINDS: dict[str, type[Contract]] = {c.FORMAT: c for c in (VocoderContract, TalkerContract, CodePredictorContract)}
+KINDS: dict[str, type[Contract]] = {c.FORMAT: c for c in (VocoderContract, TalkerContract, CodePredictorContract,
+                                                     HeadContract)}

@@ -208,11 +208,18 @@ def host_heads_input(plan, notes: list) -> StageInput | None:
                      "not counted; rebuild the plan to count them")
         return None
     nbytes = rec["bytes_per_frame"]
-    if "step" not in plan.stages["code_predictor"].artifacts:  # the frame graph holds its own heads
-        v, h = rec["codec_head"]
+    cp = plan.stages["code_predictor"]
+    v, h = rec["codec_head"]
+    variant, source = str(rec.get("dtype", "float32")), "plan build.host_heads (numpy, fp32)"
+    if "step" not in cp.artifacts:  # the frame graph holds its own heads
         nbytes = 4 * v * h
-    call = CpuCall(weight_bytes=nbytes, macs=nbytes / 4, variant=str(rec.get("dtype", "float32")),
-                   source="plan build.host_heads (numpy, fp32)")
+    elif cp.heads:  # quantized head graphs: their files' bytes, the codec head still fp32
+        calls = [onnx_call(p, positions=1) for p in cp.heads.values()]
+        nbytes = 4 * v * h + sum(c.weight_bytes for c in calls)
+        variant = f"fp32 codec head + {calls[0].variant} code predictor heads"
+        source = f"plan build.host_heads (codec head) + {len(calls)} head graphs"
+    macs = v * h + (math.prod(rec["code_predictor_heads"]) if "step" in cp.artifacts else 0)
+    call = CpuCall(weight_bytes=nbytes, macs=macs, variant=variant, source=source)
     return StageInput("host heads", call, per_frame=1.0, impl="numpy",
                       note="the host loop's heads (codec head + code predictor heads), read once a frame")
 

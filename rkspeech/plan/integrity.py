@@ -4,7 +4,7 @@ line naming it before anything runs.
 
 ``plan.json`` holds ``"integrity": {"files": {relative path: {"bytes": n, "sha256": hex}}}``:
 every graph of every section (``speech_decoder``'s ``artifacts`` / ``onnx`` / ``host_onnx``, the
-talker's and code predictor's ``artifacts``, ``whisper_encoder``'s ``artifacts``), an ONNX
+talker's and code predictor's ``artifacts`` (and the latter's ``heads``), ``whisper_encoder``'s ``artifacts``), an ONNX
 graph's external ``.data`` file, and each graph's golden replay (:func:`golden_path`).
 
 Checking is cheap: the size of every file always (one ``stat``), the hash once per file, cached
@@ -59,6 +59,9 @@ def plan_files(raw: dict, base: Path) -> list[Path]:
             for files in arts.values():
                 if isinstance(files, dict):
                     named += [files[k] for k in ("onnx", "rknn") if isinstance(files.get(k), str)]
+        heads = sec.get("heads") if isinstance(sec, dict) else None
+        if isinstance(heads, dict):
+            named += [v for v in heads.values() if isinstance(v, str)]
     out: dict[Path, None] = {}
     for v in named:
         p = Path(v) if os.path.isabs(v) else base / v

@@ -73,6 +73,9 @@ class StagePlan:
     #: rknn-lite NPU core mask of an NPU stage (``core.targets.CORE_MASKS``; None: the caller's,
     #: e.g. ``rkspeech serve --tts-core-mask``, else the runtime's "auto"); other backends ignore it
     core_mask: str | None = None
+    #: a CPU step-form code predictor's quantized heads: codebook j -> its head graph (ONNX, run by
+    #: onnxruntime whatever the backend; ``pipelines.cpu_heads``); empty: fp32 heads on the host
+    heads: dict[int, Path] = field(default_factory=dict)
 
     def simulator_build(self) -> dict:
         """The ``GraphCodePredictor`` / ``open_runner`` build keywords (``dtype``, ``dataset``,
@@ -96,12 +99,13 @@ class StagePlan:
 
 def stage_section(*, impl: str, target: str | None, artifacts: dict[str, dict[str, Path | None]],
                   contract: dict, base: Path, quantization: dict | None = None, placement: str | None = None,
-                  threads: int | None = None) -> dict:
+                  threads: int | None = None, heads: dict[str, Path] | None = None) -> dict:
     """A stage's JSON section, paths made relative to ``base`` (the plan's folder);
     ``quantization``: ``{"dtype", "dataset", "hybrid"}`` of a quantized NPU build, or a CPU
     variant's record (``{"variant", ..., "graphs": {role: {"source": path, ...}}}``; None: fp16 /
     fp32); ``placement``: ``core.placement.PLACEMENTS`` (None: from ``impl``); ``threads``: a CPU
-    stage's onnxruntime threads (None: not recorded)."""
+    stage's onnxruntime threads (None: not recorded); ``heads``: a code predictor's quantized head
+    graphs, codebook (``"1"`` ...) -> ONNX (``pipelines.cpu_heads``)."""
     def rel(x) -> str:
         return os.path.relpath(Path(x).resolve(), base.resolve())
 
@@ -111,6 +115,8 @@ def stage_section(*, impl: str, target: str | None, artifacts: dict[str, dict[st
                          for role, files in artifacts.items()}}
     if threads is not None:
         sec["threads"] = int(threads)
+    if heads:
+        sec["heads"] = {str(j): rel(p) for j, p in heads.items()}
     if quantization and "variant" in quantization:
         graphs = {role: {**g, **({"source": rel(g["source"])} if g.get("source") else {})}
                   for role, g in (quantization.get("graphs") or {}).items()}
@@ -174,6 +180,32 @@ def _quantization(sec: dict, base: Path, where: str, need_files: bool, placement
     return {**q, "dataset": dataset}
 
 
+def _heads(sec: dict, base: Path, where: str, roles) -> dict[int, Path]:
+    """A stage's ``heads`` (codebook -> head graph), checked: only a step-form code predictor
+    has them, one ONNX file per codebook that exists and carries a head contract."""
+    raw = sec.get("heads")
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict) or tuple(roles) != ("step",) or not raw:
+        raise RkspeechError(f"{where}.heads must map codebooks to head graphs, and only a step-form code "
+                            "predictor has them; rebuild the plan")
+    out: dict[int, Path] = {}
+    for key, v in raw.items():
+        if not (isinstance(key, str) and key.isdigit() and int(key) >= 1 and isinstance(v, str)):
+            raise RkspeechError(f"{where}.heads has entry {key!r}: {v!r}; rebuild the plan")
+        path = base / v if not os.path.isabs(v) else Path(v)
+        if not path.is_file():
+            raise RkspeechError(f"{where}: head {key} graph {path} is missing")
+        from rkspeech.contracts.head import CONTRACT_FORMAT as HEAD_FORMAT
+        from rkspeech.contracts.read import contract_format
+
+        if contract_format(path) != HEAD_FORMAT:
+            raise RkspeechError(f"{where}: head {key} graph {path.name} does not carry a head contract; "
+                                "rebuild the plan")
+        out[int(key)] = path
+    return dict(sorted(out.items()))
+
+
 def load_stages(raw: dict, plan_path: Path, backend: str | None) -> dict[str, StagePlan]:
     """Parse and check every stage section of a plan (``raw``: its JSON)."""
     out: dict[str, StagePlan] = {}
@@ -218,7 +250,9 @@ def load_stages(raw: dict, plan_path: Path, backend: str | None) -> dict[str, St
         if core_mask is not None and core_mask not in CORE_MASKS:
             raise RkspeechError(f"{where}.core_mask is {core_mask!r}, expected one of {', '.join(CORE_MASKS)}")
         quant = _quantization(sec, base, where, need_files=backend == "sim", placement=placement, roles=roles)
-        stage = StagePlan(name, impl, sec.get("target"), artifacts, contract, quant, placement, threads, core_mask)
+        heads = _heads(sec, base, where, roles)
+        stage = StagePlan(name, impl, sec.get("target"), artifacts, contract, quant, placement, threads, core_mask,
+                          heads)
         for role, path in stage.paths(backend or "ort").items():
             if not path.is_file():
                 raise RkspeechError(f"{where}: {role} artifact {path} is missing")

@@ -78,11 +78,27 @@ class CodebookCodePredictor:
 
     greedy_only = False
 
-    def __init__(self, path: str | os.PathLike, backend: str = "ort", *, model, **runner_kw):
+    def __init__(self, path: str | os.PathLike, backend: str = "ort", *, model, heads: dict | None = None,
+                 **runner_kw):
         self.cp = _code_predictor(model)
         self.groups = self.cp.model.cfg.num_code_groups
         self.path, self.name, self.contract, self.stack = open_step_stack(path, backend, self.groups,
                                                                           model=self.cp.model, **runner_kw)
+        self.heads = None
+        if heads:
+            from rkspeech.runtime.tts.heads import open_heads
+            from rkspeech.runtime.tts.host_weights import fingerprint
+
+            m = self.cp.model
+            fp = fingerprint(m.norm.weight.detach().numpy(), m.layers[0].self_attn.q_proj.weight.detach().numpy())
+            try:
+                self.heads = open_heads(heads, m.cfg, fp, threads=runner_kw.get("threads"),
+                                        spin=runner_kw.get("spin", True))
+                if self.heads is not None:
+                    self.name += f" + {len(self.heads)} head graphs"
+            except BaseException:
+                self.close()
+                raise
 
     @property
     def calls(self) -> int:
@@ -101,7 +117,11 @@ class CodebookCodePredictor:
             stack.start(self.groups)
             h = stack.forward(cp.small_to_mtp_projection(x).numpy())
             for j in range(1, self.groups):
-                code = int(choose(j, cp.lm_head[j - 1](torch.from_numpy(h)).float()))
+                if self.heads is not None:
+                    logits = torch.from_numpy(self.heads.logits(j, h).reshape(*np.shape(h)[:-1], -1))
+                else:
+                    logits = cp.lm_head[j - 1](torch.from_numpy(h)).float()
+                code = int(choose(j, logits))
                 codes.append(code)
                 if j < self.groups - 1:
                     emb = cp.model.codec_embedding[j - 1](torch.tensor([code], dtype=torch.long))
@@ -120,9 +140,11 @@ class CodebookCodePredictor:
         return {"logits": np.stack(rows)}
 
     def close(self) -> None:
-        stack, self.stack = getattr(self, "stack", None), None
-        if stack is not None:
-            stack.close()
+        for name in ("stack", "heads"):
+            part = getattr(self, name, None)
+            setattr(self, name, None)
+            if part is not None:
+                part.close()
 
     def __enter__(self):
         return self

@@ -21,8 +21,9 @@ class NumpyCodebookCodePredictor:
 
     greedy_only = False
 
-    def __init__(self, path, backend: str, *, weights, cfg, **runner_kw):
+    def __init__(self, path, backend: str, *, weights, cfg, heads: dict | None = None, **runner_kw):
         from rkspeech.runtime.tts.code_predictor_codebook import open_step_stack
+        from rkspeech.runtime.tts.heads import open_heads
 
         self.w = weights
         self.groups = cfg.code_predictor.num_code_groups
@@ -32,6 +33,14 @@ class NumpyCodebookCodePredictor:
 
         self.path, self.name, _, self.stack = open_step_stack(path, backend, self.groups, check=check, rope="numpy",
                                                               **runner_kw)
+        try:
+            self.heads = open_heads(heads, cfg.code_predictor, weights.cp_fingerprint,
+                                    threads=runner_kw.get("threads"), spin=runner_kw.get("spin", True))
+            if self.heads is not None:
+                self.name += f" + {len(self.heads)} head graphs"
+        except BaseException:
+            self.close()
+            raise
 
     @property
     def calls(self) -> int:
@@ -48,16 +57,19 @@ class NumpyCodebookCodePredictor:
         stack.start(self.groups)
         h = stack.forward(self._project(x))
         for j in range(1, self.groups):
-            code = int(choose(j, linear(h, w.cp_head[j - 1])))
+            lg = self.heads.logits(j, h) if self.heads is not None else linear(h, w.cp_head[j - 1])
+            code = int(choose(j, lg))
             codes.append(code)
             if j < self.groups - 1:
                 h = stack.forward(self._project(w.cp_embedding[j - 1][code:code + 1]))
         return codes
 
     def close(self) -> None:
-        stack, self.stack = getattr(self, "stack", None), None
-        if stack is not None:
-            stack.close()
+        for name in ("stack", "heads"):
+            part = getattr(self, name, None)
+            setattr(self, name, None)
+            if part is not None:
+                part.close()
 
 
 def check_stack_contract(contract, stack_cfg, fingerprint: str, where: str) -> None:
@@ -92,7 +104,7 @@ def open_numpy_stages(plan, backend: str, *, model, threads: int | None = None, 
         (role, path), = cp.paths(backend).items()
         if role == "step":
             out["code_predictor"] = NumpyCodebookCodePredictor(path, be, weights=model.weights, cfg=model.cfg,
-                                                               threads=threads, target=target, spin=spin,
+                                                               heads=cp.heads, threads=threads, target=target, spin=spin,
                                                                core_mask=cp.core_mask or core_mask, **build)
         elif role == "frame":
             from rkspeech.runtime.tts.code_predictor_backend import GraphCodePredictor
