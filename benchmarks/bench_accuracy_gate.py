@@ -47,7 +47,15 @@ def fp16_storage_graph(src: Path, dst: Path) -> Path:
     return dst
 
 
-def variant_graphs(graphs: dict, variant: str, out: Path) -> dict:
+class _NoStages:
+    """The resumable-stage interface without the resuming."""
+
+    @staticmethod
+    def run(name, args, inputs, outputs, work):
+        return work()
+
+
+def variant_graphs(graphs: dict, variant: str, out: Path, model_dir=None) -> dict:
     from rkspeech.convert.cpu_quant import CpuQuantOptions, quantize_step_graph
 
     if variant == "fp16-storage":
@@ -61,6 +69,13 @@ def variant_graphs(graphs: dict, variant: str, out: Path) -> dict:
         dst = out / f"{role}.{variant}.onnx"
         quantize_step_graph(src, dst, opts)
         res[role] = dst
+    if model_dir is not None:  # the code predictor's heads quantized alike, as the build does
+        from rkspeech.models.qwen3_tts.tts_checkpoint import resolve_model_root
+        from rkspeech.pipelines.cpu_heads import quantize_heads
+
+        int4 = {"block_size": opts.block_size, "symmetric": opts.symmetric} if v == "int4" else None
+        res["heads"] = quantize_heads(_NoStages(), f"cpu-{v}", resolve_model_root(model_dir), out / f"heads.{variant}",
+                                      int4=int4).get("heads")
     return res
 
 
@@ -101,6 +116,8 @@ def main(argv=None) -> int:
     p.add_argument("--texts", type=int, default=len(GATE_TEXTS))
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--damage", action="store_true")
+    p.add_argument("--fp32-heads", action="store_true", help="the code predictor's heads in fp32 (before issue 26's "
+                   "quantized heads)")
     p.add_argument("--out")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
@@ -116,10 +133,11 @@ def main(argv=None) -> int:
 
         def cp(g, backend="ort"):
             kw = {"threads": args.threads} if backend == "ort" else {}
-            return CodebookCodePredictor(g["cp_step"], backend, model=tts, **kw)
+            return CodebookCodePredictor(g["cp_step"], backend, model=tts, heads=g.get("heads"), **kw)
 
         ref = {"talker": talker(fp32), "code_predictor": cp(fp32)}
-        todo = {v: fp32 if v == "npu-sim" else variant_graphs(fp32, v, tmp) for v in args.variants.split(",") if v}
+        todo = {v: fp32 if v == "npu-sim" else variant_graphs(fp32, v, tmp, None if args.fp32_heads else args.model_dir)
+                for v in args.variants.split(",") if v}
         if args.damage:
             base = todo.get("int8") or variant_graphs(fp32, "int8", tmp)
             for k in (1.3, 3.0):
