@@ -298,6 +298,37 @@ def test_a_wyoming_client_that_does_not_read_is_dropped_within_the_request_timeo
     assert served.type == "info"
 
 
+def test_an_http_client_that_does_not_read_a_streamed_answer_is_dropped_within_the_request_timeout():
+    """A raw HTTP client with a 4 KB receive buffer asks for ~10 MB of streamed speech (pcm) and reads
+    nothing: uvicorn's send waits on the socket with no limit of its own; the server aborts the
+    connection at the request's deadline (--request-timeout 2 s), the engine is idle, and another
+    request is served, within 2 s + a few s."""
+    from rkspeech.serve.engines import SPEECH
+
+    st = _server(speaker=Words(samples=24_000), request_timeout_s=2.0, max_text_chars=1000)
+    host, port = _hostport(st, "http")
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    try:
+        s.connect((host, port))
+        body = json.dumps({"input": "word " * 200, "response_format": "pcm"}).encode()  # 200 x 1 s: 9.6 MB
+        s.sendall(_post_head("/v1/audio/speech", len(body), "application/json") + body)
+        start = time.monotonic()
+        time.sleep(1.0)
+        stalled = st.server.limits.gate.open  # still writing to the client after 1 s
+        while time.monotonic() - start < 15 and (st.server.limits.gate.open or not st.pool.lanes[SPEECH].idle()):
+            time.sleep(0.1)
+        dropped_after = time.monotonic() - start
+        still_open = st.server.limits.gate.open
+        served = httpx.post(f"http://{st.addresses['http']}/v1/audio/speech", timeout=10,
+                            json={"input": "one two", "response_format": "pcm"})
+    finally:
+        s.close()
+        st.stop()
+    assert stalled == 1 and still_open == 0 and dropped_after < 2.0 + 4, (stalled, still_open, dropped_after)
+    assert served.status_code == 200 and len(served.content) == 2 * 2 * 24_000
+
+
 # -- the minor items -----------------------------------------------------------------------------------
 
 

@@ -318,7 +318,8 @@ class HttpServer:
 
         config = uvicorn.Config(build_app(self.pool, self.options, self.metrics, self.limits), log_level="warning",
                                 lifespan="off", access_log=False,
-                                http=protocol_class(self.limits.gate, self.options.header_timeout_s),
+                                http=protocol_class(self.limits.gate, self.options.header_timeout_s,
+                                                   self.options.request_timeout_s),
                                 timeout_keep_alive=self.options.keep_alive_timeout_s, backlog=ACCEPT_BATCH,
                                 timeout_graceful_shutdown=max(1, int(self.options.shutdown_grace_s)))
         self._server = _Server(config)

@@ -52,7 +52,7 @@ class OverBudget(ServeError):
                          f"is in use; {what} refused, retry later")
 
 
-class _Every:
+class Every:
     """A counter logged at most once per ``LOG_EVERY_S`` (the first occurrence at once)."""
 
     def __init__(self, message: str):
@@ -96,7 +96,7 @@ class ConnectionGate:
 
     def __init__(self, limit: int, metrics=None):
         self.limit, self.metrics, self.open = limit, metrics, 0
-        self._refused = _Every("refused %d connection(s) over the cap of %d open (--max-connections) "
+        self._refused = Every("refused %d connection(s) over the cap of %d open (--max-connections) "
                                "in the last interval")
 
     def admit(self, front_end: str) -> bool:
@@ -117,7 +117,7 @@ class MemoryBudget:
 
     def __init__(self, limit: int):
         self.limit, self.used = limit, 0
-        self._refused = _Every("refused %d request(s) over the memory budget of %d bytes in the last interval")
+        self._refused = Every("refused %d request(s) over the memory budget of %d bytes in the last interval")
 
     def lease(self) -> Lease:
         return Lease(self)
@@ -155,7 +155,7 @@ def quiet_accept_errors(loop) -> None:
     """Install an exception handler on ``loop`` that reports descriptor exhaustion on accept once
     per interval (asyncio retries the accept every second and reports each retry with a traceback)."""
     previous = loop.get_exception_handler()
-    exhausted = _Every("%d accept(s) failed: out of file descriptors (raise LimitNOFILE or lower "
+    exhausted = Every("%d accept(s) failed: out of file descriptors (raise LimitNOFILE or lower "
                        "--max-connections)")
 
     def handler(loop, context):
