@@ -62,6 +62,27 @@ class CountingTranscriber:
         return iter([]), SimpleNamespace(language="en", language_probability=1.0, duration=len(audio) / 16000)
 
 
+class SlowSegments(CountingTranscriber):
+    """TEST DOUBLE of a faster-whisper model decoding a long input: ``n`` segments of ``text``,
+    ``each_s`` apart; :attr:`produced` counts the segments decoded."""
+
+    def __init__(self, n: int = 200, each_s: float = 0.05, text: str = " word"):
+        super().__init__()
+        self.n, self.each_s, self.text, self.produced = n, each_s, text, 0
+
+    def transcribe(self, audio, **options):
+        _, info = super().transcribe(audio, **options)
+
+        def segments():
+            from types import SimpleNamespace
+
+            for i in range(self.n):
+                time.sleep(self.each_s)
+                self.produced += 1
+                yield SimpleNamespace(text=self.text)
+        return segments(), info
+
+
 def _wav(seconds: float = 0.5) -> bytes:
     buf = io.BytesIO()
     with wave.open(buf, "wb") as w:
@@ -327,6 +348,49 @@ def test_an_http_client_that_does_not_read_a_streamed_answer_is_dropped_within_t
         st.stop()
     assert stalled == 1 and still_open == 0 and dropped_after < 2.0 + 4, (stalled, still_open, dropped_after)
     assert served.status_code == 200 and len(served.content) == 2 * 2 * 24_000
+
+
+def test_streamed_transcriptions_stop_between_segments_when_their_client_leaves():
+    """SSE (HTTP stream=true) and Wyoming: a long transcription (200 segments, 10 s of decoding) whose
+    segments have no text yet (silence: no partial is sent, so no write finds the client gone); the
+    client gives up after 0.5 s and closes: the decoding stops at the next segment, the engine is
+    free within a second, and far fewer than 200 segments were decoded."""
+    from wyoming.audio import AudioChunk, AudioStart, AudioStop
+    from wyoming.client import AsyncTcpClient
+
+    from rkspeech.serve.engines import TRANSCRIBE
+
+    slow = SlowSegments(text="")
+    st = _server(transcriber=slow)
+    lane = st.pool.lanes[TRANSCRIBE]
+
+    def stopped_after_leaving():
+        left = time.monotonic()
+        while not lane.idle() and time.monotonic() - left < 12:
+            time.sleep(0.02)
+        produced, slow.produced = slow.produced, 0
+        return time.monotonic() - left, produced
+
+    async def wyoming():
+        host, port = _hostport(st, "wyoming")
+        async with AsyncTcpClient(host, port) as c:
+            await c.write_event(AudioStart(rate=16000, width=2, channels=1).event())
+            await c.write_event(AudioChunk(rate=16000, width=2, channels=1, audio=b"\1\0" * 8000).event())
+            await c.write_event(AudioStop().event())
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(c.read_event(), 0.5)
+
+    try:
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"http://{st.addresses['http']}/v1/audio/transcriptions", timeout=0.5,
+                       files={"file": ("a.wav", _wav())}, data={"stream": "true"})
+        sse = stopped_after_leaving()
+        asyncio.run(wyoming())
+        wy = stopped_after_leaving()
+    finally:
+        st.stop()
+    for took, produced in (sse, wy):
+        assert took < 1.0 and produced < 40, (sse, wy)
 
 
 # -- the minor items -----------------------------------------------------------------------------------

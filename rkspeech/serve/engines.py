@@ -41,7 +41,7 @@ from typing import (
 import numpy as np
 
 from rkspeech.core.errors import RkspeechError
-from rkspeech.serve.errors import Busy, ShuttingDown, TimedOut, Unavailable
+from rkspeech.serve.errors import Busy, ClientGone, ShuttingDown, TimedOut, Unavailable
 from rkspeech.serve.lane import Lane as _Lane
 
 TRANSCRIBE = "transcribe"
@@ -190,17 +190,21 @@ class ServePool:
         except asyncio.TimeoutError:
             raise TimedOut(self.timeout_s) from None
 
-    async def stream(self, kind: str, open_iter: Callable, *args,
-                     deadline: float | None = None, client=None) -> AsyncIterator:
+    async def stream(self, kind: str, open_iter: Callable, *args, deadline: float | None = None,
+                     client=None, gone: Callable[[], bool] | None = None) -> AsyncIterator:
         """Items of ``open_iter(model, *args)`` (an iterator) as they come, each ``next`` in the
         engine's thread.  Generation runs ahead of the consumer into a queue, so the engine is
         freed when the iterator ends, not when a client has read it all: a client that stops
         reading must not hold the engine (it held it for good when the engine waited on the
         socket).  What runs ahead is one request's output, bounded by the text limit.  A consumer
-        that stops early (a client gone) stops the generation."""
+        that stops early stops the generation; so does ``gone()`` (the front end's "the client
+        closed the connection"), checked before each item: a consumer that has nothing to send yet
+        (a transcription of silence has no partial text) never writes, so it would not find out
+        that its client left -- the whole input was decoded for nobody.  The stream then ends
+        with :class:`ClientGone`."""
         queue: asyncio.Queue = asyncio.Queue()
         producer = asyncio.ensure_future(self._produce(kind, open_iter, args, deadline or self.deadline(), queue,
-                                                   client))
+                                                   client, gone))
         try:
             while True:
                 item = await queue.get()
@@ -216,7 +220,7 @@ class ServePool:
                     await producer
 
     async def _produce(self, kind: str, open_iter: Callable, args: tuple, deadline: float,
-                       queue: asyncio.Queue, client=None) -> None:
+                       queue: asyncio.Queue, client=None, gone: Callable[[], bool] | None = None) -> None:
         lane = self._lane(kind)
         try:
             engine = await self._acquire(kind, deadline, client)
@@ -228,10 +232,14 @@ class ServePool:
         iterator = None
         pending = None
         try:
+            if gone is not None and gone():  # it left while waiting for the engine
+                raise ClientGone()
             engine.served += 1
             pending = loop.run_in_executor(engine.executor, self._timed(kind, engine, lambda: iter(open_iter(engine.model, *args))))
             iterator = await asyncio.shield(pending)
             while True:
+                if gone is not None and gone():
+                    raise ClientGone()
                 pending = loop.run_in_executor(engine.executor, self._timed(kind, engine, next, iterator, done))
                 try:
                     item = await asyncio.wait_for(asyncio.shield(pending), self._left(deadline))

@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from rkspeech.serve.errors import RequestTimeout, ServeError, TooLarge
+from rkspeech.serve.errors import ClientGone, RequestTimeout, TooLarge
 from rkspeech.serve.limits import Every
 
 _REFUSED = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 2\r\n"
@@ -161,31 +161,29 @@ async def read_body(request, *, limit: int, timeout_s: float, lease) -> bytes:
             return bytes(body)
 
 
-class ClientGone(ServeError):
-    """The client closed the connection: nothing to answer."""
-
-    status = 499
-    code = "client_gone"
-
-    def __init__(self):
-        super().__init__("the client closed the connection")
-
-
-async def unless_gone(request, work):
+async def unless_gone(request, work, gone: asyncio.Future | None = None):
     """Await ``work`` (a coroutine) unless the client disconnects first: then it is cancelled --
     a request still waiting for an engine leaves the wait line and is never computed (a model
     call already running cannot be interrupted; its result is dropped) -- and :class:`ClientGone`
     is raised.  Call it once the whole body has been read: ``receive()`` then only returns at a
-    disconnect."""
+    disconnect.  ``gone``: such a ``receive()`` already running (:func:`watch_gone`), left running."""
     task = asyncio.ensure_future(work)
-    gone = asyncio.ensure_future(request.receive())
+    watch = gone if gone is not None else watch_gone(request)
     try:
-        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
         if task.done():
             return task.result()
         task.cancel()
         raise ClientGone()
     finally:
-        gone.cancel()
+        if watch is not gone:
+            watch.cancel()
         if not task.done():
             task.cancel()
+
+
+def watch_gone(request) -> asyncio.Future:
+    """A future done when the client disconnects (or the response is complete); call it once the
+    whole body has been read.  ``watch_gone(request).done`` is the ``gone`` check of a stream
+    (``ServePool.stream``)."""
+    return asyncio.ensure_future(request.receive())

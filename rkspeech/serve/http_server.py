@@ -81,7 +81,7 @@ def build_app(pool: ServePool, options: ServeOptions, metrics=None, limits=None)
     from rkspeech.serve import biasing, transcription
     from rkspeech.serve.audio import bad_audio
     from rkspeech.serve.http_limits import read_body as read_limited
-    from rkspeech.serve.http_limits import unless_gone
+    from rkspeech.serve.http_limits import unless_gone, watch_gone
     from rkspeech.serve.limits import ServerLimits
     from rkspeech.serve.speech import SpeakRequest
     from rkspeech.serve.speech_formats import (
@@ -205,8 +205,15 @@ def build_app(pool: ServePool, options: ServeOptions, metrics=None, limits=None)
             metrics.stage_seconds.labels("decode_audio").observe(time.perf_counter() - start)
         log.info("transcription: %s", req.logged())
         if stream == "true":
-            events = transcript_events(pool, audio, req, deadline=deadline, client=client)
-            first = await anext(events)  # errors before the first event get a status code
+            # a client that leaves stops the decoding at the next segment, also before the first
+            # event (silence has no partial text: the first event can be the last)
+            gone = watch_gone(request)
+            events = transcript_events(pool, audio, req, deadline=deadline, client=client, gone=gone.done)
+            try:
+                first = await unless_gone(request, anext(events), gone)  # errors before it get a status code
+            except BaseException:
+                gone.cancel()
+                raise
             return StreamingResponse(sse_body(events, first, on_done=observe), media_type="text/event-stream")
         # a client that leaves while its request waits for an engine is not transcribed
         result = await unless_gone(request, pool.run(TRANSCRIBE, transcription.run, audio, req, deadline=deadline,

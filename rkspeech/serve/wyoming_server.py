@@ -36,7 +36,7 @@ import time
 from rkspeech.core.errors import RkspeechError
 from rkspeech.serve.audio import pcm16_to_float
 from rkspeech.serve.engines import SPEECH, TRANSCRIBE, ServePool
-from rkspeech.serve.errors import ServeError
+from rkspeech.serve.errors import ClientGone, ServeError
 from rkspeech.serve.limits import ACCEPT_BATCH, ServerLimits, deepen
 from rkspeech.serve.options import SAMPLE_RATE, ServeOptions
 from rkspeech.core.sentences import SentenceSplitter
@@ -81,6 +81,13 @@ class WyomingHandler:
             self.writer.transport.abort()
             raise ConnectionResetError("the client did not read within the request time limit") from None
 
+    def gone(self) -> bool:
+        """The client closed the connection (end of stream read, or the transport lost): a
+        transcription that has no partial to send yet never writes, so it checks this between
+        segments instead.  Events the client sent before closing still count as there: nothing
+        is dropped that it may wait for."""
+        return self.reader.at_eof() or self.writer.transport.is_closing()
+
     async def error(self, text: str, code: str, endpoint: str = "wyoming") -> None:
         from wyoming.error import Error
 
@@ -109,6 +116,8 @@ class WyomingHandler:
                 self.busy = True
                 try:
                     await self.handle(event)
+                except ClientGone:
+                    break
                 except ServeError as exc:
                     await self.error(str(exc), exc.code, f"wyoming {event.type}")
                 except RkspeechError as exc:  # the engine refused the input (bad voice, language, ...)
@@ -262,7 +271,7 @@ class WyomingHandler:
         # then the plain transcript, which clients that do not stream wait for
         started = False
         try:
-            async for kind, value in transcript_events(self.pool, audio, request, client=self.client):
+            async for kind, value in transcript_events(self.pool, audio, request, client=self.client, gone=self.gone):
                 if not started:
                     await self.write(TranscriptStart(language=request.language).event())
                     started = True
