@@ -58,6 +58,7 @@ class WyomingHandler:
         limits = limits or ServerLimits.from_options(options, metrics)
         # buffered audio and streamed text count against the server's memory budget
         self._audio_lease, self._text_lease = limits.budget.lease(), limits.budget.lease()
+        self._budget = limits.budget  # speech generated ahead of this client counts too
         self._language = None
         self._bias: list = []  # transcribe's transcript_names + transcript_terms (hotwords)
         self._converter = None
@@ -258,20 +259,25 @@ class WyomingHandler:
 
             raise TooLong(too_long_message("the audio", self.options.max_audio_s))
         start = time.perf_counter()
-        model = self.pool.first_model(TRANSCRIBE)
-        request = transcription.TranscribeRequest(
-            language=transcription.check_language(model, language or self.options.language),
-            hotwords=biasing.hotwords(bias or None, self.options.hotwords_file),
-            beam_size=self.options.beam_size, vad=self.options.vad)
-        audio = pcm16_to_float(audio_bytes)
-        if audio.size == 0:
-            raise ServeError("no audio between audio-start and audio-stop")
-        log.info("wyoming transcription: %s", request.logged())
-        # streamed (wyoming 1.10): transcript-start, a chunk per decoded segment, transcript-stop,
-        # then the plain transcript, which clients that do not stream wait for
-        started = False
-        try:
-            async for kind, value in transcript_events(self.pool, audio, request, client=self.client, gone=self.gone):
+        events = None
+        try:  # the buffered audio is held until transcribed (or refused)
+            model = self.pool.first_model(TRANSCRIBE)
+            request = transcription.TranscribeRequest(
+                language=transcription.check_language(model, language or self.options.language),
+                hotwords=biasing.hotwords(bias or None, self.options.hotwords_file),
+                beam_size=self.options.beam_size, vad=self.options.vad)
+            audio = pcm16_to_float(audio_bytes)
+            del audio_bytes
+            if audio.size == 0:
+                raise ServeError("no audio between audio-start and audio-stop")
+            # the float32 samples, twice the 16-bit audio buffered, are held until transcribed too
+            self._audio_lease.add(audio.nbytes, "this audio")
+            log.info("wyoming transcription: %s", request.logged())
+            # streamed (wyoming 1.10): transcript-start, a chunk per decoded segment, transcript-stop,
+            # then the plain transcript, which clients that do not stream wait for
+            started = False
+            events = transcript_events(self.pool, audio, request, client=self.client, gone=self.gone)
+            async for kind, value in events:
                 if not started:
                     await self.write(TranscriptStart(language=request.language).event())
                     started = True
@@ -280,7 +286,9 @@ class WyomingHandler:
                 else:
                     result = value
         finally:
-            self._audio_lease.release()  # the buffered audio is held until transcribed
+            if events is not None:
+                await events.aclose()  # a write that failed stops the decoding now
+            self._audio_lease.release()
         await self.write(TranscriptStop().event())
         await self.write(Transcript(text=result.text.strip(), language=result.language).event())
         if self.metrics is not None:
@@ -301,7 +309,7 @@ class WyomingHandler:
                                        max_chars=self.options.max_text_chars)
         rate = engine.sample_rate
         began = time.perf_counter()
-        chunks = self.pool.stream(SPEECH, request.open, client=self.client)
+        chunks = self.pool.stream(SPEECH, request.open, client=self.client, budget=self._budget)
         started = not start  # audio-start already sent (a streamed sentence after the first)
         try:
             async for chunk in chunks:
