@@ -97,6 +97,8 @@ def protocol_class(gate, header_timeout_s: float, request_timeout_s: float = 300
         def resume_writing(self):
             super().resume_writing()
             self._disarm_write()
+            if self.cycle is not None and self.cycle.response_complete and self.transport.get_write_buffer_size():
+                self._arm_write()  # the tail of a finished answer must still be taken by the deadline
 
         def _arm_write(self):
             if self._write_timer is None and not self._refused:
