@@ -100,7 +100,8 @@ def _server(**kw):
     from rkspeech.serve.server import ServerThread
 
     pool = ServePool(transcribers=[kw.pop("transcriber", CountingTranscriber())],
-                     speakers=[kw.pop("speaker", Words())], max_queue=4, owned=False)
+                     speakers=[kw.pop("speaker", Words())], max_queue=4, owned=False,
+                     request_timeout_s=kw.get("request_timeout_s", 300.0))  # as rkspeech serve builds it
     return ServerThread(pool, ServeOptions(**{"wyoming": "tcp://127.0.0.1:0", "http": "127.0.0.1:0", **kw})).start()
 
 
@@ -373,6 +374,40 @@ def test_a_wyoming_client_that_does_not_read_is_dropped_within_the_request_timeo
     # what runs ahead of the client stops at RUN_AHEAD_BYTES (4 MiB: 21 chunks), charged to the budget;
     # the engine waits (the socket buffers took ~30 chunks' 16-bit audio: 51 of 450 made, measured)
     assert 3_000_000 < ahead <= RUN_AHEAD_BYTES and produced < 150, (ahead, produced)
+
+
+def test_a_wyoming_client_that_reads_too_slowly_is_dropped_at_the_request_deadline():
+    """A client that takes 64 KB every 30 ms (~2 MB/s) asks for ~43 MB of speech: no single write
+    waits --request-timeout (2 s), but the whole answer cannot be taken in time: the connection is
+    reset at the request's deadline (+ a few s) -- not left open after a late ``timeout`` error."""
+    from wyoming.tts import Synthesize
+
+    st = _server(speaker=Words(samples=48_000), request_timeout_s=2.0, max_text_chars=1000)
+    host, port = _hostport(st, "wyoming")
+    s = socket.create_connection((host, port))
+    try:
+        event = Synthesize(text="w " * 450).event()
+        s.sendall(json.dumps({"type": event.type, "data": event.data}).encode() + b"\n")
+        start, got, closed = time.monotonic(), 0, False
+        s.settimeout(0.5)
+        while time.monotonic() - start < 8:
+            try:
+                data = s.recv(65536)
+            except TimeoutError:
+                continue
+            except ConnectionResetError:
+                closed = True
+                break
+            if not data:
+                closed = True
+                break
+            got += len(data)
+            time.sleep(0.03)
+        took = time.monotonic() - start
+    finally:
+        s.close()
+        st.stop()
+    assert got > 1_000_000 and closed and took < 2.0 + 4, (got, closed, took)
 
 
 def test_an_http_client_that_does_not_read_a_streamed_answer_is_dropped_within_the_request_timeout():

@@ -33,7 +33,7 @@ import asyncio
 import time
 
 from rkspeech.serve.errors import ClientGone, RequestTimeout, TooLarge
-from rkspeech.serve.limits import Every
+from rkspeech.serve.limits import Every, abort
 
 _REFUSED = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 2\r\n"
             b"connection: close\r\ncontent-length: %d\r\n\r\n%s")
@@ -114,7 +114,7 @@ def protocol_class(gate, header_timeout_s: float, request_timeout_s: float = 300
             self._write_timer = None
             if self.flow.write_paused or self.transport.get_write_buffer_size():
                 stalled.hit()
-                self.transport.abort()  # close() would wait for the client to read the buffer
+                abort(self.transport)  # close() would wait for the client to read the buffer
 
         def _arm(self):
             self._disarm()

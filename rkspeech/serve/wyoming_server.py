@@ -38,7 +38,7 @@ from rkspeech.core.errors import RkspeechError
 from rkspeech.serve.audio import pcm16_to_float
 from rkspeech.serve.engines import SPEECH, TRANSCRIBE, ServePool
 from rkspeech.serve.errors import ClientGone, ServeError
-from rkspeech.serve.limits import ServerLimits
+from rkspeech.serve.limits import ServerLimits, abort
 from rkspeech.serve.options import SAMPLE_RATE, ServeOptions
 from rkspeech.core.sentences import SentenceSplitter
 from rkspeech.serve.wyoming_events import Framing, check_audio_format, read_event
@@ -71,16 +71,24 @@ class WyomingHandler:
         self.client = peer[0] if isinstance(peer, tuple) and peer else "local"
         self.busy = False  # inside handle(): shutdown waits for it; idle connections are closed
 
-    async def write(self, event) -> None:
-        """Write one event; a client that has not taken it within the request time limit is
-        dropped (ConnectionError), so a reader that stopped cannot hold a connection's audio."""
+    async def write(self, event, deadline: float | None = None) -> None:
+        """Write one event; a client that has not taken it within the request time limit -- or,
+        for the events of an answer, by its request's ``deadline`` (``--request-timeout`` bounds
+        the whole request, the writing of its answer included) -- is dropped (ConnectionError),
+        so a reader that stopped, or reads too slowly to take the answer in time, cannot hold a
+        connection, its audio or an engine.  A write that needs no wait goes out even past the
+        deadline (``asyncio.timeout`` cancels only a wait)."""
         from wyoming.event import async_write_event
 
+        left = self.options.request_timeout_s
+        if deadline is not None:
+            left = min(left, deadline - time.monotonic())
         try:
-            await asyncio.wait_for(async_write_event(event, self.writer), self.options.request_timeout_s)
-        except asyncio.TimeoutError:
-            self.writer.transport.abort()
-            raise ConnectionResetError("the client did not read within the request time limit") from None
+            async with asyncio.timeout(max(0.0, left)):
+                await async_write_event(event, self.writer)
+        except TimeoutError:
+            abort(self.writer.transport)
+            raise ConnectionResetError("the client did not take the answer within the request time limit") from None
 
     def gone(self) -> bool:
         """The client closed the connection (end of stream read, or the transport lost): a
@@ -259,6 +267,7 @@ class WyomingHandler:
 
             raise TooLong(too_long_message("the audio", self.options.max_audio_s))
         start = time.perf_counter()
+        deadline = self.pool.deadline()
         events = None
         try:  # the buffered audio is held until transcribed (or refused)
             model = self.pool.first_model(TRANSCRIBE)
@@ -276,21 +285,22 @@ class WyomingHandler:
             # streamed (wyoming 1.10): transcript-start, a chunk per decoded segment, transcript-stop,
             # then the plain transcript, which clients that do not stream wait for
             started = False
-            events = transcript_events(self.pool, audio, request, client=self.client, gone=self.gone)
+            events = transcript_events(self.pool, audio, request, deadline=deadline, client=self.client,
+                                       gone=self.gone)
             async for kind, value in events:
                 if not started:
-                    await self.write(TranscriptStart(language=request.language).event())
+                    await self.write(TranscriptStart(language=request.language).event(), deadline)
                     started = True
                 if kind == "delta":
-                    await self.write(TranscriptChunk(text=value).event())
+                    await self.write(TranscriptChunk(text=value).event(), deadline)
                 else:
                     result = value
         finally:
             if events is not None:
                 await events.aclose()  # a write that failed stops the decoding now
             self._audio_lease.release()
-        await self.write(TranscriptStop().event())
-        await self.write(Transcript(text=result.text.strip(), language=result.language).event())
+        await self.write(TranscriptStop().event(), deadline)
+        await self.write(Transcript(text=result.text.strip(), language=result.language).event(), deadline)
         if self.metrics is not None:
             self.metrics.observe_timing(result.timing)
             self.metrics.stage_seconds.labels("request").observe(time.perf_counter() - start)
@@ -309,19 +319,20 @@ class WyomingHandler:
                                        max_chars=self.options.max_text_chars)
         rate = engine.sample_rate
         began = time.perf_counter()
-        chunks = self.pool.stream(SPEECH, request.open, client=self.client, budget=self._budget)
+        deadline = self.pool.deadline()
+        chunks = self.pool.stream(SPEECH, request.open, deadline=deadline, client=self.client, budget=self._budget)
         started = not start  # audio-start already sent (a streamed sentence after the first)
         try:
             async for chunk in chunks:
                 if not started:  # after the first chunk: an engine's refusal comes before any audio-start
-                    await self.write(AudioStart(rate=rate, width=2, channels=1).event())
+                    await self.write(AudioStart(rate=rate, width=2, channels=1).event(), deadline)
                     started = True
                     if self.metrics is not None:
                         self.metrics.stage_seconds.labels("speech_first_chunk").observe(time.perf_counter() - began)
                 pcm = float_to_pcm16(chunk)
                 for i in range(0, len(pcm), CHUNK_SAMPLES * 2):
                     await self.write(AudioChunk(rate=rate, width=2, channels=1,
-                                                audio=pcm[i:i + CHUNK_SAMPLES * 2]).event())
+                                                audio=pcm[i:i + CHUNK_SAMPLES * 2]).event(), deadline)
         except Exception as exc:
             if started and not isinstance(exc, ConnectionError):
                 # an error mid-stream: close the audio first, so no audio-start lacks its audio-stop
@@ -331,7 +342,7 @@ class WyomingHandler:
         finally:
             await chunks.aclose()  # a client gone mid-stream stops the generation now, not at collection
         if not started and start:
-            await self.write(AudioStart(rate=rate, width=2, channels=1).event())
+            await self.write(AudioStart(rate=rate, width=2, channels=1).event(), deadline)
         if self.metrics is not None:
             self.metrics.stage_seconds.labels("speech_total").observe(time.perf_counter() - began)
         if stop:
