@@ -529,6 +529,40 @@ def test_a_transcription_whose_client_left_is_not_computed():
     assert served.status_code == 200 and counting.calls == 1  # only the second request was computed
 
 
+def test_speech_whose_client_left_while_waiting_is_not_made():
+    """The speech engine is held; a client asks for speech, gives up (1 s) and closes: its request
+    leaves the wait line, and when the engine is free again, nothing is generated for it."""
+    from rkspeech.serve.engines import SPEECH
+
+    words = Words()
+    st = _server(speaker=words)
+    release = threading.Event()
+
+    async def hold():
+        lane = st.pool.lanes[SPEECH]
+        engine = await lane.acquire()
+        try:
+            await asyncio.to_thread(release.wait, 30)
+        finally:
+            lane.release(engine)
+
+    holder = st.submit(hold)
+    try:
+        url = f"http://{st.addresses['http']}/v1/audio/speech"
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(url, json={"input": "one two three", "response_format": "pcm"}, timeout=1.0)
+        time.sleep(0.3)
+        waiting = st.pool.status()[SPEECH]["waiting"]
+        release.set()
+        holder.result(10)
+        time.sleep(0.3)
+        produced = words.produced
+    finally:
+        release.set()
+        st.stop()
+    assert waiting == 0 and produced == 0, (waiting, produced)
+
+
 def test_empty_api_key_is_refused(capsys, monkeypatch):
     from rkspeech.cli import main
 

@@ -267,7 +267,9 @@ def build_app(pool: ServePool, options: ServeOptions, metrics=None, limits=None)
         began = time.perf_counter()
         chunks = pool.stream(SPEECH, req.open, client=client, budget=limits.budget).__aiter__()
         try:
-            first = await chunks.__anext__()  # errors before the first chunk get a status code
+            # errors before the first chunk get a status code; a client that leaves while its
+            # request waits for the engine is not spoken for (it leaves the wait line)
+            first = await unless_gone(request, chunks.__anext__())
         except StopAsyncIteration:
             first = None
         if metrics is not None:
