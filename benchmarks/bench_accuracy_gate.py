@@ -1,6 +1,6 @@
 """The accuracy gate's figures for CPU variants of the talker and code predictor, on one root.
 
-    .venv/bin/python benchmarks/bench_accuracy_gate.py --model-dir ROOT [--variants int8,int4,int4-b128]
+    .venv/bin/python benchmarks/bench_accuracy_gate.py --model-dir ROOT [--variants int8,int4,int4-b128,int4-b128s]
         [--frames 48] [--texts 20] [--damage] [--out R.json]
 
 Exports the talker's step graphs (capacity 128, prefill 16) and the code predictor's step graph
@@ -52,8 +52,10 @@ def variant_graphs(graphs: dict, variant: str, out: Path) -> dict:
 
     if variant == "fp16-storage":
         return {role: fp16_storage_graph(src, out / f"{role}.fp16s.onnx") for role, src in graphs.items()}
-    v, _, block = variant.partition("-b")
-    opts = CpuQuantOptions(variant=v, **({"block_size": int(block)} if block else {}))
+    v, _, block = variant.partition("-b")  # int4-b128 (block 128), int4-b128s (symmetric too)
+    sym = block.endswith("s")
+    block = block.rstrip("s")
+    opts = CpuQuantOptions(variant=v, **({"block_size": int(block)} if block else {}), **({"symmetric": True} if sym else {}))
     res = {}
     for role, src in graphs.items():
         dst = out / f"{role}.{variant}.onnx"

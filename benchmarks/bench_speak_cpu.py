@@ -9,9 +9,10 @@ sides, each in its own child process (its own peak RSS; one model in memory at a
   audio is its total);
 * ``torch``: ``Speaker`` over a vocoder-only plan: the talker and code predictor in torch (the
   torch loop), the vocoder on onnxruntime;
-* ``fp32`` / ``int8`` / ``int4``: ``Speaker`` over a plan whose talker (prefill + decode) and code
-  predictor step graphs are the CPU export (``pipelines.cpu_stages.CPU_EXPORT``) in that weight
-  variant (``convert.cpu_quant``), the numpy host loop, the vocoder on onnxruntime.
+* ``fp32`` / ``int8`` / ``int4`` / ``int4-b128s``: ``Speaker`` over a plan whose talker (prefill +
+  decode) and code predictor step graphs are the CPU export (``pipelines.cpu_stages.CPU_EXPORT``)
+  in that weight variant (``convert.cpu_quant``; ``int4-b128s``: block 128, symmetric), the numpy
+  host loop, the vocoder on onnxruntime.
 
 The vocoder is the same pair of exact host step graphs (first B=4, main B=16) on onnxruntime in
 every ``Speaker`` side.  Per side: time to first audio, total and real-time factor (medians of
@@ -44,8 +45,12 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 TEXT = "Hello world. This is a test of streaming speech, one frame at a time."
 SPEAKER, LANGUAGE = "ryan", "english"
-SIDES = ("official", "torch", "fp32", "int8", "int4")
-VARIANTS = ("fp32", "int8", "int4")
+SIDES = ("official", "torch", "fp32", "int8", "int4", "int4-b128s")
+VARIANTS = ("fp32", "int8", "int4", "int4-b128s")
+#: each variant's placement and the ``CpuQuantOptions`` fields beyond the placement's defaults
+#: (``int4-b128s``: ``build qwen3-tts --int4-block 128 --int4-symmetric``)
+VARIANT_OPTIONS = {"fp32": ("cpu-fp32", {}), "int8": ("cpu-int8", {}), "int4": ("cpu-int4", {}),
+                   "int4-b128s": ("cpu-int4", {"block_size": 128, "symmetric": True})}
 
 
 def log(msg: str) -> None:
@@ -107,14 +112,16 @@ def prepare(work: Path, config: str, capacity: int, prefill: int) -> dict:
         return json.loads(read_onnx_metadata(path)["rkspeech.contract"])
 
     for v in VARIANTS:
-        placement = f"cpu-{v}"
+        if plans[v].exists():
+            continue
+        placement, extra = VARIANT_OPTIONS[v]
         if v == "fp32":
             files, record = dict(fp32), None
         else:
             files, per_graph = {}, {}
             for role, src in fp32.items():
                 files[role] = d / f"{src.stem}.{v}.onnx"
-                per_graph[role] = quantize_step_graph(src, files[role], CpuQuantOptions.for_placement(placement))
+                per_graph[role] = quantize_step_graph(src, files[role], CpuQuantOptions.for_placement(placement, **extra))
             first = next(iter(per_graph.values()))
             from rkspeech.pipelines.cpu_stages import GRAPH_KEYS, SHARED_KEYS
 

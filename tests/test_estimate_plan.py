@@ -116,7 +116,7 @@ def talker(B, cap=64, model=None):
                           rope_theta=1e6, rms_norm_eps=1e-6, **kw)
 
 
-def make_plan(d, *, ffn=64, cp_ffn=32, tts=True, cp_rknn=False, int4=False, voc_layers=10, extra=None):
+def make_plan(d, *, ffn=64, cp_ffn=32, tts=True, cp_rknn=False, int4=False, voc_layers=10, extra=None, build=None):
     d.mkdir(parents=True, exist_ok=True)
     first = rknn_with_log(d / "voc_first.rknn", voc_contract(4).to_json(), layers=voc_layers // 2)
     mainr = rknn_with_log(d / "voc_main.rknn", voc_contract(16).to_json(), layers=voc_layers)
@@ -137,7 +137,7 @@ def make_plan(d, *, ffn=64, cp_ffn=32, tts=True, cp_rknn=False, int4=False, voc_
             stages[name].update(sec)
     return write_plan(d / "plan.json", impl="rknn", target="rk3588",
                       contracts={"main": voc_contract(16), "first": voc_contract(4)},
-                      rknn={"main": mainr, "first": first}, stages=stages)
+                      rknn={"main": mainr, "first": first}, stages=stages, extra=build)
 
 
 def by_stage(rep):
@@ -265,6 +265,33 @@ def test_time_to_first_audio(tmp_path):
     per_frame = s["talker decode"]["ms_per_call"] + 16 * s["code predictor"]["ms_per_call"]
     want = 3 * s["talker prefill"]["ms_per_call"] + 4 * per_frame + s["vocoder first"]["ms_per_call"]
     assert t["frames"] == 4 and t["ms"] == pytest.approx(want)  # ceil(40 / 16) = 3 prefill calls
+
+
+def test_host_heads_are_a_cpu_stage_when_the_plan_records_them(tmp_path):
+    bare = estimate_plan(make_plan(tmp_path / "a"))
+    assert "host heads" not in by_stage(bare) and any("host loop's heads" in n for n in bare["notes"])
+    rec = {"codec_head": [3072, H], "code_predictor_heads": [15, 2048, H], "dtype": "float32",
+           "bytes_per_frame": 4 * (3072 * H + 15 * 2048 * H)}
+    rep = estimate_plan(make_plan(tmp_path / "b", build={"host_heads": rec}))
+    heads = by_stage(rep)["host heads"]
+    assert heads["unit"] == "cpu" and heads["bytes_per_call"] == rec["bytes_per_frame"]
+    assert heads["calls_per_audio_s"] == pytest.approx(12.5)  # once a frame
+    assert heads["ms_per_call"] == pytest.approx(rec["bytes_per_frame"] / 17e9 * 1e3)
+    cpu = rep["units"]["cpu"]["ms_per_audio_s"]
+    assert cpu == pytest.approx(bare["units"]["cpu"]["ms_per_audio_s"] + heads["ms_per_audio_s"])
+    per_frame = bare["time_to_first_audio"]["per_frame_ms"] + heads["ms_per_call"]
+    assert rep["time_to_first_audio"]["per_frame_ms"] == pytest.approx(per_frame)
+
+
+def test_speak_schedule_prices_small_vocoder_steps_throughout(tmp_path):
+    rep = estimate_plan(make_plan(tmp_path / "p", voc_layers=40))
+    first = by_stage(rep)["vocoder first"]
+    sp = rep["speak_schedule"]
+    # speak runs the first (B=4) graph for every 4 frames: 12.5 / 4 calls a second, main unused
+    assert sp["vocoder_ms_per_audio_s"] == pytest.approx(first["ms_per_call"] * 12.5 / 4)
+    npu_main = rep["units"]["npu"]["ms_per_audio_s"]
+    assert sp["units"]["npu"] == pytest.approx(sp["vocoder_ms_per_audio_s"]) and sp["units"]["npu"] != npu_main
+    assert sp["units"]["cpu"] == pytest.approx(rep["units"]["cpu"]["ms_per_audio_s"])
 
 
 # ---- the command --------------------------------------------------------------------------------

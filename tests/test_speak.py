@@ -72,7 +72,9 @@ def test_speak_wav_is_the_decode_of_its_codes(spoken, plan, reduced_model, tmp_p
     wav_a, rate = read_wav_int16(spoken / "a.wav")
     wav_b, _ = read_wav_int16(tmp_path / "b.wav")
     assert rate == 24000 and wav_a.size == c.shape[0] * 1920
-    assert np.array_equal(wav_a, wav_b)  # the same steps as a whole-codes decode
+    # the audio of a whole-codes decode: speak cuts its steps where the frames arrived (eager
+    # small steps), so float rounding may move a sample by one LSB, no more
+    assert np.abs(wav_a.astype(np.int32) - wav_b).max() <= 1
     with torch.no_grad():
         full = reduced_model(torch.from_numpy(c.T[None].copy())).reshape(-1).numpy()
     assert _snr_db(np.round(np.clip(full, -1, 1) * 32767), wav_a.astype(np.float64)) >= 80
@@ -104,7 +106,9 @@ def test_stream_api_yields_chunks_as_steps_finish(tts_custom_ckpt, plan):
                                 codes_out=codes, timing=timing))
     sizes = [c.size for c in chunks]
     assert sizes[0] == 4 * 1920  # the B=4 first step, as soon as 4 frames exist
-    assert all(s == 16 * 1920 for s in sizes[1:-1]) and sum(sizes) == len(codes) * 1920
+    # then a small step every 4 frames (eager: speak pushes frame by frame), the last one flushed
+    assert all(s == 4 * 1920 for s in sizes[:-1]) and 0 < sizes[-1] <= 4 * 1920
+    assert sum(sizes) == len(codes) * 1920
     assert timing.frames == len(codes) and timing.samples == sum(sizes)
 
 

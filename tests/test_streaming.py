@@ -144,6 +144,25 @@ def test_timings_split_engine_and_host(engines, codes):
         assert 0 < t.engine_s <= t.total_s and t.host_s >= 0
 
 
+def test_eager_small_steps_when_few_tokens_wait(engines, codes, reduced_model):
+    """eager: fewer than main B pending run in first-B steps at once; a backlog takes main steps;
+    the audio is the same (the steps share one cache)."""
+    main, first = engines
+    spt = main.contract.samples_per_token
+    sv = StreamingVocoder(main, first, eager=True)
+    got = [sv.push(codes[i:i + 1]) for i in range(12)]
+    assert [g.size // spt for g in got] == [0, 0, 0, 4] * 3  # audio every 4 tokens, not after 16
+    got.append(sv.push(codes[12:40]))  # a backlog of 28: one main step, then 3 small ones
+    got.append(sv.push(codes[40:41]))
+    got.append(sv.flush())  # 1 token: one small (padded) step, not a main one
+    assert [t.tokens for t in sv.timings] == [4, 4, 4, 16, 4, 4, 4, 1]
+    assert all(t.engine_s > 0 for t in sv.timings)
+    audio = np.concatenate(got)
+    assert audio.size == 41 * spt
+    assert snr_db(full_decode(reduced_model, codes[:41]), audio) >= 100
+    assert StreamingVocoder(main, first, eager=True).eager and not StreamingVocoder(main, eager=True).eager
+
+
 def test_first_and_main_must_share_a_cache(engines):
     from rkspeech.contracts.vocoder import make_segments
 

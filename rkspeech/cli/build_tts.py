@@ -54,6 +54,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
           help="where the code predictor runs: npu (default) or cpu-fp32 / cpu-int8 / cpu-int4")
     f.add("placement", "--vocoder", choices=PLACEMENTS, default="npu",
           help="where the vocoder runs: npu (only npu for now)")
+    f.add("placement", "--int4-block", type=int, default=32, metavar="N",
+          help="cpu-int4: weights quantized in blocks of N along K (a power of two >= 16; default 32: the "
+               "most accurate; 128 reads ~16 %% fewer bytes, docs/cpu-stages.md)")
+    f.add("placement", "--int4-symmetric", action="store_true",
+          help="cpu-int4: symmetric blocks (no zero points)")
     f.add("placement", "--cpu-threads", type=int, default=None, metavar="N",
           help="onnxruntime threads recorded in the plan for the CPU stages (default: the runtime's)")
     f.add("placement", "--gate", choices=GATE_MODES, default="refuse",
@@ -84,7 +89,8 @@ def options_from(args: argparse.Namespace):
         talker_capacity=args.talker_capacity, talker_prefill=args.talker_prefill, skip_talker=args.skip_talker,
         skip_talker_rknn=args.skip_talker_rknn, skip_verify=args.skip_verify, timeout=args.timeout,
         fail_on_cpu=args.fail_on_cpu, force=args.force, talker=args.talker, code_predictor=args.code_predictor,
-        vocoder=args.vocoder, cpu_threads=args.cpu_threads, cpu_check_frames=args.cpu_check_frames,
+        vocoder=args.vocoder, cpu_threads=args.cpu_threads, int4_block=args.int4_block,
+        int4_symmetric=args.int4_symmetric, cpu_check_frames=args.cpu_check_frames,
         gate=args.gate)
 
 
@@ -107,7 +113,8 @@ def _cpu_rows(name: str, cpu: dict | None) -> list[tuple]:
     after = sum(f["variant_bytes"] for f in files.values())
     if q:
         how = f"{q['variant']} ({q['quantizer'].rsplit('.', 1)[-1]}, onnxruntime {q['onnxruntime']}"
-        how += (f", block {q['block_size']}, accuracy level {q.get('accuracy_level')})" if q["bits"] == 4
+        how += (f", block {q['block_size']}{', symmetric' if q.get('symmetric') else ''}, accuracy level "
+                f"{q.get('accuracy_level')})" if q["bits"] == 4
                 else f", per channel {q.get('per_channel')})")
     else:
         how = "fp32 (the exported graphs as they are)"

@@ -107,6 +107,12 @@ def run(args: argparse.Namespace) -> int:
     if f and "npu" in f["units"]:
         print_table(f"if the NPU runs {f['factor']:g}x slower than the layer table (docs/estimate.md calibration)",
                     [("real-time factor", f"{f['rtf']:.3f}, limited by {f['limiting_stage']}")])
+    sp = rep.get("speak_schedule")
+    if sp:
+        print_table("as speak runs it (small vocoder steps after the first: the utterance ends one small step "
+                    "after its last frame)",
+                    [("vocoder", f"{sp['vocoder_ms_per_audio_s']:,.1f} ms per audio s"),
+                     ("real-time factor", f"{sp['rtf']:.3f}, limited by {sp['limiting_stage']}")])
     for n in rep["notes"]:
         print(f"note: {n}", file=sys.stderr)
     return 0

@@ -28,9 +28,10 @@ the two units run at once (the NPU vocodes while the CPU generates), so the stea
 audio second is ``max(CPU sum, NPU sum, DDR floor)``, where the DDR floor is every unit's bytes
 per audio second over the shared DDR bandwidth (the NPU's traffic is its layer table's reads +
 writes).  Time to first audio: the prefill, then the frames of the first vocoder step (its B),
-one talker decode and one code predictor frame each, then that vocoder step.  Not modelled: the
-host's own work (sampling, the code predictor's heads when they are outside its graph,
-embeddings), CPU/NPU synchronisation, caches (the weights of these stages do not fit any).
+one talker decode, one code predictor frame and the host heads each, then that vocoder step.
+The host loop's heads (the plan's ``build.host_heads``: fp32 numpy matrices read once a frame)
+are a CPU stage of their own.  Not modelled: the rest of the host's work (sampling, embeddings),
+CPU/NPU synchronisation, caches (the weights of these stages do not fit any).
 """
 
 from __future__ import annotations
@@ -157,6 +158,9 @@ def plan_inputs(plan_path: str | os.PathLike, a: PlanAssumptions) -> tuple[list[
                 st.per_frame = 1.0
                 st.note = "frame form: one call a frame (the codebooks unrolled inside)"
             out.append(st)
+    heads = host_heads_input(plan, info["notes"])
+    if heads is not None:
+        out.append(heads)
     missing = [n for n in ("talker", "code_predictor") if n not in plan.stages]
     if missing:
         info["notes"].append(f"the plan has no {' / '.join(missing)} stage (built without them: they run in "
@@ -191,6 +195,28 @@ def plan_inputs(plan_path: str | os.PathLike, a: PlanAssumptions) -> tuple[list[
     return out, info
 
 
+def host_heads_input(plan, notes: list) -> StageInput | None:
+    """The host loop's fp32 heads (``build.host_heads``, recorded by ``build qwen3-tts``) as a CPU
+    stage of one call a frame, when the plan places both the talker and the code predictor as
+    graphs (the numpy host loop applies the codec head, and the code predictor's heads with its
+    step form); a plan without the record gets a note instead."""
+    if not all(n in plan.stages for n in ("talker", "code_predictor")):
+        return None
+    rec = (plan.raw.get("build") or {}).get("host_heads") if isinstance(plan.raw, dict) else None
+    if not isinstance(rec, dict) or not isinstance(rec.get("bytes_per_frame"), int):
+        notes.append("the plan does not record the host loop's heads (built before build.host_heads): they are "
+                     "not counted; rebuild the plan to count them")
+        return None
+    nbytes = rec["bytes_per_frame"]
+    if "step" not in plan.stages["code_predictor"].artifacts:  # the frame graph holds its own heads
+        v, h = rec["codec_head"]
+        nbytes = 4 * v * h
+    call = CpuCall(weight_bytes=nbytes, macs=nbytes / 4, variant=str(rec.get("dtype", "float32")),
+                   source="plan build.host_heads (numpy, fp32)")
+    return StageInput("host heads", call, per_frame=1.0, impl="numpy",
+                      note="the host loop's heads (codec head + code predictor heads), read once a frame")
+
+
 def _vocoder_rates(stages: list[StageInput], fps: float, a: PlanAssumptions) -> None:
     first = next((s for s in stages if s.name == "vocoder first"), None)
     main = next((s for s in stages if s.name == "vocoder main"), None)
@@ -203,6 +229,11 @@ def _vocoder_rates(stages: list[StageInput], fps: float, a: PlanAssumptions) -> 
     if first is not None:
         first.per_utterance = 1.0
         first.note = f"once per utterance (its B={first.B} frames)"
+    small = next((s for s in stages if s.name == "vocoder small steps"), None)
+    if small is not None:
+        small.per_utterance = 0.0
+        small.per_frame = max(frames - small.B, 0.0) / frames / small.B
+        small.note = f"speak: the first graph again, one call per B={small.B} frames after the first"
 
 
 def estimate_stages(stages: list[StageInput], fps: float, a: PlanAssumptions,
@@ -263,7 +294,8 @@ def estimate_stages(stages: list[StageInput], fps: float, a: PlanAssumptions,
     voc = by_name.get("vocoder first") or by_name.get("vocoder main")
     first_B = next((s.B for s in stages if s.name == (voc["stage"] if voc else "")), None)
     if voc is not None:
-        per_frame_gen = (dec["ms_per_call"] if dec else 0.0) + (
+        heads = by_name.get("host heads")
+        per_frame_gen = (dec["ms_per_call"] if dec else 0.0) + (heads["ms_per_call"] if heads else 0.0) + (
             cp["ms_per_call"] * next(s.per_frame for s in stages if s.name == "code predictor") if cp else 0.0)
         prefill_ms = pre["ms_per_call"] * math.ceil(a.prompt_tokens / next(
             s.positions for s in stages if s.name == "talker prefill")) if pre else 0.0
@@ -330,6 +362,24 @@ def npu_factor_check(stages: list[StageInput], fps: float, a: PlanAssumptions,
             "source": "docs/estimate.md calibration: Whisper base encoder 104.9 ms estimated vs 703 ms public (6.7x)"}
 
 
+def speak_schedule(stages: list[StageInput], fps: float, a: PlanAssumptions) -> dict[str, Any] | None:
+    """The plan as ``speak`` runs its vocoder when it has a first (small) graph: small steps after
+    the first one too (``StreamingVocoder`` eager, fed frame by frame), the main graph unused; None
+    without a first graph.  The main rows above are what ``decode`` (whole codes) runs."""
+    first = next((s for s in stages if s.name == "vocoder first"), None)
+    if first is None or not any(s.name == "vocoder main" for s in stages):
+        return None
+    small = replace(first, name="vocoder small steps")
+    st = [s for s in stages if s.name not in ("vocoder first", "vocoder main")] + [first, small]
+    rep = estimate_stages(st, fps, a)
+    row = next(r for r in rep["stages"] if r["stage"] == "vocoder small steps")
+    return {"rtf": rep["rtf"], "limiting_stage": rep["limiting_stage"],
+            "units": {u: v["ms_per_audio_s"] for u, v in rep["units"].items()},
+            "vocoder_ms_per_audio_s": row["ms_per_audio_s"] + next(
+                r["ms_per_audio_s"] for r in rep["stages"] if r["stage"] == "vocoder first"),
+            "ddr_floor_ms_per_audio_s": rep["ddr_floor_ms_per_audio_s"]}
+
+
 def estimate_plan(plan_path: str | os.PathLike, a: PlanAssumptions | None = None) -> dict[str, Any]:
     """The whole report for ``plan.json``."""
     a = (a or PlanAssumptions()).check()
@@ -347,6 +397,7 @@ def estimate_plan(plan_path: str | os.PathLike, a: PlanAssumptions | None = None
     rep["notes"] = info["notes"] + rep["notes"]
     rep["sensitivity"] = sensitivity(stages, info["frames_per_s"], a)
     rep["npu_board_factor_check"] = npu_factor_check(stages, info["frames_per_s"], a)
+    rep["speak_schedule"] = speak_schedule(stages, info["frames_per_s"], a)
     rep["peers"] = PEERS
     return rep
 

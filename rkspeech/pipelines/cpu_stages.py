@@ -59,9 +59,11 @@ def export_cpu_code_predictor(cp, path: Path) -> Path:
     return export_talker_onnx(code_predictor_step(cp, **CPU_EXPORT), path)
 
 
-def quantize_stage(stages, name: str, placement: str, sources: dict[str, Path], folder: Path) -> dict:
+def quantize_stage(stages, name: str, placement: str, sources: dict[str, Path], folder: Path, *,
+                   int4: dict | None = None) -> dict:
     """``{"placement", "artifacts": {role: variant path}, "record": {...} | None}`` for stage
-    ``name`` (``talker``, ``code_predictor``); ``sources``: role -> exported fp32 ONNX."""
+    ``name`` (``talker``, ``code_predictor``); ``sources``: role -> exported fp32 ONNX; ``int4``:
+    ``CpuQuantOptions`` fields for a ``cpu-int4`` placement (block size, symmetric)."""
     from dataclasses import asdict
 
     from rkspeech.convert.cpu_quant import CpuQuantOptions, quantize_step_graph
@@ -72,7 +74,7 @@ def quantize_stage(stages, name: str, placement: str, sources: dict[str, Path], 
     sources = {role: Path(p) for role, p in sources.items()}
     if variant == "fp32":
         return {"placement": placement, "artifacts": dict(sources), "record": None}
-    options = CpuQuantOptions.for_placement(placement)
+    options = CpuQuantOptions.for_placement(placement, **((int4 or {}) if variant == "int4" else {}))
     folder = Path(folder)
     dst = {role: folder / f"{src.stem}.{variant}.onnx" for role, src in sources.items()}
 

@@ -77,6 +77,8 @@ class TTSBuildOptions:
     code_predictor: str | None = None
     vocoder: str = "npu"  # only npu for now
     cpu_threads: int | None = None  # onnxruntime threads recorded for the CPU stages (None: the runtime's default)
+    int4_block: int = 32  # cpu-int4: MatMulNBits block along K (convert.cpu_quant.CpuQuantOptions)
+    int4_symmetric: bool = False  # cpu-int4: no zero points
     cpu_check_frames: int = 48  # frames per utterance at most of the accuracy gate (cpu_stages.DEFAULT_CHECK_FRAMES)
     gate: str = "refuse"  # core.thresholds.GATE_MODES: refuse an unsafe placement, warn, or off (not measured)
     # all
@@ -121,6 +123,8 @@ def _validate(o: TTSBuildOptions) -> None:
     if o.code_predictor not in (None, "npu") and o.code_predictor_dtype != "fp16":
         raise RkspeechError(f"--code-predictor-dtype {o.code_predictor_dtype} is an NPU conversion; "
                             f"--code-predictor {o.code_predictor} runs the exported graph on the CPU")
+    if o.int4_block < 16 or o.int4_block & (o.int4_block - 1):
+        raise RkspeechError(f"--int4-block must be a power of two >= 16, got {o.int4_block}")
     if o.cpu_threads is not None and o.cpu_threads < 1:
         raise RkspeechError(f"--cpu-threads must be >= 1, got {o.cpu_threads}")
     if o.cpu_check_frames < 1:
@@ -128,6 +132,11 @@ def _validate(o: TTSBuildOptions) -> None:
                             "without measuring)")
     if o.gate not in GATE_MODES:
         raise RkspeechError(f"unknown --gate {o.gate!r}; choose one of {', '.join(GATE_MODES)}")
+
+
+def int4_options(o: TTSBuildOptions) -> dict:
+    """The ``CpuQuantOptions`` fields a ``cpu-int4`` placement takes from the build's options."""
+    return {"block_size": o.int4_block, "symmetric": o.int4_symmetric}
 
 
 def talker_placement(o: TTSBuildOptions) -> str:
@@ -217,6 +226,23 @@ def _prompt_form(files) -> str:
     return "whole-text" if read_tts_config(files).default_text_in_prompt else "streaming"
 
 
+def _host_heads(files) -> dict:
+    """What the numpy host loop reads a frame beside the graphs (fp32 numpy matrices): the talker's
+    codec head, the code predictor's heads, and its input projection (once per step) when the two
+    hidden sizes differ; ``estimate --plan`` prices it as a CPU stage."""
+    from rkspeech.models.qwen3_tts.tts_checkpoint import read_tts_config
+
+    cfg = read_tts_config(files)
+    t, c = cfg.talker, cfg.code_predictor
+    rec = {"codec_head": [t.vocab_size, t.hidden_size],
+           "code_predictor_heads": [c.num_code_groups - 1, c.vocab_size, c.hidden_size]}
+    n = t.vocab_size * t.hidden_size + (c.num_code_groups - 1) * c.vocab_size * c.hidden_size
+    if c.hidden_size != t.hidden_size:
+        rec["code_predictor_projection"] = [c.num_code_groups, c.hidden_size, t.hidden_size]
+        n += c.num_code_groups * c.hidden_size * t.hidden_size
+    return {**rec, "dtype": "float32", "bytes_per_frame": 4 * n}
+
+
 def _plan_gate(gate: dict) -> dict:
     """What the plan keeps of the gate: mode, verdict, failures (the figures are in the report)."""
     return {k: gate[k] for k in ("mode", "passed", "failures", "warning", "reference_frames", "prompt_form")
@@ -279,7 +305,8 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
         cpu_checks["code_predictor"] = {"placement": cp_place, "role": cp["role"], "fp32": Path(a["onnx"])}
         if cp_place != "npu":
             src = {cp["role"]: Path(a["onnx"])}
-            q = quantize_stage(stages, "code_predictor", cp_place, src, out / "code_predictor" / "cpu")
+            q = quantize_stage(stages, "code_predictor", cp_place, src, out / "code_predictor" / "cpu",
+                               int4=int4_options(o))
             sections["code_predictor"] = stage_section(
                 impl="onnx", target=None, artifacts={r: {"onnx": p} for r, p in q["artifacts"].items()},
                 contract=read_contract(a["onnx"]).to_dict(), base=out, quantization=q["record"],
@@ -308,7 +335,7 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
         a = talker["artifacts"]
         src = {r: Path(a[r]["onnx"]) for r in ("prefill", "decode")}
         cpu_checks["talker"] = {"placement": talker_place, "fp32": src}
-        q = (quantize_stage(stages, "talker", talker_place, src, out / "talker" / "cpu")
+        q = (quantize_stage(stages, "talker", talker_place, src, out / "talker" / "cpu", int4=int4_options(o))
              if talker_place != "npu" else None)
         if q is not None:
             sections["talker"] = stage_section(
@@ -349,7 +376,7 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
                            host_contracts={role: read_contract(p, VocoderContract) for role, p in vplan.host_onnx.items()},
                            backends=vplan.backends, stages=sections,
                            extra={"checkpoint": str(files.root.resolve()), "formulation": npu_contracts["main"].formulation,
-                                  "dtype": "fp16", "prompt_form": _prompt_form(files),
+                                  "dtype": "fp16", "prompt_form": _prompt_form(files), "host_heads": _host_heads(files),
                                   "accuracy_gate": _plan_gate(gate)})
     load_plan(plan_path, backend="ort")  # the plan just written must load
     summary = {

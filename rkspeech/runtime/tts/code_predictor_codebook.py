@@ -47,6 +47,30 @@ def _code_predictor(model):
     return cp
 
 
+def open_step_stack(path, backend: str, groups: int, *, check=None, model=None, rope: str = "torch",
+                    **runner_kw):
+    """``(path, name, contract, GraphTalker)`` for the step graph at ``path`` on ``backend``: the
+    file and its contract checked (a step's, capacity >= ``groups``; ``check(contract)`` for the
+    caller's own), the runner closed again when the stack cannot be made."""
+    from rkspeech.runtime.runners import check_runner_file, open_runner
+    from rkspeech.runtime.tts.talker_backend import GraphTalker
+
+    path = check_runner_file(backend, path)
+    name = f"code-predictor step ({backend}: {path.name})"
+    contract = check_step_contract(read_contract(path, TalkerContract), path)
+    if check is not None:
+        check(contract)
+    if contract.capacity < groups:
+        raise RkspeechError(f"{path.name}: capacity {contract.capacity} < {groups} positions a "
+                            "frame needs; export it from this checkpoint")
+    runner = open_runner(backend, path, **runner_kw)
+    try:
+        return path, name, contract, GraphTalker(runner, contract, model=model, name=name, rope=rope)
+    except BaseException:
+        runner.close()
+        raise
+
+
 class CodebookCodePredictor:
     """A ``CodePredictorBackend`` over the step graph at ``path`` on ``backend`` (``ort``, ``sim``,
     ``rknnlite``); ``model``: the loaded ``TTSModel`` (its host-side parts run here, and the graph's
@@ -55,23 +79,10 @@ class CodebookCodePredictor:
     greedy_only = False
 
     def __init__(self, path: str | os.PathLike, backend: str = "ort", *, model, **runner_kw):
-        from rkspeech.runtime.runners import check_runner_file, open_runner
-        from rkspeech.runtime.tts.talker_backend import GraphTalker
-
-        self.path = check_runner_file(backend, path)
-        self.name = f"code-predictor step ({backend}: {self.path.name})"
         self.cp = _code_predictor(model)
-        self.contract = check_step_contract(read_contract(self.path, TalkerContract), self.path)
         self.groups = self.cp.model.cfg.num_code_groups
-        if self.contract.capacity < self.groups:
-            raise RkspeechError(f"{self.path.name}: capacity {self.contract.capacity} < {self.groups} positions a "
-                                "frame needs; export it from this checkpoint")
-        runner = open_runner(backend, self.path, **runner_kw)
-        try:
-            self.stack = GraphTalker(runner, self.contract, model=self.cp.model, name=self.name)
-        except BaseException:
-            runner.close()
-            raise
+        self.path, self.name, self.contract, self.stack = open_step_stack(path, backend, self.groups,
+                                                                          model=self.cp.model, **runner_kw)
 
     @property
     def calls(self) -> int:

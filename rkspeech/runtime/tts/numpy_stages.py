@@ -6,6 +6,8 @@ Split from ``numpy_loop`` (the loop, its numerics and sampling); nothing here im
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from rkspeech.core.errors import RkspeechError
@@ -20,27 +22,16 @@ class NumpyCodebookCodePredictor:
     greedy_only = False
 
     def __init__(self, path, backend: str, *, weights, cfg, **runner_kw):
-        from rkspeech.contracts.read import read_contract
-        from rkspeech.contracts.talker import TalkerContract
-        from rkspeech.runtime.runners import check_runner_file, open_runner
-        from rkspeech.runtime.tts.code_predictor_codebook import check_step_contract
-        from rkspeech.runtime.tts.talker_backend import GraphTalker
+        from rkspeech.runtime.tts.code_predictor_codebook import open_step_stack
 
-        self.path = check_runner_file(backend, path)
-        self.name = f"code-predictor step ({backend}: {self.path.name})"
         self.w = weights
-        contract = check_step_contract(read_contract(self.path, TalkerContract), self.path)
-        check_stack_contract(contract, cfg.code_predictor, weights.cp_fingerprint, f"{self.path.name}")
         self.groups = cfg.code_predictor.num_code_groups
-        if contract.capacity < self.groups:
-            raise RkspeechError(f"{self.path.name}: capacity {contract.capacity} < {self.groups} positions a "
-                                "frame needs; export it from this checkpoint")
-        runner = open_runner(backend, self.path, **runner_kw)
-        try:
-            self.stack = GraphTalker(runner, contract, name=self.name, rope="numpy")
-        except BaseException:
-            runner.close()
-            raise
+
+        def check(contract):
+            check_stack_contract(contract, cfg.code_predictor, weights.cp_fingerprint, Path(path).name)
+
+        self.path, self.name, _, self.stack = open_step_stack(path, backend, self.groups, check=check, rope="numpy",
+                                                              **runner_kw)
 
     @property
     def calls(self) -> int:

@@ -127,11 +127,12 @@ class EnginePool:
         finally:
             self._free.put(slot)
 
-    def open_stream(self) -> StreamingVocoder:
-        """A new independent stream whose steps run on whichever slot is free."""
+    def open_stream(self, *, eager: bool = False) -> StreamingVocoder:
+        """A new independent stream whose steps run on whichever slot is free (``eager``: see
+        ``StreamingVocoder``)."""
         main = Engine(_Lease("main", self), self.contracts["main"])
         first = Engine(_Lease("first", self), self.contracts["first"]) if "first" in self.contracts else None
-        return StreamingVocoder(main, first)
+        return StreamingVocoder(main, first, eager=eager)
 
     def decode_many(self, streams: Sequence, *, piece: int | None = None,
                     workers: int | None = None) -> list[np.ndarray]:

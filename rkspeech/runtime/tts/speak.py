@@ -198,7 +198,9 @@ class Speaker:
         frames = self.model.generate_frames(text, speaker=speaker, language=language, instruct=instruct,
                                             ref_audio=ref_audio, ref_text=ref_text, ref_codes=ref_codes,
                                             options=options)
-        sv = self.pool.open_stream()
+        # eager, fed one frame at a time: small steps after the first, so the utterance ends one
+        # small step after its last frame, and the steps depend on the frames only, not on timing
+        sv = self.pool.open_stream(eager=True)
         start = time.perf_counter()
         with _Generation(frames, self._lock, timing, codes_out) as produced:
             for frame in produced:

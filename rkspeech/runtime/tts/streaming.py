@@ -8,6 +8,13 @@ its cache feeds the ``main`` graph (N does not depend on B).  ``flush()`` pads t
 partial step with code 0 and trims exactly the padding: the graph is causal, so the padded
 tokens cannot change the samples before them.
 
+``eager``: with a ``first`` graph, fewer tokens pending than the main B run in small steps as
+soon as a small step's worth is there, instead of waiting for a main step's worth; a push of a
+main step's worth or more still takes main steps.  ``Speaker`` pushes frame by frame, so every
+step after the first is small and the utterance ends one small step after its last frame, not
+one main step after it (16 frames vocoded after generation ended at B=16).  The steps share one
+cache and the graph is causal: the samples are those of any other cut, to float rounding.
+
 Each instance owns its cache and position: streams never share state.
 """
 
@@ -50,13 +57,14 @@ class Engine:
 
 
 class StreamingVocoder:
-    def __init__(self, main: Engine, first: Engine | None = None):
+    def __init__(self, main: Engine, first: Engine | None = None, *, eager: bool = False):
         if first is not None and not main.contract.compatible_cache(first.contract):
             raise RkspeechError(
                 f"first (B={first.B}, N={first.contract.cache_numel}) and main (B={main.B}, "
                 f"N={main.contract.cache_numel}) graphs do not share one cache layout"
             )
         self.main, self.first = main, first
+        self.eager = eager and first is not None
         c = main.contract
         self.contract = c
         self._inv_freq = inverse_frequencies(c.head_dim, c.rope_theta)
@@ -78,6 +86,8 @@ class StreamingVocoder:
 
     def _next_engine(self) -> Engine:
         if self._position == 0 and self.first is not None:
+            return self.first
+        if self.eager and self._pending.shape[0] < self.main.B:
             return self.first
         return self.main
 
