@@ -77,18 +77,24 @@ class WyomingHandler:
         the whole request, the writing of its answer included) -- is dropped (ConnectionError),
         so a reader that stopped, or reads too slowly to take the answer in time, cannot hold a
         connection, its audio or an engine.  A write that needs no wait goes out even past the
-        deadline (``asyncio.timeout`` cancels only a wait)."""
+        deadline: it gets one step (``asyncio.wait_for`` with no time left would not start it;
+        ``asyncio.timeout`` is Python 3.11+)."""
         from wyoming.event import async_write_event
 
         left = self.options.request_timeout_s
         if deadline is not None:
             left = min(left, deadline - time.monotonic())
+        task = asyncio.ensure_future(async_write_event(event, self.writer))
         try:
-            async with asyncio.timeout(max(0.0, left)):
-                await async_write_event(event, self.writer)
-        except TimeoutError:
+            done, _ = await asyncio.wait({task}, timeout=max(0.0, left))
+        except BaseException:
+            task.cancel()
+            raise
+        if not done:
+            task.cancel()
             abort(self.writer.transport)
-            raise ConnectionResetError("the client did not take the answer within the request time limit") from None
+            raise ConnectionResetError("the client did not take the answer within the request time limit")
+        task.result()
 
     def gone(self) -> bool:
         """The client closed the connection (end of stream read, or the transport lost): a
