@@ -37,12 +37,15 @@ class Words:
     def __init__(self, samples: int = 1200, speakers=(), voices=("ryan",)):
         self.samples, self.speakers, self.voices = samples, list(speakers), voices
 
+    produced = 0  # chunks made, all streams together
+
     def stream(self, text, *, speaker=None, language=None, instruct=None):
         from rkspeech.core.errors import RkspeechError
 
         if speaker is not None and speaker not in self.voices:
             raise RkspeechError(f"unknown speaker {speaker!r}")
         for _ in text.split():
+            self.produced += 1
             yield np.full(self.samples, 0.1, np.float32)
 
 
@@ -62,6 +65,27 @@ class CountingTranscriber:
         return iter([]), SimpleNamespace(language="en", language_probability=1.0, duration=len(audio) / 16000)
 
 
+class SlowSegments(CountingTranscriber):
+    """TEST DOUBLE of a faster-whisper model decoding a long input: ``n`` segments of ``text``,
+    ``each_s`` apart; :attr:`produced` counts the segments decoded."""
+
+    def __init__(self, n: int = 200, each_s: float = 0.05, text: str = " word"):
+        super().__init__()
+        self.n, self.each_s, self.text, self.produced = n, each_s, text, 0
+
+    def transcribe(self, audio, **options):
+        _, info = super().transcribe(audio, **options)
+
+        def segments():
+            from types import SimpleNamespace
+
+            for i in range(self.n):
+                time.sleep(self.each_s)
+                self.produced += 1
+                yield SimpleNamespace(text=self.text)
+        return segments(), info
+
+
 def _wav(seconds: float = 0.5) -> bytes:
     buf = io.BytesIO()
     with wave.open(buf, "wb") as w:
@@ -76,7 +100,8 @@ def _server(**kw):
     from rkspeech.serve.server import ServerThread
 
     pool = ServePool(transcribers=[kw.pop("transcriber", CountingTranscriber())],
-                     speakers=[kw.pop("speaker", Words())], max_queue=4, owned=False)
+                     speakers=[kw.pop("speaker", Words())], max_queue=4, owned=False,
+                     request_timeout_s=kw.get("request_timeout_s", 300.0))  # as rkspeech serve builds it
     return ServerThread(pool, ServeOptions(**{"wyoming": "tcp://127.0.0.1:0", "http": "127.0.0.1:0", **kw})).start()
 
 
@@ -254,32 +279,82 @@ def test_the_sentence_split_scans_each_character_once():
     assert splitter.chars_scanned <= len(text) + 10  # a rescan of the buffer per piece: ~30 million
 
 
+def test_decoded_audio_counts_against_the_budget_while_it_is_transcribed():
+    """An upload's float32 samples are held until transcribed: 0.25 s of audio (8 KB of wav, 16 KB of
+    samples) is charged body + samples while its SSE transcription runs; 1 s (32 KB of wav, 64 KB of
+    samples) passes an 80 KB budget once decoded: 503 over-budget.  Wyoming: 16-bit audio buffered
+    + its float32 samples (3x) while transcribed.  The budget is whole afterwards."""
+    from wyoming.audio import AudioChunk, AudioStart, AudioStop
+    from wyoming.client import AsyncTcpClient
+
+    slow = SlowSegments(n=10, each_s=0.05)
+    st = _server(transcriber=slow, memory_budget_bytes=80_000)
+    url = f"http://{st.addresses['http']}/v1/audio/transcriptions"
+    host, port = _hostport(st, "wyoming")
+
+    async def wyoming():
+        async with AsyncTcpClient(host, port) as c:
+            await c.write_event(AudioStart(rate=16000, width=2, channels=1).event())
+            await c.write_event(AudioChunk(rate=16000, width=2, channels=1, audio=b"\0" * 16_000).event())
+            await c.write_event(AudioStop().event())
+            used = 0
+            for _ in range(20):  # the most held while the 0.5 s transcription runs
+                await asyncio.sleep(0.02)
+                used = max(used, st.server.limits.budget.used)
+            while (await asyncio.wait_for(c.read_event(), 5)).type != "transcript":
+                pass
+        return used
+
+    try:
+        with httpx.stream("POST", url, timeout=10, files={"file": ("a.wav", _wav(0.25))},
+                          data={"stream": "true"}) as r:
+            lines = r.iter_lines()
+            next(lines)
+            during = st.server.limits.budget.used
+            list(lines)
+        time.sleep(0.1)
+        after = st.server.limits.budget.used
+        refused = httpx.post(url, timeout=10, files={"file": ("a.wav", _wav(1.0))})
+        wyoming_during = asyncio.run(wyoming())
+        time.sleep(0.1)
+        wyoming_after = st.server.limits.budget.used
+    finally:
+        st.stop()
+    assert 8_044 + 16_000 <= during < 8_044 + 16_000 + 1_000 and after == 0, (during, after)
+    assert refused.status_code == 503 and refused.json()["error"]["code"] == "over-budget", refused.text
+    assert wyoming_during == 3 * 16_000 and wyoming_after == 0, wyoming_during
+
+
 # -- a client that does not read -----------------------------------------------------------------------
 
 
 def test_a_wyoming_client_that_does_not_read_is_dropped_within_the_request_timeout():
     """A client with a 4 KB receive buffer asks for ~20 MB of speech and reads nothing: the server's
     writes stall; within --request-timeout (2 s) + a few s the connection is dropped and its handler
-    gone, the engine idle, and another client is served."""
+    gone, the engine idle, and another client is served.  Meanwhile the engine ran ahead of the
+    client by at most RUN_AHEAD_BYTES, charged to the memory budget."""
     from wyoming.client import AsyncTcpClient
     from wyoming.info import Describe
     from wyoming.tts import Synthesize
 
     from rkspeech.serve.engines import SPEECH
+    from rkspeech.serve.limits import RUN_AHEAD_BYTES
 
-    st = _server(speaker=Words(samples=48_000), request_timeout_s=2.0, max_text_chars=1000)
+    words = Words(samples=48_000)  # 192 KB chunks
+    st = _server(speaker=words, request_timeout_s=2.0, max_text_chars=1000)
     host, port = _hostport(st, "wyoming")
     s = socket.socket()
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     try:
         s.connect((host, port))
-        event = Synthesize(text="word " * 200).event()  # 200 x 1 s of 24 kHz 16-bit: 9.6 MB
+        event = Synthesize(text="w " * 450).event()  # 450 x 2 s of 24 kHz 16-bit: 43 MB
         s.sendall(json.dumps({"type": event.type, "data": event.data}).encode() + b"\n")
         start = time.monotonic()
         while not st.server.wyoming._tasks and time.monotonic() - start < 5:
             time.sleep(0.01)
         time.sleep(1.0)
         stalled = len(st.server.wyoming._tasks)  # still writing to the client after 1 s
+        ahead, produced = st.server.limits.budget.used, words.produced
         while time.monotonic() - start < 15 and (st.server.wyoming._tasks or not st.pool.lanes[SPEECH].idle()):
             time.sleep(0.1)
         dropped_after = time.monotonic() - start
@@ -296,6 +371,124 @@ def test_a_wyoming_client_that_does_not_read_is_dropped_within_the_request_timeo
         st.stop()
     assert stalled == 1 and tasks == 0 and 2.0 <= dropped_after < 2.0 + 4, (stalled, dropped_after)
     assert served.type == "info"
+    # what runs ahead of the client stops at RUN_AHEAD_BYTES (4 MiB: 21 chunks), charged to the budget;
+    # the engine waits (the socket buffers took ~30 chunks' 16-bit audio: 51 of 450 made, measured)
+    assert 3_000_000 < ahead <= RUN_AHEAD_BYTES and produced < 150, (ahead, produced)
+
+
+def test_a_wyoming_client_that_reads_too_slowly_is_dropped_at_the_request_deadline():
+    """A client that takes 64 KB every 30 ms (~2 MB/s) asks for ~43 MB of speech: no single write
+    waits --request-timeout (2 s), but the whole answer cannot be taken in time: the connection is
+    reset at the request's deadline (+ a few s) -- not left open after a late ``timeout`` error."""
+    from wyoming.tts import Synthesize
+
+    st = _server(speaker=Words(samples=48_000), request_timeout_s=2.0, max_text_chars=1000)
+    host, port = _hostport(st, "wyoming")
+    s = socket.create_connection((host, port))
+    try:
+        event = Synthesize(text="w " * 450).event()
+        s.sendall(json.dumps({"type": event.type, "data": event.data}).encode() + b"\n")
+        start, got, closed = time.monotonic(), 0, False
+        s.settimeout(0.5)
+        while time.monotonic() - start < 8:
+            try:
+                data = s.recv(65536)
+            except TimeoutError:
+                continue
+            except ConnectionResetError:
+                closed = True
+                break
+            if not data:
+                closed = True
+                break
+            got += len(data)
+            time.sleep(0.03)
+        took = time.monotonic() - start
+    finally:
+        s.close()
+        st.stop()
+    assert got > 1_000_000 and closed and took < 2.0 + 4, (got, closed, took)
+
+
+def test_an_http_client_that_does_not_read_a_streamed_answer_is_dropped_within_the_request_timeout():
+    """A raw HTTP client with a 4 KB receive buffer asks for ~10 MB of streamed speech (pcm) and reads
+    nothing: uvicorn's send waits on the socket with no limit of its own; the server aborts the
+    connection at the request's deadline (--request-timeout 2 s), the engine is idle, and another
+    request is served, within 2 s + a few s.  Meanwhile the speech made ahead of the client counts
+    against the memory budget (1 MB), and the engine waits once it is full."""
+    from rkspeech.serve.engines import SPEECH
+
+    words = Words(samples=24_000)  # 96 KB chunks
+    st = _server(speaker=words, request_timeout_s=2.0, max_text_chars=1000, memory_budget_bytes=1_000_000)
+    host, port = _hostport(st, "http")
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    try:
+        s.connect((host, port))
+        body = json.dumps({"input": "w " * 450, "response_format": "pcm"}).encode()  # 450 x 1 s: 21.6 MB
+        s.sendall(_post_head("/v1/audio/speech", len(body), "application/json") + body)
+        start = time.monotonic()
+        time.sleep(1.0)
+        stalled = st.server.limits.gate.open  # still writing to the client after 1 s
+        ahead, produced = st.server.limits.budget.used, words.produced
+        while time.monotonic() - start < 15 and (st.server.limits.gate.open or not st.pool.lanes[SPEECH].idle()):
+            time.sleep(0.1)
+        dropped_after = time.monotonic() - start
+        still_open = st.server.limits.gate.open
+        served = httpx.post(f"http://{st.addresses['http']}/v1/audio/speech", timeout=10,
+                            json={"input": "one two", "response_format": "pcm"})
+    finally:
+        s.close()
+        st.stop()
+    assert stalled == 1 and still_open == 0 and dropped_after < 2.0 + 4, (stalled, still_open, dropped_after)
+    assert served.status_code == 200 and len(served.content) == 2 * 2 * 24_000
+    # the speech made ahead of the client is charged and stops at the budget (1 MB: 10 chunks queued);
+    # the engine waits (the socket buffers took ~60 chunks' 16-bit audio: 72 of 450 made, measured)
+    assert 0 < ahead <= 1_000_000 and produced < 150, (ahead, produced)
+    assert st.server.limits.budget.used == 0
+
+
+def test_streamed_transcriptions_stop_between_segments_when_their_client_leaves():
+    """SSE (HTTP stream=true) and Wyoming: a long transcription (200 segments, 10 s of decoding) whose
+    segments have no text yet (silence: no partial is sent, so no write finds the client gone); the
+    client gives up after 0.5 s and closes: the decoding stops at the next segment, the engine is
+    free within a second, and far fewer than 200 segments were decoded."""
+    from wyoming.audio import AudioChunk, AudioStart, AudioStop
+    from wyoming.client import AsyncTcpClient
+
+    from rkspeech.serve.engines import TRANSCRIBE
+
+    slow = SlowSegments(text="")
+    st = _server(transcriber=slow)
+    lane = st.pool.lanes[TRANSCRIBE]
+
+    def stopped_after_leaving():
+        left = time.monotonic()
+        while not lane.idle() and time.monotonic() - left < 12:
+            time.sleep(0.02)
+        produced, slow.produced = slow.produced, 0
+        return time.monotonic() - left, produced
+
+    async def wyoming():
+        host, port = _hostport(st, "wyoming")
+        async with AsyncTcpClient(host, port) as c:
+            await c.write_event(AudioStart(rate=16000, width=2, channels=1).event())
+            await c.write_event(AudioChunk(rate=16000, width=2, channels=1, audio=b"\1\0" * 8000).event())
+            await c.write_event(AudioStop().event())
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(c.read_event(), 0.5)
+
+    try:
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"http://{st.addresses['http']}/v1/audio/transcriptions", timeout=0.5,
+                       files={"file": ("a.wav", _wav())}, data={"stream": "true"})
+        sse = stopped_after_leaving()
+        asyncio.run(wyoming())
+        wy = stopped_after_leaving()
+    finally:
+        st.stop()
+    for took, produced in (sse, wy):
+        assert took < 1.0 and produced < 40, (sse, wy)
 
 
 # -- the minor items -----------------------------------------------------------------------------------
@@ -334,6 +527,40 @@ def test_a_transcription_whose_client_left_is_not_computed():
         st.stop()
     assert waiting == 0  # it left the wait line when its client left
     assert served.status_code == 200 and counting.calls == 1  # only the second request was computed
+
+
+def test_speech_whose_client_left_while_waiting_is_not_made():
+    """The speech engine is held; a client asks for speech, gives up (1 s) and closes: its request
+    leaves the wait line, and when the engine is free again, nothing is generated for it."""
+    from rkspeech.serve.engines import SPEECH
+
+    words = Words()
+    st = _server(speaker=words)
+    release = threading.Event()
+
+    async def hold():
+        lane = st.pool.lanes[SPEECH]
+        engine = await lane.acquire()
+        try:
+            await asyncio.to_thread(release.wait, 30)
+        finally:
+            lane.release(engine)
+
+    holder = st.submit(hold)
+    try:
+        url = f"http://{st.addresses['http']}/v1/audio/speech"
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(url, json={"input": "one two three", "response_format": "pcm"}, timeout=1.0)
+        time.sleep(0.3)
+        waiting = st.pool.status()[SPEECH]["waiting"]
+        release.set()
+        holder.result(10)
+        time.sleep(0.3)
+        produced = words.produced
+    finally:
+        release.set()
+        st.stop()
+    assert waiting == 0 and produced == 0, (waiting, produced)
 
 
 def test_empty_api_key_is_refused(capsys, monkeypatch):

@@ -13,7 +13,8 @@ of engines, in one asyncio loop.
 * :mod:`.speech_formats` -- speech as mp3 / opus / aac / flac / wav / pcm (PyAV), ``speed``, SSE.
 * :mod:`.models_list` -- ``GET /v1/models``.
 * :mod:`.audio` -- uploaded bytes / Wyoming PCM -> 16 kHz mono float32, in memory.
-* :mod:`.wyoming_server`, :mod:`.http_server` -- the two front ends.
+* :mod:`.wyoming_server` (per connection) with :mod:`.wyoming_listener`, :mod:`.http_server` -- the two
+  front ends.
 * :mod:`.metrics` -- Prometheus counters, gauges and histograms (one registry per server).
 * :mod:`.server` -- both front ends started and stopped together.
 

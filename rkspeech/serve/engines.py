@@ -41,8 +41,9 @@ from typing import (
 import numpy as np
 
 from rkspeech.core.errors import RkspeechError
-from rkspeech.serve.errors import Busy, ShuttingDown, TimedOut, Unavailable
+from rkspeech.serve.errors import Busy, ClientGone, ShuttingDown, TimedOut, Unavailable
 from rkspeech.serve.lane import Lane as _Lane
+from rkspeech.serve.limits import RUN_AHEAD_BYTES
 
 TRANSCRIBE = "transcribe"
 SPEECH = "speech"
@@ -190,17 +191,26 @@ class ServePool:
         except asyncio.TimeoutError:
             raise TimedOut(self.timeout_s) from None
 
-    async def stream(self, kind: str, open_iter: Callable, *args,
-                     deadline: float | None = None, client=None) -> AsyncIterator:
+    async def stream(self, kind: str, open_iter: Callable, *args, deadline: float | None = None,
+                     client=None, gone: Callable[[], bool] | None = None, budget=None,
+                     ahead_bytes: int = RUN_AHEAD_BYTES) -> AsyncIterator:
         """Items of ``open_iter(model, *args)`` (an iterator) as they come, each ``next`` in the
         engine's thread.  Generation runs ahead of the consumer into a queue, so the engine is
-        freed when the iterator ends, not when a client has read it all: a client that stops
-        reading must not hold the engine (it held it for good when the engine waited on the
-        socket).  What runs ahead is one request's output, bounded by the text limit.  A consumer
-        that stops early (a client gone) stops the generation."""
-        queue: asyncio.Queue = asyncio.Queue()
+        freed when the iterator ends, not when a client has read it all, as long as what runs
+        ahead stays within ``ahead_bytes`` (items' ``nbytes``: audio chunks; transcript segments
+        count 0) and ``budget`` (:class:`rkspeech.serve.limits.MemoryBudget`, charged while an item
+        waits in the queue).  Past either, the engine waits for the consumer, at most until the
+        deadline (:class:`TimedOut`); a client that stops reading is dropped by then by its front
+        end's write deadline, which ends the stream and frees the engine.  The item the consumer
+        is waiting for is handed over whatever the budget (it is not ahead).  A consumer
+        that stops early stops the generation; so does ``gone()`` (the front end's "the client
+        closed the connection"), checked before each item: a consumer that has nothing to send yet
+        (a transcription of silence has no partial text) never writes, so it would not find out
+        that its client left -- the whole input was decoded for nobody.  The stream then ends
+        with :class:`ClientGone`."""
+        queue = _RunAhead(ahead_bytes, budget.lease() if budget is not None else None)
         producer = asyncio.ensure_future(self._produce(kind, open_iter, args, deadline or self.deadline(), queue,
-                                                   client))
+                                                   client, gone))
         try:
             while True:
                 item = await queue.get()
@@ -214,9 +224,10 @@ class ServePool:
                 producer.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await producer
+            queue.close()
 
     async def _produce(self, kind: str, open_iter: Callable, args: tuple, deadline: float,
-                       queue: asyncio.Queue, client=None) -> None:
+                       queue: _RunAhead, client=None, gone: Callable[[], bool] | None = None) -> None:
         lane = self._lane(kind)
         try:
             engine = await self._acquire(kind, deadline, client)
@@ -228,10 +239,14 @@ class ServePool:
         iterator = None
         pending = None
         try:
+            if gone is not None and gone():  # it left while waiting for the engine
+                raise ClientGone()
             engine.served += 1
             pending = loop.run_in_executor(engine.executor, self._timed(kind, engine, lambda: iter(open_iter(engine.model, *args))))
             iterator = await asyncio.shield(pending)
             while True:
+                if gone is not None and gone():
+                    raise ClientGone()
                 pending = loop.run_in_executor(engine.executor, self._timed(kind, engine, next, iterator, done))
                 try:
                     item = await asyncio.wait_for(asyncio.shield(pending), self._left(deadline))
@@ -240,7 +255,7 @@ class ServePool:
                 if item is done:
                     queue.put_nowait(_END)
                     return
-                queue.put_nowait(item)
+                await queue.put(item, lambda: self._left(deadline), self.timeout_s)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - handed to the consumer
@@ -278,3 +293,50 @@ class ServePool:
                         with contextlib.suppress(Exception):
                             close()
         return idle
+
+
+class _RunAhead:
+    """The queue between a stream's producer and its consumer: items not yet taken, at most
+    ``limit`` bytes of them (``nbytes``), charged to ``lease`` while queued (None: not charged)."""
+
+    def __init__(self, limit: int, lease=None):
+        self.limit, self.lease = limit, lease
+        self._queue: asyncio.Queue = asyncio.Queue()
+        self._taken = asyncio.Event()
+        self.bytes = 0
+
+    def put_nowait(self, item) -> None:
+        """An end or an error: no size, no wait."""
+        self._queue.put_nowait((item, 0, 0))
+
+    async def put(self, item, left: Callable[[], float], timeout_s: float) -> None:
+        """Queue ``item`` once there is room in the limit and the budget; the wait ends at the
+        deadline (``left()`` raises or gives the seconds left)."""
+        n = int(getattr(item, "nbytes", 0))
+        while not self._queue.empty():
+            if self.bytes + n <= self.limit and (self.lease is None or self.lease.try_add(n)):
+                self._queue.put_nowait((item, n, n if self.lease is not None else 0))
+                self.bytes += n
+                return
+            self._taken.clear()
+            try:
+                await asyncio.wait_for(self._taken.wait(), left())
+            except asyncio.TimeoutError:
+                raise TimedOut(timeout_s) from None
+        # the consumer waits for this one: handed over (charged when the budget allows)
+        charged = n if self.lease is not None and self.lease.try_add(n) else 0
+        self._queue.put_nowait((item, n, charged))
+        self.bytes += n
+
+    async def get(self):
+        item, n, charged = await self._queue.get()
+        self.bytes -= n
+        if charged:
+            self.lease.give_back(charged)
+        self._taken.set()
+        return item
+
+    def close(self) -> None:
+        """Give back what is still queued (the consumer stopped early)."""
+        if self.lease is not None:
+            self.lease.release()

@@ -60,3 +60,13 @@ class RequestTimeout(ServeError):
 class TooLarge(ServeError):
     status = 413
     code = "too_large"
+
+
+class ClientGone(ServeError):
+    """The client closed the connection: nothing to answer (its work is dropped or stopped)."""
+
+    status = 499
+    code = "client_gone"
+
+    def __init__(self):
+        super().__init__("the client closed the connection")

@@ -81,7 +81,7 @@ def build_app(pool: ServePool, options: ServeOptions, metrics=None, limits=None)
     from rkspeech.serve import biasing, transcription
     from rkspeech.serve.audio import bad_audio
     from rkspeech.serve.http_limits import read_body as read_limited
-    from rkspeech.serve.http_limits import unless_gone
+    from rkspeech.serve.http_limits import unless_gone, watch_gone
     from rkspeech.serve.limits import ServerLimits
     from rkspeech.serve.speech import SpeakRequest
     from rkspeech.serve.speech_formats import (
@@ -94,6 +94,22 @@ def build_app(pool: ServePool, options: ServeOptions, metrics=None, limits=None)
     from rkspeech.serve.transcript_stream import sse_body, transcript_events
 
     limits = limits or ServerLimits.from_options(options, metrics)
+
+    class LeasedStream(StreamingResponse):
+        """A streamed answer that holds its request's share of the memory budget (the decoded
+        audio a transcript stream reads) until its body ends, and closes the body then: a body
+        stopped by a disconnect stops its generation now, not when the generator is collected."""
+
+        def __init__(self, content, lease, **kw):
+            super().__init__(content, **kw)
+            self.lease = lease
+
+        async def __call__(self, scope, receive, send):
+            try:
+                await super().__call__(scope, receive, send)
+            finally:
+                await self.body_iterator.aclose()
+                self.lease.release()
 
     def count(endpoint: str, status) -> None:
         if metrics is not None:
@@ -120,6 +136,7 @@ def build_app(pool: ServePool, options: ServeOptions, metrics=None, limits=None)
         def wrap(handler):
             async def route(request):
                 start = time.perf_counter()
+                response = None
                 request.state.lease = limits.budget.lease()
                 try:
                     if name != "/health":
@@ -133,7 +150,8 @@ def build_app(pool: ServePool, options: ServeOptions, metrics=None, limits=None)
                     log.exception("%s failed", name)
                     response = _error_response(HttpError(500, f"internal error: {type(exc).__name__}", "internal"))
                 finally:
-                    request.state.lease.release()  # the body is parsed (speech) or transcribed by now
+                    if not isinstance(response, LeasedStream):  # a streamed body gives it back when it ends
+                        request.state.lease.release()  # the body is parsed (speech) or transcribed by now
                 count(name, response.status_code)
                 if metrics is not None and name.startswith("/v1/"):
                     metrics.stage_seconds.labels("request").observe(time.perf_counter() - start)
@@ -201,13 +219,23 @@ def build_app(pool: ServePool, options: ServeOptions, metrics=None, limits=None)
                                             max_seconds=options.max_audio_s)
         except AudioError as exc:
             raise bad_audio(exc) from None
+        # the samples are held until transcribed (float32: 2.3 MB a minute): they count as the body did
+        request.state.lease.add(audio.nbytes, "the decoded audio")
         if metrics is not None:
             metrics.stage_seconds.labels("decode_audio").observe(time.perf_counter() - start)
         log.info("transcription: %s", req.logged())
         if stream == "true":
-            events = transcript_events(pool, audio, req, deadline=deadline, client=client)
-            first = await anext(events)  # errors before the first event get a status code
-            return StreamingResponse(sse_body(events, first, on_done=observe), media_type="text/event-stream")
+            # a client that leaves stops the decoding at the next segment, also before the first
+            # event (silence has no partial text: the first event can be the last)
+            gone = watch_gone(request)
+            events = transcript_events(pool, audio, req, deadline=deadline, client=client, gone=gone.done)
+            try:
+                first = await unless_gone(request, anext(events), gone)  # errors before it get a status code
+            except BaseException:
+                gone.cancel()
+                raise
+            return LeasedStream(sse_body(events, first, on_done=observe), request.state.lease,
+                                media_type="text/event-stream")
         # a client that leaves while its request waits for an engine is not transcribed
         result = await unless_gone(request, pool.run(TRANSCRIBE, transcription.run, audio, req, deadline=deadline,
                                                      client=client))
@@ -237,9 +265,11 @@ def build_app(pool: ServePool, options: ServeOptions, metrics=None, limits=None)
         req = SpeakRequest.checked(engine, spec.get("input"), speaker=voice, language=spec.get("language"),
                                    instruct=spec.get("instructions") or None, max_chars=options.max_text_chars)
         began = time.perf_counter()
-        chunks = pool.stream(SPEECH, req.open, client=client).__aiter__()
+        chunks = pool.stream(SPEECH, req.open, client=client, budget=limits.budget).__aiter__()
         try:
-            first = await chunks.__anext__()  # errors before the first chunk get a status code
+            # errors before the first chunk get a status code; a client that leaves while its
+            # request waits for the engine is not spoken for (it leaves the wait line)
+            first = await unless_gone(request, chunks.__anext__())
         except StopAsyncIteration:
             first = None
         if metrics is not None:
@@ -251,9 +281,9 @@ def build_app(pool: ServePool, options: ServeOptions, metrics=None, limits=None)
             if metrics is not None:
                 metrics.stage_seconds.labels("speech_total").observe(time.perf_counter() - began)
 
-        return StreamingResponse(encoded_body(chunks, first, encoder, sse=sse, on_end=done),
-                                 media_type="text/event-stream" if sse else encoder.media_type,
-                                 headers={"X-Sample-Rate": str(engine.sample_rate)})
+        return LeasedStream(encoded_body(chunks, first, encoder, sse=sse, on_end=done), request.state.lease,
+                            media_type="text/event-stream" if sse else encoder.media_type,
+                            headers={"X-Sample-Rate": str(engine.sample_rate)})
 
     @endpoint("/health")
     async def health(request):
@@ -318,7 +348,8 @@ class HttpServer:
 
         config = uvicorn.Config(build_app(self.pool, self.options, self.metrics, self.limits), log_level="warning",
                                 lifespan="off", access_log=False,
-                                http=protocol_class(self.limits.gate, self.options.header_timeout_s),
+                                http=protocol_class(self.limits.gate, self.options.header_timeout_s,
+                                                   self.options.request_timeout_s),
                                 timeout_keep_alive=self.options.keep_alive_timeout_s, backlog=ACCEPT_BATCH,
                                 timeout_graceful_shutdown=max(1, int(self.options.shutdown_grace_s)))
         self._server = _Server(config)

@@ -7,8 +7,9 @@
   :data:`LOG_EVERY_S`, not per accept (1,100 idle connections once grew the log by 600 MB in
   75 s of per-accept tracebacks).  :func:`connection_cap` keeps the cap below the descriptor
   limit (``RLIMIT_NOFILE`` minus :data:`FD_RESERVE` for models, logs, threads, pipes).
-* :class:`MemoryBudget`: bytes held on behalf of clients -- bodies being read, buffered Wyoming
-  audio, streamed text -- against one limit; work that would pass it is refused with
+* :class:`MemoryBudget`: bytes held on behalf of clients -- bodies being read, decoded uploads,
+  buffered Wyoming audio (and its float32 samples), streamed text, speech generated ahead of a
+  slow client (at most :data:`RUN_AHEAD_BYTES` per stream) -- against one limit; work that would pass it is refused with
   :class:`OverBudget` (HTTP 503 + ``Retry-After``, a Wyoming ``error`` with code
   ``over-budget``).  Each request takes a :class:`Lease` and gives it back when it ends.
 * :func:`quiet_accept_errors`: the event loop's "socket.accept() out of system resource"
@@ -36,6 +37,12 @@ ACCEPT_BATCH = 16
 #: the kernel's queue of connections not yet accepted (asyncio's default of 100 made a burst
 #: wait 1 s per SYN retry while the server could already answer)
 LISTEN_QUEUE = 2048
+#: speech generated ahead of a slow client, at most this many bytes per stream (float32 chunks:
+#: 4 MiB is ~44 s of 24 kHz audio, longer than most answers, so a client that reads at its own
+#: pace still frees the engine when the answer is made); past it the engine waits for the
+#: client, up to the request's deadline.  Unbounded, a client that stopped reading once had a
+#: whole answer queued for it (4,096 characters: minutes of audio, ~30 MB).
+RUN_AHEAD_BYTES = 4 * 1024 * 1024
 #: descriptors kept free of connections: bursts of accepts in flight (above), model and library
 #: files, the log, executor threads' pipes.  Measured: the test's stand-in server held 8 besides
 #: its connections, and 904 in all at the cap of 896 during 2,000 connections at once.
@@ -52,7 +59,7 @@ class OverBudget(ServeError):
                          f"is in use; {what} refused, retry later")
 
 
-class _Every:
+class Every:
     """A counter logged at most once per ``LOG_EVERY_S`` (the first occurrence at once)."""
 
     def __init__(self, message: str):
@@ -78,6 +85,24 @@ def deepen(sock) -> None:
         dup.close()
 
 
+def abort(transport) -> None:
+    """Drop a connection whose client does not take what is written: an RST, the kernel's send
+    buffer discarded.  ``transport.abort()`` alone frees the descriptor, but the kernel then
+    still sends what it holds (on loopback up to ~4 MB per socket) and the client, reading
+    slowly, kept receiving the answer for seconds after it was dropped (measured:
+    tests/test_serve_limits.py, 80 KB/s).  SO_LINGER 0 makes the close abortive."""
+    import socket
+    import struct
+
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        except OSError:
+            pass
+    transport.abort()
+
+
 def connection_cap(wanted: int) -> int:
     """``wanted``, lowered to stay :data:`FD_RESERVE` below the soft descriptor limit."""
     try:
@@ -96,7 +121,7 @@ class ConnectionGate:
 
     def __init__(self, limit: int, metrics=None):
         self.limit, self.metrics, self.open = limit, metrics, 0
-        self._refused = _Every("refused %d connection(s) over the cap of %d open (--max-connections) "
+        self._refused = Every("refused %d connection(s) over the cap of %d open (--max-connections) "
                                "in the last interval")
 
     def admit(self, front_end: str) -> bool:
@@ -117,7 +142,7 @@ class MemoryBudget:
 
     def __init__(self, limit: int):
         self.limit, self.used = limit, 0
-        self._refused = _Every("refused %d request(s) over the memory budget of %d bytes in the last interval")
+        self._refused = Every("refused %d request(s) over the memory budget of %d bytes in the last interval")
 
     def lease(self) -> Lease:
         return Lease(self)
@@ -140,6 +165,20 @@ class Lease:
         self.budget._take(n, what)
         self.held += n
 
+    def try_add(self, n: int) -> bool:
+        """:meth:`add` that answers False instead of raising (nothing is logged)."""
+        if self.budget.used + n > self.budget.limit:
+            return False
+        self.budget.used += n
+        self.held += n
+        return True
+
+    def give_back(self, n: int) -> None:
+        """Return ``n`` of the bytes held (a part of the request's data was let go)."""
+        n = min(n, self.held)
+        self.budget.used -= n
+        self.held -= n
+
     def release(self) -> None:
         self.budget.used -= self.held
         self.held = 0
@@ -155,7 +194,7 @@ def quiet_accept_errors(loop) -> None:
     """Install an exception handler on ``loop`` that reports descriptor exhaustion on accept once
     per interval (asyncio retries the accept every second and reports each retry with a traceback)."""
     previous = loop.get_exception_handler()
-    exhausted = _Every("%d accept(s) failed: out of file descriptors (raise LimitNOFILE or lower "
+    exhausted = Every("%d accept(s) failed: out of file descriptors (raise LimitNOFILE or lower "
                        "--max-connections)")
 
     def handler(loop, context):

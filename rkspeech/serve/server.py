@@ -43,7 +43,7 @@ class Server:
         quiet_accept_errors(asyncio.get_running_loop())
         try:
             if self.options.wyoming is not None:
-                from rkspeech.serve.wyoming_server import WyomingServer
+                from rkspeech.serve.wyoming_listener import WyomingServer
 
                 self.wyoming = WyomingServer(self.options.wyoming, self.pool, self.options, self.metrics,
                                              self.limits)

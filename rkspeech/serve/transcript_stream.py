@@ -47,12 +47,14 @@ def open_segments(model, audio, request):
 
 
 async def transcript_events(pool, audio, request, *, deadline: float | None = None,
-                            client=None) -> AsyncIterator[tuple]:
-    """``("delta", text)`` per decoded segment with text, then ``("done", Transcription)``."""
+                            client=None, gone=None) -> AsyncIterator[tuple]:
+    """``("delta", text)`` per decoded segment with text, then ``("done", Transcription)``;
+    ``gone()`` True (the client left) stops the decoding at the next segment (``ClientGone``)."""
     from rkspeech.runtime.whisper.transcript import Transcription
 
     deltas = DeltaText()
-    stream = pool.stream(TRANSCRIBE, open_segments, audio, request, deadline=deadline, client=client)
+    stream = pool.stream(TRANSCRIBE, open_segments, audio, request, deadline=deadline, client=client,
+                         gone=gone)
     try:
         async for item in stream:
             if isinstance(item, Transcription):

@@ -24,7 +24,8 @@ Per connection (:class:`WyomingHandler`):
   is closed.
 
 The events are read by :mod:`rkspeech.serve.wyoming_events` (a malformed line is answered, not a
-silent disconnect); ``info`` is built by :mod:`rkspeech.serve.wyoming_info`.
+silent disconnect); ``info`` is built by :mod:`rkspeech.serve.wyoming_info`; the listener that
+starts a handler per connection is :mod:`rkspeech.serve.wyoming_listener`.
 """
 
 from __future__ import annotations
@@ -36,12 +37,11 @@ import time
 from rkspeech.core.errors import RkspeechError
 from rkspeech.serve.audio import pcm16_to_float
 from rkspeech.serve.engines import SPEECH, TRANSCRIBE, ServePool
-from rkspeech.serve.errors import ServeError
-from rkspeech.serve.limits import ACCEPT_BATCH, ServerLimits, deepen
+from rkspeech.serve.errors import ClientGone, ServeError
+from rkspeech.serve.limits import ServerLimits, abort
 from rkspeech.serve.options import SAMPLE_RATE, ServeOptions
 from rkspeech.core.sentences import SentenceSplitter
-from rkspeech.serve.wyoming_events import MAX_LINE, Framing, check_audio_format, read_event
-from rkspeech.serve.wyoming_info import info_event
+from rkspeech.serve.wyoming_events import Framing, check_audio_format, read_event
 
 #: Output chunk size for speech (samples): engines may yield longer chunks; Wyoming clients
 #: expect a steady stream of small ones.
@@ -58,6 +58,7 @@ class WyomingHandler:
         limits = limits or ServerLimits.from_options(options, metrics)
         # buffered audio and streamed text count against the server's memory budget
         self._audio_lease, self._text_lease = limits.budget.lease(), limits.budget.lease()
+        self._budget = limits.budget  # speech generated ahead of this client counts too
         self._language = None
         self._bias: list = []  # transcribe's transcript_names + transcript_terms (hotwords)
         self._converter = None
@@ -70,16 +71,37 @@ class WyomingHandler:
         self.client = peer[0] if isinstance(peer, tuple) and peer else "local"
         self.busy = False  # inside handle(): shutdown waits for it; idle connections are closed
 
-    async def write(self, event) -> None:
-        """Write one event; a client that has not taken it within the request time limit is
-        dropped (ConnectionError), so a reader that stopped cannot hold a connection's audio."""
+    async def write(self, event, deadline: float | None = None) -> None:
+        """Write one event; a client that has not taken it within the request time limit -- or,
+        for the events of an answer, by its request's ``deadline`` (``--request-timeout`` bounds
+        the whole request, the writing of its answer included) -- is dropped (ConnectionError),
+        so a reader that stopped, or reads too slowly to take the answer in time, cannot hold a
+        connection, its audio or an engine.  A write that needs no wait goes out even past the
+        deadline: it gets one step (``asyncio.wait_for`` with no time left would not start it;
+        ``asyncio.timeout`` is Python 3.11+)."""
         from wyoming.event import async_write_event
 
+        left = self.options.request_timeout_s
+        if deadline is not None:
+            left = min(left, deadline - time.monotonic())
+        task = asyncio.ensure_future(async_write_event(event, self.writer))
         try:
-            await asyncio.wait_for(async_write_event(event, self.writer), self.options.request_timeout_s)
-        except asyncio.TimeoutError:
-            self.writer.transport.abort()
-            raise ConnectionResetError("the client did not read within the request time limit") from None
+            done, _ = await asyncio.wait({task}, timeout=max(0.0, left))
+        except BaseException:
+            task.cancel()
+            raise
+        if not done:
+            task.cancel()
+            abort(self.writer.transport)
+            raise ConnectionResetError("the client did not take the answer within the request time limit")
+        task.result()
+
+    def gone(self) -> bool:
+        """The client closed the connection (end of stream read, or the transport lost): a
+        transcription that has no partial to send yet never writes, so it checks this between
+        segments instead.  Events the client sent before closing still count as there: nothing
+        is dropped that it may wait for."""
+        return self.reader.at_eof() or self.writer.transport.is_closing()
 
     async def error(self, text: str, code: str, endpoint: str = "wyoming") -> None:
         from wyoming.error import Error
@@ -109,6 +131,8 @@ class WyomingHandler:
                 self.busy = True
                 try:
                     await self.handle(event)
+                except ClientGone:
+                    break
                 except ServeError as exc:
                     await self.error(str(exc), exc.code, f"wyoming {event.type}")
                 except RkspeechError as exc:  # the engine refused the input (bad voice, language, ...)
@@ -249,31 +273,40 @@ class WyomingHandler:
 
             raise TooLong(too_long_message("the audio", self.options.max_audio_s))
         start = time.perf_counter()
-        model = self.pool.first_model(TRANSCRIBE)
-        request = transcription.TranscribeRequest(
-            language=transcription.check_language(model, language or self.options.language),
-            hotwords=biasing.hotwords(bias or None, self.options.hotwords_file),
-            beam_size=self.options.beam_size, vad=self.options.vad)
-        audio = pcm16_to_float(audio_bytes)
-        if audio.size == 0:
-            raise ServeError("no audio between audio-start and audio-stop")
-        log.info("wyoming transcription: %s", request.logged())
-        # streamed (wyoming 1.10): transcript-start, a chunk per decoded segment, transcript-stop,
-        # then the plain transcript, which clients that do not stream wait for
-        started = False
-        try:
-            async for kind, value in transcript_events(self.pool, audio, request, client=self.client):
+        deadline = self.pool.deadline()
+        events = None
+        try:  # the buffered audio is held until transcribed (or refused)
+            model = self.pool.first_model(TRANSCRIBE)
+            request = transcription.TranscribeRequest(
+                language=transcription.check_language(model, language or self.options.language),
+                hotwords=biasing.hotwords(bias or None, self.options.hotwords_file),
+                beam_size=self.options.beam_size, vad=self.options.vad)
+            audio = pcm16_to_float(audio_bytes)
+            del audio_bytes
+            if audio.size == 0:
+                raise ServeError("no audio between audio-start and audio-stop")
+            # the float32 samples, twice the 16-bit audio buffered, are held until transcribed too
+            self._audio_lease.add(audio.nbytes, "this audio")
+            log.info("wyoming transcription: %s", request.logged())
+            # streamed (wyoming 1.10): transcript-start, a chunk per decoded segment, transcript-stop,
+            # then the plain transcript, which clients that do not stream wait for
+            started = False
+            events = transcript_events(self.pool, audio, request, deadline=deadline, client=self.client,
+                                       gone=self.gone)
+            async for kind, value in events:
                 if not started:
-                    await self.write(TranscriptStart(language=request.language).event())
+                    await self.write(TranscriptStart(language=request.language).event(), deadline)
                     started = True
                 if kind == "delta":
-                    await self.write(TranscriptChunk(text=value).event())
+                    await self.write(TranscriptChunk(text=value).event(), deadline)
                 else:
                     result = value
         finally:
-            self._audio_lease.release()  # the buffered audio is held until transcribed
-        await self.write(TranscriptStop().event())
-        await self.write(Transcript(text=result.text.strip(), language=result.language).event())
+            if events is not None:
+                await events.aclose()  # a write that failed stops the decoding now
+            self._audio_lease.release()
+        await self.write(TranscriptStop().event(), deadline)
+        await self.write(Transcript(text=result.text.strip(), language=result.language).event(), deadline)
         if self.metrics is not None:
             self.metrics.observe_timing(result.timing)
             self.metrics.stage_seconds.labels("request").observe(time.perf_counter() - start)
@@ -292,19 +325,20 @@ class WyomingHandler:
                                        max_chars=self.options.max_text_chars)
         rate = engine.sample_rate
         began = time.perf_counter()
-        chunks = self.pool.stream(SPEECH, request.open, client=self.client)
+        deadline = self.pool.deadline()
+        chunks = self.pool.stream(SPEECH, request.open, deadline=deadline, client=self.client, budget=self._budget)
         started = not start  # audio-start already sent (a streamed sentence after the first)
         try:
             async for chunk in chunks:
                 if not started:  # after the first chunk: an engine's refusal comes before any audio-start
-                    await self.write(AudioStart(rate=rate, width=2, channels=1).event())
+                    await self.write(AudioStart(rate=rate, width=2, channels=1).event(), deadline)
                     started = True
                     if self.metrics is not None:
                         self.metrics.stage_seconds.labels("speech_first_chunk").observe(time.perf_counter() - began)
                 pcm = float_to_pcm16(chunk)
                 for i in range(0, len(pcm), CHUNK_SAMPLES * 2):
                     await self.write(AudioChunk(rate=rate, width=2, channels=1,
-                                                audio=pcm[i:i + CHUNK_SAMPLES * 2]).event())
+                                                audio=pcm[i:i + CHUNK_SAMPLES * 2]).event(), deadline)
         except Exception as exc:
             if started and not isinstance(exc, ConnectionError):
                 # an error mid-stream: close the audio first, so no audio-start lacks its audio-stop
@@ -314,7 +348,7 @@ class WyomingHandler:
         finally:
             await chunks.aclose()  # a client gone mid-stream stops the generation now, not at collection
         if not started and start:
-            await self.write(AudioStart(rate=rate, width=2, channels=1).event())
+            await self.write(AudioStart(rate=rate, width=2, channels=1).event(), deadline)
         if self.metrics is not None:
             self.metrics.stage_seconds.labels("speech_total").observe(time.perf_counter() - began)
         if stop:
@@ -324,73 +358,3 @@ class WyomingHandler:
         from wyoming.audio import AudioStop
 
         await self.write(AudioStop().event())
-
-
-#: the answer to a connection over the cap: one ``error`` event (header line, then its data)
-_TOO_MANY_DATA = b'{"text": "too many open connections (--max-connections); retry later", "code": "too-many-connections"}'
-_TOO_MANY = b'{"type": "error", "data_length": %d}\n%s' % (len(_TOO_MANY_DATA), _TOO_MANY_DATA)
-
-
-class WyomingServer:
-    """``await start()`` binds (port 0: a free one, see :attr:`address`); ``await stop()`` closes
-    the listener and every connection."""
-
-    def __init__(self, uri: str, pool: ServePool, options: ServeOptions, metrics=None, limits=None):
-        self.uri, self.pool, self.options, self.metrics = uri, pool, options, metrics
-        self.limits = limits or ServerLimits.from_options(options, metrics)
-        self._server = None
-        self._tasks: dict[asyncio.Task, WyomingHandler] = {}
-        self.address: str | None = None
-
-    async def start(self) -> None:
-        from urllib.parse import urlparse
-
-        info = info_event(self.pool, self.options)
-
-        async def on_connect(reader, writer):
-            if not self.limits.gate.admit("wyoming"):  # over --max-connections: say so, close
-                writer.write(_TOO_MANY)
-                writer.close()
-                return
-            handler = WyomingHandler(reader, writer, self.pool, self.options, self.metrics, info, self.limits)
-            task = asyncio.current_task()
-            self._tasks[task] = handler
-            try:
-                await handler.run()
-            except asyncio.CancelledError:
-                pass  # shutdown past the grace time
-            finally:
-                self._tasks.pop(task, None)
-                self.limits.gate.leave()
-
-        parsed = urlparse(self.uri)
-        if parsed.scheme == "unix":
-            self._server = await asyncio.start_unix_server(on_connect, path=parsed.path, limit=MAX_LINE,
-                                                           backlog=ACCEPT_BATCH)
-            self.address = self.uri
-        else:
-            self._server = await asyncio.start_server(on_connect, host=parsed.hostname or "127.0.0.1",
-                                                      port=parsed.port or 0, limit=MAX_LINE, backlog=ACCEPT_BATCH)
-            host, port = self._server.sockets[0].getsockname()[:2]
-        for sock in self._server.sockets:
-            deepen(sock)
-            self.address = f"tcp://{host}:{port}"
-
-    async def stop_listening(self) -> None:
-        if self._server is not None:
-            self._server.close()
-
-    async def stop(self, grace_s: float = 5.0) -> None:
-        """Stop listening; close idle connections now and busy ones when their request is answered
-        (at most ``grace_s``)."""
-        await self.stop_listening()
-        end = time.monotonic() + grace_s
-        while self._tasks:
-            for handler in list(self._tasks.values()):
-                if not handler.busy:
-                    handler.reader.feed_eof()  # the read loop ends as at end of stream
-            if time.monotonic() > end:
-                break
-            await asyncio.sleep(0.02)
-        for task in list(self._tasks):
-            task.cancel()

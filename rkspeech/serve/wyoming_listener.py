@@ -1,0 +1,84 @@
+"""The Wyoming listener: accepts connections (TCP or a Unix socket) up to the shared connection cap
+and runs a :class:`rkspeech.serve.wyoming_server.WyomingHandler` per connection; one over the cap
+gets one ``error`` event and is closed."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from rkspeech.serve.engines import ServePool
+from rkspeech.serve.limits import ACCEPT_BATCH, ServerLimits, deepen
+from rkspeech.serve.options import ServeOptions
+from rkspeech.serve.wyoming_events import MAX_LINE
+from rkspeech.serve.wyoming_info import info_event
+from rkspeech.serve.wyoming_server import WyomingHandler
+
+#: the answer to a connection over the cap: one ``error`` event (header line, then its data)
+_TOO_MANY_DATA = b'{"text": "too many open connections (--max-connections); retry later", "code": "too-many-connections"}'
+_TOO_MANY = b'{"type": "error", "data_length": %d}\n%s' % (len(_TOO_MANY_DATA), _TOO_MANY_DATA)
+
+
+class WyomingServer:
+    """``await start()`` binds (port 0: a free one, see :attr:`address`); ``await stop()`` closes
+    the listener and every connection."""
+
+    def __init__(self, uri: str, pool: ServePool, options: ServeOptions, metrics=None, limits=None):
+        self.uri, self.pool, self.options, self.metrics = uri, pool, options, metrics
+        self.limits = limits or ServerLimits.from_options(options, metrics)
+        self._server = None
+        self._tasks: dict[asyncio.Task, WyomingHandler] = {}
+        self.address: str | None = None
+
+    async def start(self) -> None:
+        from urllib.parse import urlparse
+
+        info = info_event(self.pool, self.options)
+
+        async def on_connect(reader, writer):
+            if not self.limits.gate.admit("wyoming"):  # over --max-connections: say so, close
+                writer.write(_TOO_MANY)
+                writer.close()
+                return
+            handler = WyomingHandler(reader, writer, self.pool, self.options, self.metrics, info, self.limits)
+            task = asyncio.current_task()
+            self._tasks[task] = handler
+            try:
+                await handler.run()
+            except asyncio.CancelledError:
+                pass  # shutdown past the grace time
+            finally:
+                self._tasks.pop(task, None)
+                self.limits.gate.leave()
+
+        parsed = urlparse(self.uri)
+        if parsed.scheme == "unix":
+            self._server = await asyncio.start_unix_server(on_connect, path=parsed.path, limit=MAX_LINE,
+                                                           backlog=ACCEPT_BATCH)
+            self.address = self.uri
+        else:
+            self._server = await asyncio.start_server(on_connect, host=parsed.hostname or "127.0.0.1",
+                                                      port=parsed.port or 0, limit=MAX_LINE, backlog=ACCEPT_BATCH)
+            host, port = self._server.sockets[0].getsockname()[:2]
+        for sock in self._server.sockets:
+            deepen(sock)
+            self.address = f"tcp://{host}:{port}"
+
+    async def stop_listening(self) -> None:
+        if self._server is not None:
+            self._server.close()
+
+    async def stop(self, grace_s: float = 5.0) -> None:
+        """Stop listening; close idle connections now and busy ones when their request is answered
+        (at most ``grace_s``)."""
+        await self.stop_listening()
+        end = time.monotonic() + grace_s
+        while self._tasks:
+            for handler in list(self._tasks.values()):
+                if not handler.busy:
+                    handler.reader.feed_eof()  # the read loop ends as at end of stream
+            if time.monotonic() > end:
+                break
+            await asyncio.sleep(0.02)
+        for task in list(self._tasks):
+            task.cancel()
