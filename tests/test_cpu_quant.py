@@ -294,3 +294,18 @@ def test_cpu_export_layout_gives_the_same_greedy_codes(tts, graphs, reference, t
     with CodebookCodePredictor(q, "ort", model=tts, threads=1) as cpb:
         hidden, first = runs[0].cp_inputs[0]
         assert len(cpb.frame(hidden, first, lambda j, lg: int(lg.argmax()))) == tts.num_code_groups - 1
+
+
+def test_prefill_runs_on_the_default_threads_whatever_the_stage_has(graphs, monkeypatch):
+    """The prefill is compute-bound and runs before the vocoder has work: on onnxruntime it gets
+    at least ``core.threads``' default; the decode keeps the stage's count."""
+    from rkspeech.runtime.tts.talker_backend import open_graph_talker
+
+    monkeypatch.setenv("RKSPEECH_THREADS", "2")
+    talker = open_graph_talker(graphs["decode"], graphs["prefill"], threads=1)
+    try:
+        threads = {role: pair[0].session.get_session_options().intra_op_num_threads
+                   for role, pair in (("decode", talker.decode), ("prefill", talker.prefill))}
+    finally:
+        talker.close()
+    assert threads == {"decode": 1, "prefill": 2}

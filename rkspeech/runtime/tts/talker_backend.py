@@ -144,16 +144,26 @@ class GraphTalker:
 def open_graph_talker(decode_path, prefill_path=None, *, backend: str = "ort", model=None, rope: str = "torch",
                       **runner_kw) -> GraphTalker:
     """A ``GraphTalker`` over ONNX (``ort``, ``sim``) or .rknn (``rknnlite``) files; the contracts
-    come from the ONNX metadata (for .rknn: the custom string)."""
+    come from the ONNX metadata (for .rknn: the custom string).
+
+    On onnxruntime the prefill graph gets at least the runtime's default threads
+    (``core.threads``) whatever ``threads`` the stage has: it runs once, before the first frame,
+    when the vocoder has nothing to do yet, and it is compute-bound (B positions a call), unlike
+    the weight-bound decode (published int4 prefill B=32: 123 ms on 1 thread, 81 ms on 2)."""
     from rkspeech.runtime.runners import open_runner
 
     dc = read_contract(decode_path, TalkerContract)
     pc = read_contract(prefill_path, TalkerContract) if prefill_path else None
+    prefill_kw = dict(runner_kw)
+    if backend == "ort" and runner_kw.get("threads") is not None:
+        from rkspeech.core.threads import default_threads
+
+        prefill_kw["threads"] = max(int(runner_kw["threads"]), default_threads())
     runners = []
     try:
         runners.append(open_runner(backend, decode_path, **runner_kw))
         if prefill_path:
-            runners.append(open_runner(backend, prefill_path, **runner_kw))
+            runners.append(open_runner(backend, prefill_path, **prefill_kw))
         return GraphTalker(runners[0], dc, runners[1] if prefill_path else None, pc, model=model, name=backend,
                            rope=rope)
     except BaseException:
