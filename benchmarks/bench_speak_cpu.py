@@ -250,7 +250,8 @@ def run_side(side: str, prep: dict, args) -> dict:
     from rkspeech.runtime.tts.speak import Speaker, SpeechTiming
 
     t0 = time.perf_counter()
-    sp = Speaker(prep["root"], prep["plans"][side], backend="ort", threads=args.threads,
+    sp = Speaker(prep["root"], prep["plans"][side], backend="ort",
+                 threads=args.vocoder_threads if args.vocoder_threads is not None else args.threads,
                  stage_threads=args.stage_threads)
     load_s = time.perf_counter() - t0
     clock = GraphClock()
@@ -320,6 +321,9 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=2, help="torch and onnxruntime threads (the vocoder's)")
     ap.add_argument("--stage-threads", type=int, default=None,
                     help="onnxruntime threads of the CPU talker / code predictor (default: the runtime's)")
+    ap.add_argument("--vocoder-threads", type=int, default=None,
+                    help="onnxruntime threads of the vocoder in the speak sides (default: --threads; torch and "
+                         "the official side keep --threads)")
     ap.add_argument("--capacity", type=int, default=256, help="talker graphs' KV positions")
     ap.add_argument("--prefill", type=int, default=32, help="talker prefill graph's B")
     ap.add_argument("--sides", default=",".join(SIDES), help=f"comma-separated subset of {', '.join(SIDES)}")
@@ -353,7 +357,7 @@ def main(argv=None) -> int:
     ref = np.asarray(results["fp32"]["codes"]) if "fp32" in results else None
     report = {"benchmark": "speak with CPU stages (issue 26, deliver 4)", "date": started,
               "host": os.uname().nodename, "cpu_count": os.cpu_count(), "threads": args.threads,
-              "stage_threads": args.stage_threads, "config": args.config, "frames": args.frames,
+              "vocoder_threads": args.vocoder_threads, "stage_threads": args.stage_threads, "config": args.config, "frames": args.frames,
               "repeats": args.repeats, "capacity": args.capacity, "text": args.text,
               "stream_rate_gbps": round(rate, 2), "sides": {}}
     for side, r in results.items():
@@ -380,7 +384,8 @@ def main(argv=None) -> int:
 def print_table(rep: dict) -> None:
     sides = rep["sides"]
     print(f"\nspeak with CPU stages, {rep['config']} synthetic custom-voice, greedy, {rep['frames']} frames, "
-          f"threads {rep['threads']} (stages {rep['stage_threads'] or 'default'}), median of {rep['repeats']}, "
+          f"threads {rep['threads']} (vocoder {rep.get('vocoder_threads') or rep['threads']}, stages "
+          f"{rep['stage_threads'] or 'default'}), median of {rep['repeats']}, "
           f"{rep['date']}; host stream rate {rep['stream_rate_gbps']} GB/s")
     cols = list(sides)
     print("| | " + " | ".join(cols) + " |")
