@@ -494,6 +494,20 @@ def test_streamed_transcriptions_stop_between_segments_when_their_client_leaves(
 # -- the minor items -----------------------------------------------------------------------------------
 
 
+def _hold_engine(st, kind: str, release: threading.Event):
+    """Hold the one engine of ``kind`` until ``release`` is set (a future of the holding task)."""
+
+    async def hold():
+        lane = st.pool.lanes[kind]
+        engine = await lane.acquire()
+        try:
+            await asyncio.to_thread(release.wait, 30)
+        finally:
+            lane.release(engine)
+
+    return st.submit(hold)
+
+
 def test_a_transcription_whose_client_left_is_not_computed():
     """The one engine is held; a client uploads, gives up (1 s) and closes; when the engine is free
     again, that request is not transcribed."""
@@ -502,16 +516,7 @@ def test_a_transcription_whose_client_left_is_not_computed():
     counting = CountingTranscriber()
     st = _server(transcriber=counting)
     release = threading.Event()
-
-    async def hold():
-        lane = st.pool.lanes[TRANSCRIBE]
-        engine = await lane.acquire()
-        try:
-            await asyncio.to_thread(release.wait, 30)
-        finally:
-            lane.release(engine)
-
-    holder = st.submit(hold)
+    holder = _hold_engine(st, TRANSCRIBE, release)
     try:
         url = f"http://{st.addresses['http']}/v1/audio/transcriptions"
         with pytest.raises(httpx.ReadTimeout):
@@ -537,16 +542,7 @@ def test_speech_whose_client_left_while_waiting_is_not_made():
     words = Words()
     st = _server(speaker=words)
     release = threading.Event()
-
-    async def hold():
-        lane = st.pool.lanes[SPEECH]
-        engine = await lane.acquire()
-        try:
-            await asyncio.to_thread(release.wait, 30)
-        finally:
-            lane.release(engine)
-
-    holder = st.submit(hold)
+    holder = _hold_engine(st, SPEECH, release)
     try:
         url = f"http://{st.addresses['http']}/v1/audio/speech"
         with pytest.raises(httpx.ReadTimeout):
