@@ -225,3 +225,23 @@ def test_skip_talker_rknn_is_cpu_fp32():
     assert talker_placement(TTSBuildOptions(out="o", skip_talker_rknn=True)) == "cpu-fp32"
     assert talker_placement(TTSBuildOptions(out="o", skip_talker_rknn=True, talker="cpu-int4")) == "cpu-int4"
     assert talker_placement(TTSBuildOptions(out="o")) == code_predictor_placement(TTSBuildOptions(out="o")) == "npu"
+
+
+def test_head_graphs_of_another_model_are_refused_in_one_line(built):
+    from rkspeech.plan.plan import load_plan
+    from rkspeech.runtime.tts.heads import HeadGraphs
+
+    from rkspeech.contracts.head import HeadContract
+    from rkspeech.contracts.read import read_contract
+    from rkspeech.core.errors import RkspeechError
+
+    heads = load_plan(built / "plan.json", backend="ort").stages["code_predictor"].heads
+    c = read_contract(heads[1], HeadContract)
+    size = {"hidden": c.hidden, "vocab": c.vocab_size, "groups": len(heads) + 1}
+    with pytest.raises(RkspeechError, match="is not codebook 1's head of this model"):
+        HeadGraphs(heads, **size, fingerprint="0" * 16)
+    with pytest.raises(RkspeechError, match="is not codebook 2's head"):
+        HeadGraphs({1: heads[1], 2: heads[1], **{j: p for j, p in heads.items() if j > 2}}, **size)
+    with pytest.raises(RkspeechError, match="cover codebooks"):
+        HeadGraphs({j: p for j, p in heads.items() if j < 15}, **size)
+    assert len(HeadGraphs(heads, **size)) == 15
