@@ -16,7 +16,7 @@ leaving out the 3 frames next to a cut inside the file (the clip reflects its ow
 the file has the next ones): the file's own start and end are compared as they are.
 
 ``python benchmarks/compare_long_windows.py LONG.wav RKSPEECH.json --model-dir DIR
-[--window=0:30] [--window=-30:] [--beam-size 1] [--language en] [--features]``: a window is
+[--window=0:30] [--window=-30:] [--beam-size 1] [--language en] [--features] [--whole]``: a window is
 START:END in seconds, negative from the end, END empty = the end of the file; a segment belongs
 to the window its start falls in.  Prints one JSON line per window.
 """
@@ -92,12 +92,28 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--features", action="store_true", help="also compare the features (see above)")
+    p.add_argument("--whole", action="store_true",
+                   help="stock on the whole file instead (its features at once: ~6.6 GB for 2 h), every segment compared")
     args = p.parse_args()
     import ctranslate2
     from faster_whisper import WhisperModel
 
     segments = segments_of(json.load(open(args.report)))
     model = WhisperModel(args.model_dir, device="cpu", compute_type="float32", cpu_threads=args.threads)
+    if args.whole:
+        import resource
+
+        audio, _, _ = read_clip(args.audio, 0.0, None)
+        ctranslate2.set_random_seed(args.seed)
+        stock_segments, _ = model.transcribe(audio, beam_size=args.beam_size, language=args.language)
+        stock = [(round(s.start, 2), round(s.end, 2), s.text) for s in stock_segments]
+        ours = [(round(s["start"], 2), round(s["end"], 2), s["text"]) for s in segments]
+        diff = next((i for i, (a, b) in enumerate(zip(stock, ours)) if a != b), None)
+        print(json.dumps({"stock_segments": len(stock), "rkspeech_segments": len(ours),
+                          "identical_in_order": sum(a == b for a, b in zip(stock, ours)), "first_difference": diff,
+                          "stock_peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+                          "last": {"stock": stock[-2:], "rkspeech": ours[-2:]}}, ensure_ascii=False))
+        return
     windows = args.window or [(0.0, 30.0), (-30.0, None)]
     features = feature_diff(args.audio, windows, model.feature_extractor) if args.features else [None] * len(windows)
     for (start_s, end_s), feat in zip(windows, features):
