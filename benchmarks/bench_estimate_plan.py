@@ -24,12 +24,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from rkspeech.estimate.calls import CpuCall, NpuCall  # noqa: E402
+from rkspeech.estimate.plan_inputs import StageInput  # noqa: E402
 from rkspeech.estimate.plan_time import (  # noqa: E402
     PEERS,
-    CpuCall,
-    NpuCall,
     PlanAssumptions,
-    StageInput,
     estimate_stages,
     npu_factor_check,
     sensitivity,

@@ -16,16 +16,9 @@ from rkspeech.contracts.base import CONTRACT_KEY
 from rkspeech.contracts.talker import CODE_PREDICTOR_STEP_MODEL, TalkerContract
 from rkspeech.contracts.vocoder import VocoderContract, make_segments
 from rkspeech.core.errors import RkspeechError
-from rkspeech.estimate.plan_time import (
-    CpuCall,
-    NpuCall,
-    PlanAssumptions,
-    StageInput,
-    _record,
-    estimate_plan,
-    estimate_stages,
-    onnx_call,
-)
+from rkspeech.estimate.calls import CpuCall, NpuCall, onnx_call
+from rkspeech.estimate.plan_inputs import StageInput, _record
+from rkspeech.estimate.plan_time import PlanAssumptions, estimate_plan, estimate_stages
 from rkspeech.plan.plan import write_plan
 from rkspeech.plan.sections import stage_section
 

@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         check_writable(args.report, what="report")
     chip = args.chip
     if chip is None:
-        from rkspeech.estimate.plan_time import plan_target
+        from rkspeech.estimate.plan_inputs import plan_target
 
         chip = plan_target(args.plan) or "rk3588"
     given = {"chip": chip, "layer_dispatch_us": args.dispatch_us, "cpu_gbps": args.a76_gbps,
