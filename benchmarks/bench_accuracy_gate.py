@@ -47,14 +47,6 @@ def fp16_storage_graph(src: Path, dst: Path) -> Path:
     return dst
 
 
-class _NoStages:
-    """The resumable-stage interface without the resuming."""
-
-    @staticmethod
-    def run(name, args, inputs, outputs, work):
-        return work()
-
-
 def variant_graphs(graphs: dict, variant: str, out: Path, model_dir=None) -> dict:
     from rkspeech.convert.cpu_quant import CpuQuantOptions, quantize_step_graph
 
@@ -63,7 +55,8 @@ def variant_graphs(graphs: dict, variant: str, out: Path, model_dir=None) -> dic
     v, _, block = variant.partition("-b")  # int4-b128 (block 128), int4-b128s (symmetric too)
     sym = block.endswith("s")
     block = block.rstrip("s")
-    opts = CpuQuantOptions(variant=v, **({"block_size": int(block)} if block else {}), **({"symmetric": True} if sym else {}))
+    opts = CpuQuantOptions(variant=v, **({"block_size": int(block)} if block else {}),
+                           **({"symmetric": True} if sym else {}))
     res = {}
     for role, src in graphs.items():
         dst = out / f"{role}.{variant}.onnx"
@@ -72,10 +65,11 @@ def variant_graphs(graphs: dict, variant: str, out: Path, model_dir=None) -> dic
     if model_dir is not None:  # the code predictor's heads quantized alike, as the build does
         from rkspeech.models.qwen3_tts.tts_checkpoint import resolve_model_root
         from rkspeech.pipelines.cpu_heads import quantize_heads
+        from rkspeech.pipelines.resumable import RunEveryStage
 
         int4 = {"block_size": opts.block_size, "symmetric": opts.symmetric} if v == "int4" else None
-        res["heads"] = quantize_heads(_NoStages(), f"cpu-{v}", resolve_model_root(model_dir), out / f"heads.{variant}",
-                                      int4=int4).get("heads")
+        res["heads"] = quantize_heads(RunEveryStage(), f"cpu-{v}", resolve_model_root(model_dir),
+                                      out / f"heads.{variant}", int4=int4).get("heads")
     return res
 
 

@@ -139,22 +139,15 @@ def prepare(work: Path, config: str, capacity: int, prefill: int) -> dict:
         if record:  # the code predictor's heads quantized alike, as the build does (pipelines.cpu_heads)
             from rkspeech.models.qwen3_tts.tts_checkpoint import resolve_model_root
             from rkspeech.pipelines.cpu_heads import quantize_heads
+            from rkspeech.pipelines.resumable import RunEveryStage
 
-            heads = quantize_heads(_NoStages(), placement, resolve_model_root(root), d / f"heads_{v}",
+            heads = quantize_heads(RunEveryStage(), placement, resolve_model_root(root), d / f"heads_{v}",
                                    int4=extra if placement == "cpu-int4" else None)
         raw["code_predictor"] = stage_section(impl="onnx", target=None, placement=placement, quantization=cq,
                                               artifacts={"step": {"onnx": files["step"]}},
                                               contract=contract(files["step"]), base=d, heads=heads.get("heads"))
         plans[v].write_text(json.dumps(raw, indent=1))
     return {"root": root, "plans": plans, "graphs": d}
-
-
-class _NoStages:
-    """The resumable-stage interface without the resuming (the benchmark caches by file)."""
-
-    @staticmethod
-    def run(name, args, inputs, outputs, work):
-        return work()
 
 
 def stream_rate_gbps(mb: int = 512) -> float:

@@ -63,3 +63,20 @@ def quantize_heads(stages, placement: str, files, folder: Path, *, int4: dict | 
     record.update(heads=len(per_head), bytes_before=sum(r["bytes_before"] for r in per_head.values()),
                   bytes_after=sum(r["bytes_after"] for r in per_head.values()))
     return {"heads": dst, "record": record}
+
+
+def host_heads_record(files) -> dict:
+    """What the numpy host loop reads a frame beside the graphs (fp32 numpy matrices): the talker's
+    codec head, the code predictor's heads, and its input projection (once per step) when the two
+    hidden sizes differ; ``estimate --plan`` prices it as a CPU stage."""
+    from rkspeech.models.qwen3_tts.tts_checkpoint import read_tts_config
+
+    cfg = read_tts_config(files)
+    t, c = cfg.talker, cfg.code_predictor
+    rec = {"codec_head": [t.vocab_size, t.hidden_size],
+           "code_predictor_heads": [c.num_code_groups - 1, c.vocab_size, c.hidden_size]}
+    n = t.vocab_size * t.hidden_size + (c.num_code_groups - 1) * c.vocab_size * c.hidden_size
+    if c.hidden_size != t.hidden_size:
+        rec["code_predictor_projection"] = [c.num_code_groups, c.hidden_size, t.hidden_size]
+        n += c.num_code_groups * c.hidden_size * t.hidden_size
+    return {**rec, "dtype": "float32", "bytes_per_frame": 4 * n}

@@ -71,3 +71,14 @@ class StageRunner:
         write_json(self.path, self.data)
         self.timings[name] = {"seconds": round(time.perf_counter() - start, 1)}
         return report
+
+
+class RunEveryStage:
+    """``StageRunner.run`` without the record: every stage's work runs and nothing is written
+    (for scripts that keep their own cache, e.g. the benchmarks)."""
+
+    timings: dict = {}
+
+    @staticmethod
+    def run(name: str, args: dict, inputs: list, outputs, work):
+        return work()

@@ -226,23 +226,6 @@ def _prompt_form(files) -> str:
     return "whole-text" if read_tts_config(files).default_text_in_prompt else "streaming"
 
 
-def _host_heads(files) -> dict:
-    """What the numpy host loop reads a frame beside the graphs (fp32 numpy matrices): the talker's
-    codec head, the code predictor's heads, and its input projection (once per step) when the two
-    hidden sizes differ; ``estimate --plan`` prices it as a CPU stage."""
-    from rkspeech.models.qwen3_tts.tts_checkpoint import read_tts_config
-
-    cfg = read_tts_config(files)
-    t, c = cfg.talker, cfg.code_predictor
-    rec = {"codec_head": [t.vocab_size, t.hidden_size],
-           "code_predictor_heads": [c.num_code_groups - 1, c.vocab_size, c.hidden_size]}
-    n = t.vocab_size * t.hidden_size + (c.num_code_groups - 1) * c.vocab_size * c.hidden_size
-    if c.hidden_size != t.hidden_size:
-        rec["code_predictor_projection"] = [c.num_code_groups, c.hidden_size, t.hidden_size]
-        n += c.num_code_groups * c.hidden_size * t.hidden_size
-    return {**rec, "dtype": "float32", "bytes_per_frame": 4 * n}
-
-
 def _plan_gate(gate: dict) -> dict:
     """What the plan keeps of the gate: mode, verdict, failures (the figures are in the report)."""
     return {k: gate[k] for k in ("mode", "passed", "failures", "warning", "reference_frames", "prompt_form")
@@ -269,7 +252,7 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
     from rkspeech.plan.plan import load_plan, write_plan
     from rkspeech.convert.hybrid_int16 import HybridInt16Options
     from rkspeech.plan.sections import stage_section
-    from rkspeech.pipelines.cpu_heads import quantize_heads
+    from rkspeech.pipelines.cpu_heads import host_heads_record, quantize_heads
     from rkspeech.pipelines.cpu_stages import CPU_EXPORT, check_cpu_stages, cpu_row, gate_section, quantize_stage
 
     started = time.perf_counter()
@@ -380,7 +363,8 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
                            host_contracts={role: read_contract(p, VocoderContract) for role, p in vplan.host_onnx.items()},
                            backends=vplan.backends, stages=sections,
                            extra={"checkpoint": str(files.root.resolve()), "formulation": npu_contracts["main"].formulation,
-                                  "dtype": "fp16", "prompt_form": _prompt_form(files), "host_heads": _host_heads(files),
+                                  "dtype": "fp16", "prompt_form": _prompt_form(files),
+                                  "host_heads": host_heads_record(files),
                                   "accuracy_gate": _plan_gate(gate)})
     load_plan(plan_path, backend="ort")  # the plan just written must load
     summary = {
