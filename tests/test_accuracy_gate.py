@@ -69,6 +69,8 @@ def test_honest_int8_stages_pass_the_gate(honest):
         assert free["utterances"] == 20 and free["same_stop"] >= GATE_MIN_SAME_STOP * 20, (name, free)
         assert len(free["texts"]) == 20 and all("first_diverging_frame" in t for t in free["texts"])
         assert report["graphs"][name]["cpu"]["check"] == s  # the stage's row holds its figures
+    # the code predictor was measured with its quantized heads (pipelines.cpu_heads), as speak runs it
+    assert gate["stages"]["code_predictor"]["backend"].endswith("+ 15 head graphs"), gate["stages"]["code_predictor"]
     # the talker decided every stop, teacher forced as well
     assert gate["stages"]["talker"]["teacher_forced"]["same_stop_share"] >= GATE_MIN_SAME_STOP
     plan = json.loads((honest / "plan.json").read_text())

@@ -213,7 +213,8 @@ def run_gate(tts, *, reference: dict, variants: dict, texts=GATE_TEXTS, frames: 
            "stopped_reference": sum(len(r.frames) < frames for r in runs),
            "thresholds": thresholds.to_dict(), "stages": {}}
     for name, backend in variants.items():
-        out["stages"][name] = measure_stage(tts, runs, name, backend, reference=reference, frames=frames)
+        out["stages"][name] = {"backend": getattr(backend, "name", str(backend)),
+                               **measure_stage(tts, runs, name, backend, reference=reference, frames=frames)}
     out["seconds"] = round(time.perf_counter() - t0, 2)
     return apply_thresholds(out, thresholds)
 
