@@ -14,10 +14,12 @@ sides, each in its own child process (its own peak RSS; one model in memory at a
   in that weight variant (``convert.cpu_quant``; ``int4-b128s``: block 128, symmetric), the numpy
   host loop, the vocoder on onnxruntime.
 
-The vocoder is the same pair of exact host step graphs (first B=4, main B=16) on onnxruntime in
-every ``Speaker`` side.  Per side: time to first audio, total and real-time factor (medians of
+The vocoder is the same pair of exact host step graphs (first B=``--first-length``, default 2,
+main B=16) on onnxruntime in every ``Speaker`` side; ``speak``'s eager steps use the first graph
+after the first step too, so its B sets both the time to first audio and how long the last step
+runs after generation ends (docs/speak.md has the per-B costs).  Per side: time to first audio, total and real-time factor (medians of
 ``--repeats`` after one untimed warm-up), the split (talker graph, code predictor graph, host loop,
-vocoder), peak RSS (``ru_maxrss`` of the child), the bytes the talker and code predictor read per
+vocoder), peak RSS (the child's ``VmHWM``), the bytes the talker and code predictor read per
 frame (weights + KV cache; the lower bound on their time at the host's measured stream rate) and
 greedy agreement with ``fp32`` over the same frames.  Load average before and after each side.
 
@@ -63,8 +65,9 @@ def uptime() -> str:
 
 # -- preparation (cached in --work) -----------------------------------------------------------------
 
-def prepare(work: Path, config: str, capacity: int, prefill: int) -> dict:
-    """Model root, vocoder graphs, the CPU stage graphs in every variant and one plan per side."""
+def prepare(work: Path, config: str, capacity: int, prefill: int, first: int) -> dict:
+    """Model root, vocoder graphs (``first``: the first / eager step's B), the CPU stage graphs in
+    every variant and one plan per side."""
     from rkspeech.models.qwen3_tts.synthetic_tts import write_tts_checkpoint
 
     work.mkdir(parents=True, exist_ok=True)
@@ -72,7 +75,8 @@ def prepare(work: Path, config: str, capacity: int, prefill: int) -> dict:
     if not (root / "config.json").exists():
         write_tts_checkpoint(root, config, "custom-voice", seed=0)
     d = work / f"graphs_{config}_cap{capacity}_B{prefill}"
-    plans = {"torch": d / "plan_vocoder.json", **{v: d / f"plan_{v}.json" for v in VARIANTS}}
+    tag = f"first{first}"
+    plans = {"torch": d / f"plan_vocoder_{tag}.json", **{v: d / f"plan_{v}_{tag}.json" for v in VARIANTS}}
     if all(p.exists() for p in plans.values()):
         return {"root": root, "plans": plans, "graphs": d}
     d.mkdir(parents=True, exist_ok=True)
@@ -89,10 +93,10 @@ def prepare(work: Path, config: str, capacity: int, prefill: int) -> dict:
     from rkspeech.plan.sections import stage_section
     from rkspeech.stepgraph.step import VocoderStep
 
-    steps = {"first": d / "vocoder_step_B4.onnx", "main": d / "vocoder_step_B16.onnx"}
+    steps = {"first": d / f"vocoder_step_B{first}.onnx", "main": d / "vocoder_step_B16.onnx"}
     if not all(p.exists() for p in steps.values()):
         voc, _, _ = load_vocoder(root / "speech_tokenizer")
-        for role, B in (("first", 4), ("main", 16)):
+        for role, B in (("first", first), ("main", 16)):
             if not steps[role].exists():
                 export_step_onnx(VocoderStep(voc, B), steps[role])
         del voc
@@ -122,10 +126,10 @@ def prepare(work: Path, config: str, capacity: int, prefill: int) -> dict:
             for role, src in fp32.items():
                 files[role] = d / f"{src.stem}.{v}.onnx"
                 per_graph[role] = quantize_step_graph(src, files[role], CpuQuantOptions.for_placement(placement, **extra))
-            first = next(iter(per_graph.values()))
+            one = next(iter(per_graph.values()))
             from rkspeech.pipelines.cpu_stages import GRAPH_KEYS, SHARED_KEYS
 
-            record = {k: first[k] for k in SHARED_KEYS if k in first}
+            record = {k: one[k] for k in SHARED_KEYS if k in one}
         raw = json.loads(plans["torch"].read_text())
         tq = cq = None
         if record:
@@ -285,12 +289,25 @@ def run_side(side: str, prep: dict, args) -> dict:
     return {"load_s": load_s, "rows": rows, "codes": codes.tolist(), "stages": names}
 
 
+def peak_rss_gb() -> float:
+    """This process's peak RSS: ``VmHWM`` (kept per address space, so a child started after the
+    parent prepared the graphs does not report the parent's peak, as ``ru_maxrss`` does across
+    fork and exec: every side read 7.41 GB in a run whose parent exported a vocoder graph)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 2**20
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
 def child(args) -> int:
-    prep = prepare(Path(args.work), args.config, args.capacity, args.prefill)
+    prep = prepare(Path(args.work), args.config, args.capacity, args.prefill, args.first_length)
     before = uptime()
     out = run_side(args.side, prep, args)
     out.update(load_before=before, load_after=uptime(),
-               peak_rss_gb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20)
+               peak_rss_gb=peak_rss_gb())
     Path(args.child_out).write_text(json.dumps(out))
     return 0
 
@@ -319,6 +336,9 @@ def main(argv=None) -> int:
                          "the official side keep --threads)")
     ap.add_argument("--capacity", type=int, default=256, help="talker graphs' KV positions")
     ap.add_argument("--prefill", type=int, default=32, help="talker prefill graph's B")
+    ap.add_argument("--first-length", type=int, default=2,
+                    help="B of the vocoder's first graph, which speak's eager steps use after the first too "
+                         "(build qwen3-tts --first-length; default 2: docs/speak.md)")
     ap.add_argument("--sides", default=",".join(SIDES), help=f"comma-separated subset of {', '.join(SIDES)}")
     ap.add_argument("--work", default="/tmp/rkspeech_bench_speak_cpu", help="cache (model root, graphs, plans)")
     ap.add_argument("--text", default=TEXT)
@@ -334,7 +354,7 @@ def main(argv=None) -> int:
         ap.error(f"unknown sides {bad}; choose from {SIDES}")
     started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     log(f"start {started}; {uptime()}")
-    prep = prepare(Path(args.work), args.config, args.capacity, args.prefill)
+    prep = prepare(Path(args.work), args.config, args.capacity, args.prefill, args.first_length)
     from rkspeech.models.qwen3_tts.tts_checkpoint import read_tts_config, resolve_model_root
 
     cfg = read_tts_config(resolve_model_root(prep["root"]))
@@ -350,7 +370,8 @@ def main(argv=None) -> int:
     ref = np.asarray(results["fp32"]["codes"]) if "fp32" in results else None
     report = {"benchmark": "speak with CPU stages (issue 26, deliver 4)", "date": started,
               "host": os.uname().nodename, "cpu_count": os.cpu_count(), "threads": args.threads,
-              "vocoder_threads": args.vocoder_threads, "stage_threads": args.stage_threads, "config": args.config, "frames": args.frames,
+              "vocoder_threads": args.vocoder_threads, "stage_threads": args.stage_threads,
+              "vocoder_first_length": args.first_length, "config": args.config, "frames": args.frames,
               "repeats": args.repeats, "capacity": args.capacity, "text": args.text,
               "stream_rate_gbps": round(rate, 2), "sides": {}}
     for side, r in results.items():
@@ -378,7 +399,8 @@ def print_table(rep: dict) -> None:
     sides = rep["sides"]
     print(f"\nspeak with CPU stages, {rep['config']} synthetic custom-voice, greedy, {rep['frames']} frames, "
           f"threads {rep['threads']} (vocoder {rep.get('vocoder_threads') or rep['threads']}, stages "
-          f"{rep['stage_threads'] or 'default'}), median of {rep['repeats']}, "
+          f"{rep['stage_threads'] or 'default'}), vocoder first / eager B={rep.get('vocoder_first_length', 4)}, "
+          f"median of {rep['repeats']}, "
           f"{rep['date']}; host stream rate {rep['stream_rate_gbps']} GB/s")
     cols = list(sides)
     print("| | " + " | ".join(cols) + " |")
