@@ -5,7 +5,8 @@ line naming it before anything runs.
 ``plan.json`` holds ``"integrity": {"files": {relative path: {"bytes": n, "sha256": hex}}}``:
 every graph of every section (``speech_decoder``'s ``artifacts`` / ``onnx`` / ``host_onnx``, the
 talker's and code predictor's ``artifacts`` (and the latter's ``heads`` and ``start``),
-``whisper_encoder``'s ``artifacts``), an ONNX graph's external ``.data`` file, and each graph's golden replay (:func:`golden_path`).
+``whisper_encoder``'s ``artifacts``), an ONNX graph's external ``.data`` file, and each graph's
+golden replay (:func:`golden_path`).
 
 Checking is cheap: the size of every file always (one ``stat``), the hash once per file, cached
 by (absolute path, size, mtime) in :func:`hash_cache_path` (a small JSON file; a published-size
