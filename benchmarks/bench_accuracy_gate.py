@@ -1,10 +1,11 @@
 """The accuracy gate's figures for CPU variants of the talker and code predictor, on one root.
 
     .venv/bin/python benchmarks/bench_accuracy_gate.py --model-dir ROOT [--variants int8,int4,int4-b128,int4-b128s]
-        [--frames 48] [--texts 20] [--damage] [--out R.json]
+        [--frames 48] [--texts 20] [--damage] [--fp32-heads] [--no-start] [--out R.json]
 
 Exports the talker's step graphs (capacity 128, prefill 16) and the code predictor's step graph
-(fp32, as ``build qwen3-tts`` exports them), writes each variant with ``convert.cpu_quant`` (or,
+(fp32, as ``build qwen3-tts`` exports them: the CPU export unless an NPU variant is asked for),
+writes each variant with ``convert.cpu_quant`` (or,
 ``fp16-storage``, the host emulation of the NPU's fp16 storage; ``npu-sim``: the fp32 graphs on the
 rknn-toolkit2 simulator, fp16, rk3588: minutes at the reduced size), and
 runs ``accuracy.gate.run_gate`` per variant: both stages judged, each against the fp32 graphs on
@@ -25,12 +26,16 @@ from pathlib import Path
 CAPACITY, PREFILL = 128, 16
 
 
-def export(tts, out: Path) -> dict:
+def export(tts, out: Path, cpu: bool = True) -> dict:
+    """The fp32 graphs; ``cpu``: in the CPU export (``pipelines.cpu_stages.CPU_EXPORT``, as the
+    build exports CPU-placed stages), else the NPU's layout (for the NPU variants)."""
     from rkspeech.export.talker_onnx import export_talker_onnx, export_talker_pair
+    from rkspeech.pipelines.cpu_stages import CPU_EXPORT
     from rkspeech.stepgraph.code_predictor_codebook import code_predictor_step
 
-    g = export_talker_pair(tts.net.talker.model, out, capacity=CAPACITY, prefill_B=PREFILL)
-    g["cp_step"] = export_talker_onnx(code_predictor_step(tts.net.talker.code_predictor), out / "cp_step.onnx")
+    kw = CPU_EXPORT if cpu else {}
+    g = export_talker_pair(tts.net.talker.model, out, capacity=CAPACITY, prefill_B=PREFILL, **kw)
+    g["cp_step"] = export_talker_onnx(code_predictor_step(tts.net.talker.code_predictor, **kw), out / "cp_step.onnx")
     return g
 
 
@@ -47,7 +52,17 @@ def fp16_storage_graph(src: Path, dst: Path) -> Path:
     return dst
 
 
-def variant_graphs(graphs: dict, variant: str, out: Path, model_dir=None) -> dict:
+class _Loaded:
+    """A loaded ``TTSModel`` where ``pipelines.cpu_start`` expects a ``LazyTTSModel``."""
+
+    def __init__(self, tts):
+        self.tts = tts
+
+    def get(self):
+        return self.tts
+
+
+def variant_graphs(graphs: dict, variant: str, out: Path, model_dir=None, tts=None) -> dict:
     from rkspeech.convert.cpu_quant import CpuQuantOptions, quantize_step_graph
 
     if variant == "fp16-storage":
@@ -70,6 +85,11 @@ def variant_graphs(graphs: dict, variant: str, out: Path, model_dir=None) -> dic
         int4 = {"block_size": opts.block_size, "symmetric": opts.symmetric} if v == "int4" else None
         res["heads"] = quantize_heads(RunEveryStage(), f"cpu-{v}", resolve_model_root(model_dir),
                                       out / f"heads.{variant}", int4=int4).get("heads")
+        if tts is not None:  # and its start graph (pipelines.cpu_start)
+            from rkspeech.pipelines.cpu_start import build_start
+
+            res["start"] = build_start(RunEveryStage(), f"cpu-{v}", resolve_model_root(model_dir), _Loaded(tts),
+                                       out / f"start.{variant}", int4=int4)["start"]
     return res
 
 
@@ -112,6 +132,8 @@ def main(argv=None) -> int:
     p.add_argument("--damage", action="store_true")
     p.add_argument("--fp32-heads", action="store_true", help="the code predictor's heads in fp32 (before issue 26's "
                    "quantized heads)")
+    p.add_argument("--no-start", action="store_true", help="the code predictor without its start graph (positions "
+                   "0-1 in two step calls)")
     p.add_argument("--out")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
@@ -119,7 +141,8 @@ def main(argv=None) -> int:
     report = {"model_dir": args.model_dir, "prompt_form": tts.cfg.prompt_form, "runs": {}}
     with tempfile.TemporaryDirectory(prefix="gate-bench-") as tmp:
         tmp = Path(tmp)
-        fp32 = export(tts, tmp)
+        variants = [v for v in args.variants.split(",") if v]
+        fp32 = export(tts, tmp, cpu=not {"npu-sim", "fp16-storage"} & set(variants))
 
         def talker(g, backend="ort"):
             kw = {"threads": args.threads} if backend == "ort" else {}
@@ -127,11 +150,13 @@ def main(argv=None) -> int:
 
         def cp(g, backend="ort"):
             kw = {"threads": args.threads} if backend == "ort" else {}
-            return CodebookCodePredictor(g["cp_step"], backend, model=tts, heads=g.get("heads"), **kw)
+            return CodebookCodePredictor(g["cp_step"], backend, model=tts, heads=g.get("heads"), start=g.get("start"),
+                                         **kw)
 
         ref = {"talker": talker(fp32), "code_predictor": cp(fp32)}
-        todo = {v: fp32 if v == "npu-sim" else variant_graphs(fp32, v, tmp, None if args.fp32_heads else args.model_dir)
-                for v in args.variants.split(",") if v}
+        todo = {v: fp32 if v == "npu-sim" else variant_graphs(fp32, v, tmp, None if args.fp32_heads else args.model_dir,
+                                                              None if args.no_start else tts)
+                for v in variants}
         if args.damage:
             base = todo.get("int8") or variant_graphs(fp32, "int8", tmp)
             for k in (1.3, 3.0):

@@ -65,9 +65,10 @@ def uptime() -> str:
 
 # -- preparation (cached in --work) -----------------------------------------------------------------
 
-def prepare(work: Path, config: str, capacity: int, prefill: int, first: int) -> dict:
+def prepare(work: Path, config: str, capacity: int, prefill: int, first: int, start: bool = True) -> dict:
     """Model root, vocoder graphs (``first``: the first / eager step's B), the CPU stage graphs in
-    every variant and one plan per side."""
+    every variant (``start``: with the code predictor's start graph, as the build writes them) and
+    one plan per side."""
     from rkspeech.models.qwen3_tts.synthetic_tts import write_tts_checkpoint
 
     work.mkdir(parents=True, exist_ok=True)
@@ -75,7 +76,7 @@ def prepare(work: Path, config: str, capacity: int, prefill: int, first: int) ->
     if not (root / "config.json").exists():
         write_tts_checkpoint(root, config, "custom-voice", seed=0)
     d = work / f"graphs_{config}_cap{capacity}_B{prefill}"
-    tag = f"first{first}"
+    tag = f"first{first}" + ("_start" if start else "")
     plans = {"torch": d / f"plan_vocoder_{tag}.json", **{v: d / f"plan_{v}_{tag}.json" for v in VARIANTS}}
     if all(p.exists() for p in plans.values()):
         return {"root": root, "plans": plans, "graphs": d}
@@ -115,6 +116,7 @@ def prepare(work: Path, config: str, capacity: int, prefill: int, first: int) ->
     def contract(path):
         return json.loads(read_onnx_metadata(path)["rkspeech.contract"])
 
+    lazy = None  # the torch model, loaded once if a start graph is exported
     for v in VARIANTS:
         if plans[v].exists():
             continue
@@ -139,17 +141,26 @@ def prepare(work: Path, config: str, capacity: int, prefill: int, first: int) ->
         raw["talker"] = stage_section(impl="onnx", target=None, placement=placement, quantization=tq,
                                       artifacts={r: {"onnx": files[r]} for r in ("prefill", "decode")},
                                       contract=contract(files["decode"]), base=d)
-        heads = {}
-        if record:  # the code predictor's heads quantized alike, as the build does (pipelines.cpu_heads)
-            from rkspeech.models.qwen3_tts.tts_checkpoint import resolve_model_root
-            from rkspeech.pipelines.cpu_heads import quantize_heads
-            from rkspeech.pipelines.resumable import RunEveryStage
+        heads, first_two = {}, {}
+        from rkspeech.models.qwen3_tts.tts_checkpoint import resolve_model_root
+        from rkspeech.pipelines.resumable import RunEveryStage
 
-            heads = quantize_heads(RunEveryStage(), placement, resolve_model_root(root), d / f"heads_{v}",
-                                   int4=extra if placement == "cpu-int4" else None)
+        int4 = extra if placement == "cpu-int4" else None
+        if record:  # the code predictor's heads quantized alike, as the build does (pipelines.cpu_heads)
+            from rkspeech.pipelines.cpu_heads import quantize_heads
+
+            heads = quantize_heads(RunEveryStage(), placement, resolve_model_root(root), d / f"heads_{v}", int4=int4)
+        if start:  # its start graph (pipelines.cpu_start), exported and written alike
+            from rkspeech.models.qwen3_tts.generate import LazyTTSModel
+            from rkspeech.pipelines.cpu_start import build_start
+
+            lazy = lazy or LazyTTSModel(resolve_model_root(root))
+            first_two = build_start(RunEveryStage(), placement, resolve_model_root(root), lazy, d / f"start_{v}",
+                                    int4=int4)
         raw["code_predictor"] = stage_section(impl="onnx", target=None, placement=placement, quantization=cq,
                                               artifacts={"step": {"onnx": files["step"]}},
-                                              contract=contract(files["step"]), base=d, heads=heads.get("heads"))
+                                              contract=contract(files["step"]), base=d, heads=heads.get("heads"),
+                                              start=first_two.get("start"))
         plans[v].write_text(json.dumps(raw, indent=1))
     return {"root": root, "plans": plans, "graphs": d}
 
@@ -303,7 +314,7 @@ def peak_rss_gb() -> float:
 
 
 def child(args) -> int:
-    prep = prepare(Path(args.work), args.config, args.capacity, args.prefill, args.first_length)
+    prep = prepare(Path(args.work), args.config, args.capacity, args.prefill, args.first_length, not args.no_start)
     before = uptime()
     out = run_side(args.side, prep, args)
     out.update(load_before=before, load_after=uptime(),
@@ -339,6 +350,8 @@ def main(argv=None) -> int:
     ap.add_argument("--first-length", type=int, default=2,
                     help="B of the vocoder's first graph, which speak's eager steps use after the first too "
                          "(build qwen3-tts --first-length; default 2: docs/speak.md)")
+    ap.add_argument("--no-start", action="store_true",
+                    help="CPU sides without the code predictor's start graph (two step calls for positions 0-1)")
     ap.add_argument("--sides", default=",".join(SIDES), help=f"comma-separated subset of {', '.join(SIDES)}")
     ap.add_argument("--work", default="/tmp/rkspeech_bench_speak_cpu", help="cache (model root, graphs, plans)")
     ap.add_argument("--text", default=TEXT)
@@ -354,7 +367,7 @@ def main(argv=None) -> int:
         ap.error(f"unknown sides {bad}; choose from {SIDES}")
     started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     log(f"start {started}; {uptime()}")
-    prep = prepare(Path(args.work), args.config, args.capacity, args.prefill, args.first_length)
+    prep = prepare(Path(args.work), args.config, args.capacity, args.prefill, args.first_length, not args.no_start)
     from rkspeech.models.qwen3_tts.tts_checkpoint import read_tts_config, resolve_model_root
 
     cfg = read_tts_config(resolve_model_root(prep["root"]))
@@ -371,7 +384,8 @@ def main(argv=None) -> int:
     report = {"benchmark": "speak with CPU stages (issue 26, deliver 4)", "date": started,
               "host": os.uname().nodename, "cpu_count": os.cpu_count(), "threads": args.threads,
               "vocoder_threads": args.vocoder_threads, "stage_threads": args.stage_threads,
-              "vocoder_first_length": args.first_length, "config": args.config, "frames": args.frames,
+              "vocoder_first_length": args.first_length,
+              "code_predictor_start": not args.no_start, "config": args.config, "frames": args.frames,
               "repeats": args.repeats, "capacity": args.capacity, "text": args.text,
               "stream_rate_gbps": round(rate, 2), "sides": {}}
     for side, r in results.items():

@@ -96,7 +96,8 @@ def test_build_records_the_accuracy_headline_and_verify_draws_it(built, tmp_path
                 "--first-length", 0, "--out-dir", built, "--skip-sim", "--accuracy-pieces", 2,
                 "--accuracy-skip-sim") == 0
     again = json.loads((built / "build-report.json").read_text())
-    assert again["stages"]["accuracy"] == {"skipped": True} and again["accuracy"] == acc
+    ran = report["stages"]["accuracy"]["seconds"]  # the first build's time, kept by the resumed one
+    assert again["stages"]["accuracy"] == {"skipped": True, "built_seconds": ran} and again["accuracy"] == acc
 
     # the default build (no --accuracy-pieces) has no accuracy stage and no headline
     assert _cli("build", "qwen3-tts-vocoder", "--model-dir", report["options"]["model_dir"], "-B", 4,

@@ -95,6 +95,14 @@ def test_plan_places_the_stages_on_the_cpu(built):
         c = read_contract(path, HeadContract)
         assert c.index == j and path.name == f"head{j}.int8.onnx" and "MatMulInteger" in _op_types(path)
     assert raw["code_predictor"]["heads"]["1"] == "code_predictor/cpu/heads/head1.int8.onnx"  # relative
+    # its start graph (pipelines.cpu_start): the same stack at B=2, written alike
+    from rkspeech.contracts.talker import TalkerContract
+
+    assert raw["code_predictor"]["start"] == "code_predictor/cpu/code_predictor_start_B2.int8.onnx"  # relative
+    start = read_contract(cp.start, TalkerContract)
+    step = read_contract(cp.paths("ort")["step"], TalkerContract)
+    assert start.B == 2 and start.same_model(step) and talker.start is None
+    assert "MatMulInteger" in _op_types(cp.start)
     # CPU stages are exported with per-layer cache inputs and grouped k/v (cpu_stages.CPU_EXPORT)
     for stage in (talker, cp):
         assert (stage.contract["cache_io"], stage.contract["kv_layout"]) == ("layers", "grouped")
@@ -116,6 +124,8 @@ def test_report_has_the_cpu_stage_records(built):
         assert cpu["check"] is None, cpu  # --gate off: not measured
     heads = report["graphs"]["code_predictor"]["cpu"]["heads"]
     assert heads["heads"] == 15 and heads["variant"] == "int8" and 0 < heads["bytes_after"] < heads["bytes_before"]
+    start = report["graphs"]["code_predictor"]["cpu"]["start"]
+    assert start["variant"] == "int8" and 0 < start["bytes_after"] < start["bytes_before"], start
     # the gate's figures are tests/test_accuracy_gate.py's (on the random root they fail: flat logits)
     gate = report["accuracy_gate"]
     assert gate["mode"] == "off" and gate["passed"] is None and "stages" not in gate
@@ -145,7 +155,8 @@ def test_speak_runs_the_cpu_variants(built, tts_custom_ckpt, tmp_path, capsys):
     report = json.loads((tmp_path / "r.json").read_text())
     names = report["stage_backends"]
     assert names["talker"] == "talker graph (ort: talker_decode_B1_cap96.int4.onnx)", names
-    assert names["code_predictor"] == "code-predictor step (ort: code_predictor_step.int8.onnx) + 15 head graphs", names
+    assert names["code_predictor"] == ("code-predictor step (ort: code_predictor_step.int8.onnx) + start graph "
+                                       "code_predictor_start_B2.int8.onnx + 15 head graphs"), names
     flat = " ".join(err.split())  # progress lines wrap at the terminal's width
     assert "cpu-int4 on ort, 1 threads" in flat and "cpu-int8 on ort, 1 threads" in flat, err
     pcm, rate = sf.read(tmp_path / "s.wav", dtype="int16")
@@ -164,7 +175,8 @@ def test_a_second_build_resumes(built, tts_custom_ckpt, vocoder_plan, capsys):
     rc, err, _ = run_relative(home, _build_argv(tts_custom_ckpt, vocoder_plan, home), capsys)
     assert rc == 0
     flat = " ".join(err.split())
-    for stage in ("talker_quantize_int4", "code_predictor_quantize_int8", "code_predictor_heads_int8", "talker_export"):
+    for stage in ("talker_quantize_int4", "code_predictor_quantize_int8", "code_predictor_heads_int8",
+                  "code_predictor_start_int8", "talker_export"):
         assert f"skip: {stage}" in flat, err
     assert "== " not in err, err
     assert (built / "plan.json").read_text() == plan
@@ -188,6 +200,11 @@ def _edit_plan(built, tmp_path, edit):
     (lambda r: r["talker"].pop("quantization"), "placed cpu-int4 but has no quantization record"),
     (lambda r: r["talker"].update(placement="npu"), "placed npu but its impl is 'onnx'"),
     (lambda r: r["talker"].update(threads=0), "talker.threads must be a whole number >= 1"),
+    (lambda r: r["talker"].update(start=r["code_predictor"]["start"]), "talker.start must name one ONNX graph, and "
+                                                                        "only a code predictor placed on the CPU"),
+    (lambda r: r["code_predictor"].update(start="code_predictor/cpu/gone.onnx"), r"start graph \S+gone.onnx is missing"),
+    (lambda r: r["code_predictor"].update(start=r["code_predictor"]["heads"]["1"]), "start graph head1.int8.onnx does "
+                                                                                      "not carry the stage's contract"),
 ])
 def test_malformed_cpu_stage_is_one_line(built, tmp_path, capsys, edit, message):
     import re
@@ -245,3 +262,31 @@ def test_head_graphs_of_another_model_are_refused_in_one_line(built):
     with pytest.raises(RkspeechError, match="cover codebooks"):
         HeadGraphs({j: p for j, p in heads.items() if j < 15}, **size)
     assert len(HeadGraphs(heads, **size)) == 15
+
+
+def test_start_graph_is_two_step_calls_in_one(built, tts_custom_ckpt, tmp_path):
+    """The start graph (B=2) leaves the stack where two step calls leave it: in fp32 the same
+    hidden state and cache to float rounding, in one call instead of two; a step graph given as
+    the start graph is refused in one line."""
+    from rkspeech.core.errors import RkspeechError
+    from rkspeech.models.qwen3_tts.generate import LazyTTSModel
+    from rkspeech.models.qwen3_tts.tts_checkpoint import resolve_model_root
+    from rkspeech.pipelines.cpu_start import build_start
+    from rkspeech.pipelines.resumable import RunEveryStage
+    from rkspeech.runtime.tts.code_predictor_codebook import open_step_stack
+
+    files = resolve_model_root(tts_custom_ckpt)
+    start = build_start(RunEveryStage(), "cpu-fp32", files, LazyTTSModel(files), tmp_path)["start"]
+    step = built / "code_predictor" / "code_predictor_step.onnx"  # the fp32 step graph the variants come from
+    out = []
+    for s in (None, start):
+        stack = open_step_stack(step, "ort", 16, rope="numpy", start=s, threads=1)[3]
+        x = np.random.default_rng(0).standard_normal((2, stack.contract.hidden)).astype(np.float32)
+        stack.start(16)
+        out.append((stack.forward(x), stack.cache.copy(), dict(stack.calls)))
+        stack.close()
+    (h1, c1, n1), (h2, c2, n2) = out
+    assert n1 == {"prefill": 0, "decode": 2} and n2 == {"prefill": 1, "decode": 0}
+    assert np.allclose(h1, h2, atol=1e-4) and np.allclose(c1[:, :, :2], c2[:, :, :2], atol=1e-4)
+    with pytest.raises(RkspeechError, match=r"B=1, not a code-predictor step \(.*B=2\)"):
+        open_step_stack(step, "ort", 16, start=step)

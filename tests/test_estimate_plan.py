@@ -260,6 +260,26 @@ def test_time_to_first_audio(tmp_path):
     assert t["frames"] == 4 and t["ms"] == pytest.approx(want)  # ceil(40 / 16) = 3 prefill calls
 
 
+def test_start_graph_takes_two_positions_in_one_call(tmp_path):
+    """A code predictor with a start graph (pipelines.cpu_start): 14 step calls + 1 start call a
+    frame instead of 16 step calls, in the CPU total, the time to first audio and the peer row."""
+    from rkspeech.estimate.plan_time import _g, peer_check
+
+    bare = estimate_plan(make_plan(tmp_path / "a"))
+    d = tmp_path / "b"
+    d.mkdir()
+    step_graph(d / "cp_start.onnx", talker(2, cap=16, model=CODE_PREDICTOR_STEP_MODEL), 32)
+    rep = estimate_plan(make_plan(d, extra={"code_predictor": {"start": "cp_start.onnx"}}))
+    s = by_stage(rep)
+    assert s["code predictor"]["calls_per_audio_s"] == pytest.approx(14 * 12.5)
+    assert s["code predictor start"]["calls_per_audio_s"] == pytest.approx(12.5)
+    cp_frame = 14 * s["code predictor"]["ms_per_call"] + s["code predictor start"]["ms_per_call"]
+    assert cp_frame < 16 * by_stage(bare)["code predictor"]["ms_per_call"]  # one weight read a frame fewer
+    assert rep["time_to_first_audio"]["per_frame_ms"] == pytest.approx(s["talker decode"]["ms_per_call"] + cp_frame)
+    peer = dict(peer_check(rep))["code predictor, ms a frame"]
+    assert peer.startswith(f"ours {_g(cp_frame)} "), peer
+
+
 def test_host_heads_are_a_cpu_stage_when_the_plan_records_them(tmp_path):
     bare = estimate_plan(make_plan(tmp_path / "a"))
     assert "host heads" not in by_stage(bare) and any("host loop's heads" in n for n in bare["notes"])

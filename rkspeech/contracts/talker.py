@@ -16,6 +16,8 @@ from rkspeech.core.errors import RkspeechError
 CONTRACT_FORMAT = "rkspeech-talker/1"
 MODEL_NAME = "qwen3-tts-talker"
 CODE_PREDICTOR_STEP_MODEL = "qwen3-tts-code-predictor-step"
+#: positions of the code predictor's start graph: the talker's hidden state and codebook 0's embedding
+CODE_PREDICTOR_START_B = 2
 KV_LAYOUTS = ("heads", "grouped")
 CACHE_IO = ("flat", "layers")
 OUTPUT_NAMES = ("hidden", "kv_new")

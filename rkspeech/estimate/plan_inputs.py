@@ -19,7 +19,7 @@ from rkspeech.estimate.calls import CpuCall, NpuCall, onnx_call
 # ---- inputs per stage ------------------------------------------------------------------------
 @dataclass
 class StageInput:
-    name: str  # "talker prefill", "talker decode", "code predictor", "vocoder first", "vocoder main"
+    name: str  # "talker prefill", "talker decode", "code predictor" (+ "code predictor start"), "vocoder first", ...
     call: CpuCall | NpuCall
     per_frame: float = 0.0  # calls per frame (decode 1, code predictor 16 / 1, vocoder main 1/B)
     per_utterance: float = 0.0  # calls once per utterance (prefill, vocoder first)
@@ -96,7 +96,7 @@ def plan_inputs(plan_path: str | os.PathLike, a: PlanAssumptions) -> tuple[list[
                 if rec and rec not in (call.variant, "fp16", "int16-hybrid"):
                     info["notes"].append(f"{label}: the plan records {rec}, the file holds {call.variant} "
                                          "weights; the file's bytes are used")
-            st = StageInput(label, call, impl=sp.impl)
+            st, after = StageInput(label, call, impl=sp.impl), None
             if role == "prefill":
                 st.positions = positions
                 st.per_utterance = math.ceil(a.prompt_tokens / st.positions)
@@ -108,10 +108,18 @@ def plan_inputs(plan_path: str | os.PathLike, a: PlanAssumptions) -> tuple[list[
             elif role == "step":
                 st.per_frame = float(contract.get("capacity", 16))
                 st.note = f"step form: {st.per_frame:g} calls a frame (the step contract's capacity)"
+                if sp.start is not None:  # positions 0 and 1 in one call of the start graph
+                    start = read_contract(sp.start)
+                    st.per_frame -= int(start.B)
+                    st.note = (f"step form: {st.per_frame:g} calls a frame (the step contract's capacity less "
+                               f"the start graph's {start.B} positions)")
+                    after = StageInput("code predictor start", onnx_call(sp.start, positions=int(start.B)),
+                                       impl=sp.impl, per_frame=1.0,
+                                       note=f"one call a frame: positions 0-{int(start.B) - 1} in one call")
             else:
                 st.per_frame = 1.0
                 st.note = "frame form: one call a frame (the codebooks unrolled inside)"
-            out.append(st)
+            out += [st] + ([after] if after else [])
     heads = host_heads_input(plan, info["notes"])
     if heads is not None:
         out.append(heads)

@@ -108,8 +108,9 @@ def check_cpu_stages(stages, model, *, talker: dict | None, code_predictor: dict
 
     ``talker``: None (not quantized) or ``{"placement", "fp32": {role: onnx}, "variant": {role:
     onnx}}`` (roles prefill, decode); ``code_predictor``: None or ``{"placement", "role": step|frame,
-    "fp32": onnx, "variant": onnx, "heads": {codebook: onnx} | None}`` (the variant runs with its
-    quantized heads, the reference with the fp32 ones); ``fp32`` may also be given for a stage that is not quantized
+    "fp32": onnx, "variant": onnx, "heads": {codebook: onnx} | None, "start": onnx | None}`` (the
+    variant runs with its quantized heads and its start graph, as ``speak`` runs it; the reference
+    with the fp32 heads, one position a call); ``fp32`` may also be given for a stage that is not quantized
     (its fp32 graph then serves as the reference), else the reference is torch.  ``model``: a
     ``LazyTTSModel``.  Returns ``run_gate``'s report (judged against the default thresholds; the
     build judges it again, so a changed threshold needs no new measurement) with each stage's
@@ -125,7 +126,7 @@ def check_cpu_stages(stages, model, *, talker: dict | None, code_predictor: dict
     for v in (talker, code_predictor):
         if v is None:
             continue
-        for key in ("fp32", "variant", "heads"):
+        for key in ("fp32", "variant", "heads", "start"):
             x = v.get(key)
             inputs += list(x.values()) if isinstance(x, dict) else ([x] if x else [])
     args = {"frames": frames, "texts": list(texts), "stages": {k: v["placement"] for k, v in quantized.items()},
@@ -138,7 +139,7 @@ def check_cpu_stages(stages, model, *, talker: dict | None, code_predictor: dict
 
 
 #: bump when what the gate measures changes (the resumable stage then runs again)
-GATE_VERSION = 2  # 2: a step-form code predictor's variant measured with its quantized heads
+GATE_VERSION = 3  # 2: a step-form code predictor's variant measured with its quantized heads; 3: and its start graph
 
 
 def _check(tts, talker, code_predictor, *, frames, texts, threads) -> dict:
@@ -155,8 +156,8 @@ def _check(tts, talker, code_predictor, *, frames, texts, threads) -> dict:
         return keep(open_talker({r: {"onnx": p} for r, p in paths.items()}, "ort", model=tts.net.talker.model,
                                 threads=threads))
 
-    def cp_graph(role, path, heads=None):
-        return keep(open_code_predictor(role, path, "ort", model=tts, threads=threads, heads=heads))
+    def cp_graph(role, path, heads=None, start=None):
+        return keep(open_code_predictor(role, path, "ort", model=tts, threads=threads, heads=heads, start=start))
 
     try:
         ref = {"talker": talker_graph(talker["fp32"]) if talker and talker.get("fp32") else tts.talker_backend,
@@ -167,7 +168,7 @@ def _check(tts, talker, code_predictor, *, frames, texts, threads) -> dict:
             variants["talker"], placements["talker"] = talker_graph(talker["variant"]), talker["placement"]
         if code_predictor and code_predictor.get("variant"):
             variants["code_predictor"] = cp_graph(code_predictor["role"], code_predictor["variant"],
-                                                  code_predictor.get("heads"))
+                                                  code_predictor.get("heads"), code_predictor.get("start"))
             placements["code_predictor"] = code_predictor["placement"]
         out = run_gate(tts, reference=ref, variants=variants, texts=texts, frames=frames)
     finally:

@@ -34,7 +34,8 @@ def fingerprint(stage: str, args: dict, inputs: list[Path]) -> str:
 
 
 class StageRunner:
-    """Runs named stages in ``out``, skipping the fresh ones; ``timings`` records what ran."""
+    """Runs named stages in ``out``, skipping the fresh ones; ``timings`` records what ran
+    (``seconds``) and what was skipped (with ``built_seconds``, the time it took when it ran)."""
 
     def __init__(self, out: Path, force: bool = False):
         self.path = out / STATE_FILE
@@ -62,14 +63,17 @@ class StageRunner:
         entry = self._fresh(name, fp)
         if entry is not None:
             progress.info(f"skip: {name} (inputs unchanged)")
-            self.timings[name] = {"skipped": True}
+            # what the stage took when it ran, kept: a resumed build's report still says it
+            self.timings[name] = {"skipped": True, **({"built_seconds": entry["seconds"]} if "seconds" in entry else {})}
             return entry["report"]
         progress.info(f"== {name}")
         start = time.perf_counter()
         report = work()
-        self.data[name] = {"fingerprint": fp, "outputs": [_stat(p) for p in outputs()], "report": report}
+        seconds = round(time.perf_counter() - start, 1)
+        self.data[name] = {"fingerprint": fp, "outputs": [_stat(p) for p in outputs()], "report": report,
+                           "seconds": seconds}
         write_json(self.path, self.data)
-        self.timings[name] = {"seconds": round(time.perf_counter() - start, 1)}
+        self.timings[name] = {"seconds": seconds}
         return report
 
 

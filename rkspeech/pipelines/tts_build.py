@@ -253,6 +253,7 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
     from rkspeech.convert.hybrid_int16 import HybridInt16Options
     from rkspeech.plan.sections import stage_section
     from rkspeech.pipelines.cpu_heads import host_heads_record, quantize_heads
+    from rkspeech.pipelines.cpu_start import build_start
     from rkspeech.pipelines.cpu_stages import CPU_EXPORT, check_cpu_stages, cpu_row, gate_section, quantize_stage
 
     started = time.perf_counter()
@@ -291,17 +292,22 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
             src = {cp["role"]: Path(a["onnx"])}
             q = quantize_stage(stages, "code_predictor", cp_place, src, out / "code_predictor" / "cpu",
                                int4=int4_options(o))
+            step_form = cp["role"] == "step"
             heads = (quantize_heads(stages, cp_place, files, out / "code_predictor" / "cpu" / "heads",
-                                    int4=int4_options(o)) if cp["role"] == "step" else {})
+                                    int4=int4_options(o)) if step_form else {})
+            start = (build_start(stages, cp_place, files, model, out / "code_predictor" / "cpu", int4=int4_options(o))
+                     if step_form else {})
             sections["code_predictor"] = stage_section(
                 impl="onnx", target=None, artifacts={r: {"onnx": p} for r, p in q["artifacts"].items()},
                 contract=read_contract(a["onnx"]).to_dict(), base=out, quantization=q["record"],
-                placement=cp_place, threads=o.cpu_threads, heads=heads.get("heads"))
+                placement=cp_place, threads=o.cpu_threads, heads=heads.get("heads"), start=start.get("start"))
             graphs["code_predictor"] = {**_graph_row(None, None), "form": cp.get("form"), "dtype": "fp32",
-                                        "sim": None, "cpu": {**cpu_row(q, src), "heads": heads.get("record")}}
+                                        "sim": None, "cpu": {**cpu_row(q, src), "heads": heads.get("record"),
+                                                             "start": start.get("record")}}
             if q["record"]:
                 cpu_checks["code_predictor"]["variant"] = q["artifacts"][cp["role"]]
                 cpu_checks["code_predictor"]["heads"] = heads.get("heads")
+                cpu_checks["code_predictor"]["start"] = start.get("start")
         else:
             quant = None
             if cp.get("dtype", "fp16") != "fp16":

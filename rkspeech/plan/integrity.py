@@ -4,8 +4,9 @@ line naming it before anything runs.
 
 ``plan.json`` holds ``"integrity": {"files": {relative path: {"bytes": n, "sha256": hex}}}``:
 every graph of every section (``speech_decoder``'s ``artifacts`` / ``onnx`` / ``host_onnx``, the
-talker's and code predictor's ``artifacts`` (and the latter's ``heads``), ``whisper_encoder``'s ``artifacts``), an ONNX
-graph's external ``.data`` file, and each graph's golden replay (:func:`golden_path`).
+talker's and code predictor's ``artifacts`` (and the latter's ``heads`` and ``start``),
+``whisper_encoder``'s ``artifacts``), an ONNX graph's external ``.data`` file, and each graph's
+golden replay (:func:`golden_path`).
 
 Checking is cheap: the size of every file always (one ``stat``), the hash once per file, cached
 by (absolute path, size, mtime) in :func:`hash_cache_path` (a small JSON file; a published-size
@@ -62,6 +63,9 @@ def plan_files(raw: dict, base: Path) -> list[Path]:
         heads = sec.get("heads") if isinstance(sec, dict) else None
         if isinstance(heads, dict):
             named += [v for v in heads.values() if isinstance(v, str)]
+        start = sec.get("start") if isinstance(sec, dict) else None
+        if isinstance(start, str):
+            named.append(start)
     out: dict[Path, None] = {}
     for v in named:
         p = Path(v) if os.path.isabs(v) else base / v

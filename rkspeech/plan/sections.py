@@ -9,7 +9,9 @@ per stage that runs as a graph::
 
 The code predictor holds one role: ``step`` (its stack as a one-position step graph, the talker's
 contract format with its own model name) or ``frame`` (the unrolled greedy frame graph, format
-``rkspeech-code-predictor/1``).
+``rkspeech-code-predictor/1``).  A step-form code predictor on the CPU may also name ``heads``
+(its 15 heads as graphs, ``pipelines.cpu_heads``) and ``start`` (the same stack at B = 2, a
+frame's first two positions in one call, ``pipelines.cpu_start``).
     "talker": {"impl": "onnx", "artifacts": {"prefill": {"onnx": ...}, "decode": {"onnx": ...}},
                "contract": {"format": "rkspeech-talker/1", ...}}
 
@@ -76,6 +78,9 @@ class StagePlan:
     #: a CPU step-form code predictor's quantized heads: codebook j -> its head graph (ONNX, run by
     #: onnxruntime whatever the backend; ``pipelines.cpu_heads``); empty: fp32 heads on the host
     heads: dict[int, Path] = field(default_factory=dict)
+    #: a CPU step-form code predictor's start graph (B = 2: a frame's first two positions in one
+    #: call, ``pipelines.cpu_start``); None: those positions take two step calls
+    start: Path | None = None
 
     def simulator_build(self) -> dict:
         """The ``GraphCodePredictor`` / ``open_runner`` build keywords (``dtype``, ``dataset``,
@@ -99,13 +104,15 @@ class StagePlan:
 
 def stage_section(*, impl: str, target: str | None, artifacts: dict[str, dict[str, Path | None]],
                   contract: dict, base: Path, quantization: dict | None = None, placement: str | None = None,
-                  threads: int | None = None, heads: dict[str, Path] | None = None) -> dict:
+                  threads: int | None = None, heads: dict[str, Path] | None = None,
+                  start: Path | None = None) -> dict:
     """A stage's JSON section, paths made relative to ``base`` (the plan's folder);
     ``quantization``: ``{"dtype", "dataset", "hybrid"}`` of a quantized NPU build, or a CPU
     variant's record (``{"variant", ..., "graphs": {role: {"source": path, ...}}}``; None: fp16 /
     fp32); ``placement``: ``core.placement.PLACEMENTS`` (None: from ``impl``); ``threads``: a CPU
     stage's onnxruntime threads (None: not recorded); ``heads``: a code predictor's quantized head
-    graphs, codebook (``"1"`` ...) -> ONNX (``pipelines.cpu_heads``)."""
+    graphs, codebook (``"1"`` ...) -> ONNX (``pipelines.cpu_heads``); ``start``: its start graph
+    (``pipelines.cpu_start``)."""
     def rel(x) -> str:
         return os.path.relpath(Path(x).resolve(), base.resolve())
 
@@ -117,6 +124,8 @@ def stage_section(*, impl: str, target: str | None, artifacts: dict[str, dict[st
         sec["threads"] = int(threads)
     if heads:
         sec["heads"] = {str(j): rel(p) for j, p in heads.items()}
+    if start is not None:
+        sec["start"] = rel(start)
     if quantization and "variant" in quantization:
         graphs = {role: {**g, **({"source": rel(g["source"])} if g.get("source") else {})}
                   for role, g in (quantization.get("graphs") or {}).items()}
@@ -206,6 +215,28 @@ def _heads(sec: dict, base: Path, where: str, roles) -> dict[int, Path]:
     return dict(sorted(out.items()))
 
 
+def _start(sec: dict, base: Path, where: str, roles, impl: str) -> Path | None:
+    """A stage's ``start`` graph, checked: only a CPU step-form code predictor has one, an ONNX
+    file that exists and carries the stage's contract format (its B and model are checked when
+    it is opened, against the step graph's)."""
+    raw = sec.get("start")
+    if raw is None:
+        return None
+    if not isinstance(raw, str) or tuple(roles) != ("step",) or impl != "onnx":
+        raise RkspeechError(f"{where}.start must name one ONNX graph, and only a code predictor placed on the CPU "
+                            "in step form has one; rebuild the plan")
+    path = base / raw if not os.path.isabs(raw) else Path(raw)
+    if not path.is_file():
+        raise RkspeechError(f"{where}: start graph {path} is missing")
+    from rkspeech.contracts.read import contract_format
+
+    want = (sec.get("contract") or {}).get("format")
+    if contract_format(path) != want:
+        raise RkspeechError(f"{where}: start graph {path.name} does not carry the stage's contract ({want}); "
+                            "rebuild the plan")
+    return path
+
+
 def load_stages(raw: dict, plan_path: Path, backend: str | None) -> dict[str, StagePlan]:
     """Parse and check every stage section of a plan (``raw``: its JSON)."""
     out: dict[str, StagePlan] = {}
@@ -251,8 +282,9 @@ def load_stages(raw: dict, plan_path: Path, backend: str | None) -> dict[str, St
             raise RkspeechError(f"{where}.core_mask is {core_mask!r}, expected one of {', '.join(CORE_MASKS)}")
         quant = _quantization(sec, base, where, need_files=backend == "sim", placement=placement, roles=roles)
         heads = _heads(sec, base, where, roles)
+        start = _start(sec, base, where, roles, impl)
         stage = StagePlan(name, impl, sec.get("target"), artifacts, contract, quant, placement, threads, core_mask,
-                          heads)
+                          heads, start)
         for role, path in stage.paths(backend or "ort").items():
             if not path.is_file():
                 raise RkspeechError(f"{where}: {role} artifact {path} is missing")

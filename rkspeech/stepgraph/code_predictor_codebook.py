@@ -16,11 +16,14 @@ from __future__ import annotations
 from rkspeech.contracts.talker import CODE_PREDICTOR_STEP_MODEL, MASK_VALUE
 
 
-def code_predictor_step(cp, *, mask_value: float = MASK_VALUE, kv_layout: str = "heads", cache_io: str = "flat"):
+def code_predictor_step(cp, *, mask_value: float = MASK_VALUE, kv_layout: str = "heads", cache_io: str = "flat",
+                        B: int = 1):
     """The B = 1 step graph (a ``TalkerStep``) over ``cp`` (``talker.code_predictor``);
-    ``kv_layout`` / ``cache_io`` as ``TalkerStep``'s (the defaults are the NPU's)."""
+    ``kv_layout`` / ``cache_io`` as ``TalkerStep``'s (the defaults are the NPU's).  ``B=2``: the
+    *start* graph, a frame's first two positions (the talker's hidden state and codebook 0's
+    embedding) in one call (``pipelines.cpu_start``)."""
     from rkspeech.stepgraph.talker_step import TalkerStep
 
     cfg = cp.model.cfg
-    return TalkerStep(cp.model, capacity=cfg.num_code_groups, B=1, kv_layout=kv_layout, cache_io=cache_io,
+    return TalkerStep(cp.model, capacity=cfg.num_code_groups, B=B, kv_layout=kv_layout, cache_io=cache_io,
                       name=CODE_PREDICTOR_STEP_MODEL, mask_value=mask_value)

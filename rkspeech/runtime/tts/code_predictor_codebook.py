@@ -27,15 +27,15 @@ import numpy as np
 
 from rkspeech.core.errors import RkspeechError
 from rkspeech.contracts.read import read_contract
-from rkspeech.contracts.talker import CODE_PREDICTOR_STEP_MODEL, TalkerContract
+from rkspeech.contracts.talker import CODE_PREDICTOR_START_B, CODE_PREDICTOR_STEP_MODEL, TalkerContract
 
 
-def check_step_contract(contract: TalkerContract, path: Path) -> TalkerContract:
-    """``contract`` when it is a code-predictor step's; one line when the file holds another
-    graph (a talker step, a frame graph)."""
-    if contract.model != CODE_PREDICTOR_STEP_MODEL or contract.B != 1:
+def check_step_contract(contract: TalkerContract, path: Path, B: int = 1) -> TalkerContract:
+    """``contract`` when it is a code-predictor step's with ``B`` positions a call; one line when
+    the file holds another graph (a talker step, a frame graph, a step of another B)."""
+    if contract.model != CODE_PREDICTOR_STEP_MODEL or contract.B != B:
         raise RkspeechError(f"{path.name}: a {contract.model} graph with B={contract.B}, not a code-predictor step "
-                            f"({CODE_PREDICTOR_STEP_MODEL}, B=1)")
+                            f"({CODE_PREDICTOR_STEP_MODEL}, B={B})")
     return contract
 
 
@@ -48,10 +48,12 @@ def _code_predictor(model):
 
 
 def open_step_stack(path, backend: str, groups: int, *, check=None, model=None, rope: str = "torch",
-                    **runner_kw):
+                    start=None, **runner_kw):
     """``(path, name, contract, GraphTalker)`` for the step graph at ``path`` on ``backend``: the
     file and its contract checked (a step's, capacity >= ``groups``; ``check(contract)`` for the
-    caller's own), the runner closed again when the stack cannot be made."""
+    caller's own), the runner closed again when the stack cannot be made.  ``start``: the start
+    graph (B = 2, ``pipelines.cpu_start``), run for a frame's first two positions (the stack's
+    prefill); one call a frame fewer."""
     from rkspeech.runtime.runners import check_runner_file, open_runner
     from rkspeech.runtime.tts.talker_backend import GraphTalker
 
@@ -63,11 +65,24 @@ def open_step_stack(path, backend: str, groups: int, *, check=None, model=None, 
     if contract.capacity < groups:
         raise RkspeechError(f"{path.name}: capacity {contract.capacity} < {groups} positions a "
                             "frame needs; export it from this checkpoint")
-    runner = open_runner(backend, path, **runner_kw)
+    pair = None
+    if start is not None:
+        start = check_runner_file(backend, start)
+        pair = check_step_contract(read_contract(start, TalkerContract), start, B=CODE_PREDICTOR_START_B)
+        if not pair.same_model(contract):
+            raise RkspeechError(f"{start.name} and {path.name} are not the same code predictor (their contracts "
+                                "differ); rebuild the plan")
+        name += f" + start graph {start.name}"
+    runners = [open_runner(backend, path, **runner_kw)]
     try:
-        return path, name, contract, GraphTalker(runner, contract, model=model, name=name, rope=rope)
+        if pair is not None:
+            runners.append(open_runner(backend, start, **runner_kw))
+        prefill = runners[1] if pair is not None else None
+        return path, name, contract, GraphTalker(runners[0], contract, prefill, pair, model=model, name=name,
+                                                 rope=rope)
     except BaseException:
-        runner.close()
+        for r in runners:
+            r.close()
         raise
 
 
@@ -79,11 +94,12 @@ class CodebookCodePredictor:
     greedy_only = False
 
     def __init__(self, path: str | os.PathLike, backend: str = "ort", *, model, heads: dict | None = None,
-                 **runner_kw):
+                 start=None, **runner_kw):
         self.cp = _code_predictor(model)
         self.groups = self.cp.model.cfg.num_code_groups
         self.path, self.name, self.contract, self.stack = open_step_stack(path, backend, self.groups,
-                                                                          model=self.cp.model, **runner_kw)
+                                                                          model=self.cp.model, start=start,
+                                                                          **runner_kw)
         self.heads = None
         if heads:
             from rkspeech.runtime.tts.heads import open_heads
@@ -102,8 +118,8 @@ class CodebookCodePredictor:
 
     @property
     def calls(self) -> int:
-        """NPU calls since the last frame started (16 per frame)."""
-        return self.stack.calls["decode"]
+        """Graph calls since the last frame started (16 a frame; 15 with a start graph)."""
+        return sum(self.stack.calls.values())
 
     def frame(self, hidden: np.ndarray, first_embed: np.ndarray, choose) -> list[int]:
         """Codebooks 1..G-1 of one frame; ``choose(j, logits)`` picks each (``logits``: torch [V])."""

@@ -21,7 +21,7 @@ class NumpyCodebookCodePredictor:
 
     greedy_only = False
 
-    def __init__(self, path, backend: str, *, weights, cfg, heads: dict | None = None, **runner_kw):
+    def __init__(self, path, backend: str, *, weights, cfg, heads: dict | None = None, start=None, **runner_kw):
         from rkspeech.runtime.tts.code_predictor_codebook import open_step_stack
         from rkspeech.runtime.tts.heads import open_heads
 
@@ -32,7 +32,7 @@ class NumpyCodebookCodePredictor:
             check_stack_contract(contract, cfg.code_predictor, weights.cp_fingerprint, Path(path).name)
 
         self.path, self.name, _, self.stack = open_step_stack(path, backend, self.groups, check=check, rope="numpy",
-                                                              **runner_kw)
+                                                              start=start, **runner_kw)
         try:
             self.heads = open_heads(heads, cfg.code_predictor, weights.cp_fingerprint,
                                     threads=runner_kw.get("threads"), spin=runner_kw.get("spin", True))
@@ -44,7 +44,7 @@ class NumpyCodebookCodePredictor:
 
     @property
     def calls(self) -> int:
-        return self.stack.calls["decode"]
+        return sum(self.stack.calls.values())
 
     def _project(self, x: np.ndarray) -> np.ndarray:
         return x if self.w.cp_proj_w is None else linear(x, self.w.cp_proj_w, self.w.cp_proj_b)
@@ -104,7 +104,8 @@ def open_numpy_stages(plan, backend: str, *, model, threads: int | None = None, 
         (role, path), = cp.paths(backend).items()
         if role == "step":
             out["code_predictor"] = NumpyCodebookCodePredictor(path, be, weights=model.weights, cfg=model.cfg,
-                                                               heads=cp.heads, threads=threads, target=target, spin=spin,
+                                                               heads=cp.heads, start=cp.start, threads=threads,
+                                                               target=target, spin=spin,
                                                                core_mask=cp.core_mask or core_mask, **build)
         elif role == "frame":
             from rkspeech.runtime.tts.code_predictor_backend import GraphCodePredictor

@@ -38,14 +38,15 @@ def open_talker(artifacts: dict, backend: str = "ort", *, model=None, **runner_k
     return talker
 
 
-def open_code_predictor(form: str, path, backend: str, *, model=None, heads: dict | None = None, **kw):
+def open_code_predictor(form: str, path, backend: str, *, model=None, heads: dict | None = None, start=None, **kw):
     """The code predictor graph of ``form`` on ``backend``: ``step`` (its stack at one position a
-    call, the host's heads choosing each code; ``heads``: their graphs, when the plan has them) or
+    call, the host's heads choosing each code; ``heads``: their graphs, ``start``: its start graph,
+    when the plan has them) or
     ``frame`` (the 15 codebooks unrolled, greedy)."""
     if form == "step":
         from rkspeech.runtime.tts.code_predictor_codebook import CodebookCodePredictor
 
-        return CodebookCodePredictor(path, backend, model=model, heads=heads, **kw)
+        return CodebookCodePredictor(path, backend, model=model, heads=heads, start=start, **kw)
     if form == "frame":
         from rkspeech.runtime.tts.code_predictor_backend import GraphCodePredictor as Graph
     else:
@@ -83,7 +84,7 @@ def open_stage_backends(plan, backend: str, *, model=None, threads: int | None =
         (role, path), = cp.paths(backend).items()  # "step" or "frame"
         n = stage_threads(cp, threads)
         out["code_predictor"] = open_code_predictor(role, path, be, model=model, threads=n, target=target,
-                                                    heads=cp.heads or None,
+                                                    heads=cp.heads or None, start=cp.start,
                                                     core_mask=cp.core_mask or core_mask, spin=spin, **build)
         progress.info(f"code predictor: {role} graph {path.name}, {where(cp, be, n)}"
                       + (f" ({build['dtype']})" if build else ""))
