@@ -34,7 +34,7 @@ import numpy as np
 from rkspeech.core.errors import RkspeechError
 from rkspeech.core.targets import TARGETS
 from rkspeech.pipelines.code_predictor_forms import DEFAULT_FORM, get_form
-from rkspeech.pipelines.sequence import Graph, run_sequence
+from rkspeech.pipelines.sequence import Graph, record_sim_golden, run_sequence
 
 SUBDIR = "code_predictor"
 EMBED = "onehot"  # the frame form's in-graph feedback (the reference logits come from it too)
@@ -202,8 +202,10 @@ def build_code_predictor(stages, files, out: Path, *, target: str, verify_frames
                 "stages": {k: v for k, v in stages.timings.items() if k.startswith("code_predictor_")}}
     graph = Graph(shape.role, onnx_path, rknn_path, shape.read_contract(onnx_path).to_json(), dtype=dtype,
                   dataset=dataset if i16 else None, hybrid=hybrid if i16 else None)
+    # the golden replay: onnxruntime's when the simulator is skipped, else the verify stage's own
+    # simulator build records it (one build instead of two)
     seq = run_sequence(stages, [graph], target=target, timeout=timeout, prefix="code_predictor_",
-                       golden="ort" if skip_verify else "sim")
+                       golden="ort" if skip_verify else None)
     lint = {k: seq["lint"][shape.role][k] for k in ("errors", "warnings")}
     conv, inspect = seq["convert"][shape.role], seq["inspect"][shape.role]
 
@@ -219,12 +221,16 @@ def build_code_predictor(stages, files, out: Path, *, target: str, verify_frames
             with shape.open(onnx_path, "sim", model=tts, target=target, dtype=dtype,
                             dataset=str(dataset) if i16 else None, hybrid=hybrid_key,
                             log_path=str(folder / "simulator.log")) as g:
+                golden = record_sim_golden(graph, shape.runner(g), target=target)
                 got = np.stack([g.infer(h.numpy()[0], f.numpy()[0])["logits"] for h, f, _ in captured])
-            return compare_frames(ref, codes, got)
+            return {**compare_frames(ref, codes, got), "golden": golden}
+
+        from rkspeech.plan.integrity import golden_path
 
         sim = stages.run("code_predictor_verify", {"frames": verify_frames, "target": target, "dtype": dtype,
-                                                   "form": form, **({"hybrid": hybrid_key} if i16 else {})},
-                         ckpt + [onnx_path, rknn_path] + ([dataset] if i16 else []), lambda: [], do_verify)
+                                                   "form": form, "golden": 1, **({"hybrid": hybrid_key} if i16 else {})},
+                         ckpt + [onnx_path, rknn_path] + ([dataset] if i16 else []),
+                         lambda: [golden_path(rknn_path)], do_verify)
 
     placement = conv["placement"]
     return {

@@ -50,6 +50,11 @@ class FrameForm:
 
         return open_code_predictor(self.name, path, backend, model=model, **kw)
 
+    @staticmethod
+    def runner(g):
+        """The graph's runner inside ``open``'s backend."""
+        return g.runner
+
     def write_calibration(self, tts, captured, folder: Path, onnx_path: Path) -> list[str]:
         """One line per frame: its two inputs (absolute paths: the converter reads them from its
         own work folder)."""
@@ -92,6 +97,11 @@ class StepForm:
         from rkspeech.runtime.tts.open_stages import open_code_predictor
 
         return open_code_predictor(self.name, path, backend, model=model, **kw)
+
+    @staticmethod
+    def runner(g):
+        """The step graph's runner inside ``open``'s backend."""
+        return g.stack.decode[0]
 
     def write_calibration(self, tts, captured, folder: Path, onnx_path: Path) -> list[str]:
         """One line per NPU call of the captured frames (16 a frame): the call's graph inputs as
