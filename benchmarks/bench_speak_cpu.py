@@ -180,7 +180,8 @@ def _timed(fn) -> float:
 
 def frame_bytes(plan_path: Path | None, cfg, capacity: int) -> dict:
     """Bytes the talker and the code predictor read per frame: one decode call (its weights, its
-    whole cache: the graph attends over every slot) + 16 code predictor steps (weights + cache),
+    whole cache: the graph attends over every slot) + 16 code predictor steps (weights + cache;
+    with a start graph 14 steps and the start call's weights),
     + the host heads (codec head, 15 code predictor heads, fp32).  ``plan_path`` None: the torch
     stacks (fp32 weights, k/v not repeated, the cache as long as the utterance: counted at
     ``capacity`` too, an upper bound)."""
@@ -209,6 +210,8 @@ def frame_bytes(plan_path: Path | None, cfg, capacity: int) -> dict:
         cache = lambda k: 4 * int(np.prod(k.cache_shape()))  # noqa: E731
         talker = dec.stat().st_size + cache(ct)
         cp = c.num_code_groups * (step.stat().st_size + cache(cc))
+        if cps.start is not None:  # positions 0-1 in one start call: one weight read a frame fewer
+            cp += cps.start.stat().st_size - 2 * step.stat().st_size
         if cps.heads:  # quantized head graphs: their files, the codec head still fp32
             host = 4 * t.vocab_size * t.hidden_size + sum(p.stat().st_size for p in cps.heads.values())
     return {"talker": talker, "code_predictor": cp, "host_heads": host, "total": talker + cp + host}
