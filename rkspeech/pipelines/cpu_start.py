@@ -4,7 +4,7 @@ Each frame the code predictor's stack runs 16 positions: the talker's hidden sta
 embedding, then one position per codebook.  The first two are known together, so one call of the
 same stack at B = 2 (``stepgraph.code_predictor_codebook.code_predictor_step(B=2)``, the CPU
 export) replaces two B = 1 calls: 15 calls a frame instead of 16.  A step call reads all the
-stack's weights whatever B is (published int4 block 128: B = 1 2.10 ms, B = 2 2.45 ms alone on one
+stack's weights whatever B is (published int4 block 128: B = 1 2.04 ms, B = 2 2.23 ms alone on one
 x86 thread, docs/cpu-stages.md), so the frame saves nearly one call.  The graph is exported from
 the checkpoint and written with the stage's ``CpuQuantOptions`` (fp32: a copy), one
 resumable stage; the runtime runs it as the stack's prefill (``runtime.tts.talker_backend``).
@@ -16,6 +16,7 @@ import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
+from rkspeech.contracts.talker import CODE_PREDICTOR_START_B
 from rkspeech.core.placement import cpu_variant
 
 
@@ -34,11 +35,10 @@ def build_start(stages, placement: str, files, model, folder: Path, *, int4: dic
         return {}
     options = CpuQuantOptions.for_placement(placement, **((int4 or {}) if variant == "int4" else {}))
     folder = Path(folder)
-    dst = folder / f"code_predictor_start_B2.{variant}.onnx"
+    dst = folder / f"code_predictor_start_B{CODE_PREDICTOR_START_B}.{variant}.onnx"
 
     def work():
         from rkspeech.export.talker_onnx import export_talker_onnx
-        from rkspeech.contracts.talker import CODE_PREDICTOR_START_B
         from rkspeech.stepgraph.code_predictor_codebook import code_predictor_step
 
         folder.mkdir(parents=True, exist_ok=True)
