@@ -50,6 +50,9 @@ def test_report_has_the_figures_per_graph(built):
     assert sim["frames"] == 4 and sim["code_agreement"] >= 0.9 and sim["logit_snr_db"] > 40
     tv = graphs["talker"]["verify"]
     assert tv["codes_identical_ort"] is True and tv["logit_snr_db"] > 40
+    # the talker's golden replays come from the verify stage's simulator builds (no separate ones)
+    assert {r: g["source"] for r, g in tv["golden"].items()} == {"prefill": "sim", "decode": "sim"}
+    assert "talker_verify" in report["stages"] and "talker_golden" not in report["stages"], report["stages"]
     assert set(graphs["talker"]["per_graph"]) == {"prefill", "decode"}
     # each talker .rknn carries its contract in the custom string
     assert all(report["talker"]["graphs"][r]["rknn"]["has_contract"] for r in ("prefill", "decode"))

@@ -92,8 +92,10 @@ def build_talker(stages, files, out: Path, *, target: str, capacity: int, prefil
     rknn_paths = {role: rknn_dir / f"{p.stem}_{target}.rknn" for role, p in onnx_paths.items()}
     graphs = [Graph(role, path, rknn_paths[role], read_contract(path, TalkerContract).to_json())
               for role, path in onnx_paths.items()]
+    # the golden replays: onnxruntime's when the simulator is skipped, else recorded by the verify
+    # stage's own simulator build (no separate one)
     seq = run_sequence(stages, graphs, target=target, timeout=timeout, prefix="talker_", convert=not skip_rknn,
-                       golden=None if skip_rknn else ("ort" if skip_verify else "sim"))
+                       golden=None if skip_rknn else ("ort" if skip_verify else None))
     lint_rep, convert_reps = seq["lint"], seq["convert"]
 
     artifacts = {role: {"onnx": str(onnx_paths[role]), "rknn": None if skip_rknn else str(rknn_paths[role])}
@@ -102,11 +104,14 @@ def build_talker(stages, files, out: Path, *, target: str, capacity: int, prefil
     if not skip_verify:
         def do_verify():
             return verify_talker(model.get(), artifacts, sim=not skip_rknn, frames=verify_frames, target=target,
-                                 sim_log=str(root / "simulator.log"))
+                                 sim_log=str(root / "simulator.log"), goldens=None if skip_rknn else graphs)
+
+        from rkspeech.plan.integrity import golden_path
 
         inputs = ckpt + list(onnx_paths.values()) + ([] if skip_rknn else list(rknn_paths.values()))
-        verify_rep = stages.run("talker_verify", {"frames": verify_frames, "sim": not skip_rknn, "target": target},
-                                inputs, lambda: [], do_verify)
+        verify_rep = stages.run("talker_verify", {"frames": verify_frames, "sim": not skip_rknn, "target": target,
+                                                  "golden": 1}, inputs,
+                                lambda: [] if skip_rknn else [golden_path(p) for p in rknn_paths.values()], do_verify)
         if not verify_rep.get("codes_identical_ort"):
             raise RkspeechError(f"talker verify: greedy codes through onnxruntime differ from torch "
                                 f"({verify_rep.get('ort_frames_equal')} frames equal); see {root}")
@@ -172,11 +177,12 @@ def _snr_db(ref: np.ndarray, got: np.ndarray) -> float:
 
 
 def verify_talker(tts, artifacts: dict, *, sim: bool, frames: int, target: str = DEFAULT_TARGET,
-                  sim_log: str | None = None, text: str = VERIFY_TEXT) -> dict:
+                  sim_log: str | None = None, text: str = VERIFY_TEXT, goldens=None) -> dict:
     """``tts``: the loaded ``TTSModel`` (its talker backend is torch again on return).
     Greedy codes torch vs onnxruntime (identical?); with ``sim``: the torch run's talker inputs
     replayed through the simulator (codec_head logit SNR, teacher forced) and a free-running
-    simulator run (fraction of code entries equal to torch's over the common frames)."""
+    simulator run (fraction of code entries equal to torch's over the common frames), both on one
+    simulator build of each graph, which also records ``goldens`` (``sequence.Graph`` per role)."""
     import torch
 
     from rkspeech.models.qwen3_tts.backends import TorchTalker
@@ -215,15 +221,21 @@ def verify_talker(tts, artifacts: dict, *, sim: bool, frames: int, target: str =
         for embeds, hidden in rec.calls:
             outs.append(g.forward(embeds))
             refs.append(hidden)
-    finally:
+        if goldens:
+            from rkspeech.pipelines.sequence import record_sim_golden
+
+            runners = {"decode": g.decode[0], **({"prefill": g.prefill[0]} if g.prefill else {})}
+            rep["golden"] = {x.role: record_sim_golden(x, runners[x.role], target=target) for x in goldens}
+    except BaseException:
         g.close()
+        raise
+    free = run(g)  # the same simulator builds, run free (run() closes them)
     with torch.no_grad():
         lr = head(torch.from_numpy(np.stack(refs))).numpy()
         lg = head(torch.from_numpy(np.stack(outs))).numpy()
     rep["logit_snr_db"] = _snr_db(lr, lg)
     rep["hidden_snr_db"] = _snr_db(np.stack(refs), np.stack(outs))
     rep["greedy_argmax_agreement"] = float(np.mean(lr.argmax(-1) == lg.argmax(-1)))
-    free = run(open_talker(artifacts, "sim", model=model, target=target, log_path=sim_log))
     n = min(len(free), len(ref))
     rep["sim_frames"] = int(len(free))
     rep["code_agreement_sim"] = float(np.mean(free[:n] == ref[:n])) if n else 0.0
