@@ -145,18 +145,17 @@ def prepare(work: Path, config: str, capacity: int, prefill: int, first: int, st
         from rkspeech.models.qwen3_tts.tts_checkpoint import resolve_model_root
         from rkspeech.pipelines.resumable import RunEveryStage
 
-        int4 = extra if placement == "cpu-int4" else None
+        model_files = resolve_model_root(root)
         if record:  # the code predictor's heads quantized alike, as the build does (pipelines.cpu_heads)
             from rkspeech.pipelines.cpu_heads import quantize_heads
 
-            heads = quantize_heads(RunEveryStage(), placement, resolve_model_root(root), d / f"heads_{v}", int4=int4)
+            heads = quantize_heads(RunEveryStage(), placement, model_files, d / f"heads_{v}", int4=extra)
         if start:  # its start graph (pipelines.cpu_start), exported and written alike
             from rkspeech.models.qwen3_tts.generate import LazyTTSModel
             from rkspeech.pipelines.cpu_start import build_start
 
-            lazy = lazy or LazyTTSModel(resolve_model_root(root))
-            first_two = build_start(RunEveryStage(), placement, resolve_model_root(root), lazy, d / f"start_{v}",
-                                    int4=int4)
+            lazy = lazy or LazyTTSModel(model_files)
+            first_two = build_start(RunEveryStage(), placement, model_files, lazy, d / f"start_{v}", int4=extra)
         raw["code_predictor"] = stage_section(impl="onnx", target=None, placement=placement, quantization=cq,
                                               artifacts={"step": {"onnx": files["step"]}},
                                               contract=contract(files["step"]), base=d, heads=heads.get("heads"),

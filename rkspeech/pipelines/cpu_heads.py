@@ -16,7 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from rkspeech.core.placement import cpu_variant
-from rkspeech.pipelines.cpu_stages import SHARED_KEYS
+from rkspeech.pipelines.cpu_stages import SHARED_KEYS, stage_options
 
 
 def quantize_heads(stages, placement: str, files, folder: Path, *, int4: dict | None = None) -> dict:
@@ -26,14 +26,14 @@ def quantize_heads(stages, placement: str, files, folder: Path, *, int4: dict | 
     import onnxruntime
 
     from rkspeech.contracts.head import HeadContract
-    from rkspeech.convert.cpu_quant import CpuQuantOptions, quantize_step_graph
+    from rkspeech.convert.cpu_quant import quantize_step_graph
     from rkspeech.export.head_onnx import export_head_onnx
     from rkspeech.models.qwen3_tts.tts_checkpoint import read_tts_config
 
     variant = cpu_variant(placement)
     if variant not in ("int8", "int4"):
         return {}
-    options = CpuQuantOptions.for_placement(placement, **((int4 or {}) if variant == "int4" else {}))
+    options = stage_options(placement, int4)
     cfg = read_tts_config(files)
     cp = cfg.code_predictor
     folder = Path(folder)

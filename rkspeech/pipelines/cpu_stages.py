@@ -59,6 +59,14 @@ def export_cpu_code_predictor(cp, path: Path) -> Path:
     return export_talker_onnx(code_predictor_step(cp, **CPU_EXPORT), path)
 
 
+def stage_options(placement: str, int4: dict | None = None):
+    """The ``CpuQuantOptions`` of a CPU placement; ``int4``: fields (block size, symmetric) that
+    apply to a ``cpu-int4`` one only.  One place for the stack, its heads and its start graph."""
+    from rkspeech.convert.cpu_quant import CpuQuantOptions
+
+    return CpuQuantOptions.for_placement(placement, **((int4 or {}) if cpu_variant(placement) == "int4" else {}))
+
+
 def quantize_stage(stages, name: str, placement: str, sources: dict[str, Path], folder: Path, *,
                    int4: dict | None = None) -> dict:
     """``{"placement", "artifacts": {role: variant path}, "record": {...} | None}`` for stage
@@ -66,7 +74,7 @@ def quantize_stage(stages, name: str, placement: str, sources: dict[str, Path], 
     ``CpuQuantOptions`` fields for a ``cpu-int4`` placement (block size, symmetric)."""
     from dataclasses import asdict
 
-    from rkspeech.convert.cpu_quant import CpuQuantOptions, quantize_step_graph
+    from rkspeech.convert.cpu_quant import quantize_step_graph
 
     variant = cpu_variant(placement)
     if variant is None:
@@ -74,7 +82,7 @@ def quantize_stage(stages, name: str, placement: str, sources: dict[str, Path], 
     sources = {role: Path(p) for role, p in sources.items()}
     if variant == "fp32":
         return {"placement": placement, "artifacts": dict(sources), "record": None}
-    options = CpuQuantOptions.for_placement(placement, **((int4 or {}) if variant == "int4" else {}))
+    options = stage_options(placement, int4)
     folder = Path(folder)
     dst = {role: folder / f"{src.stem}.{variant}.onnx" for role, src in sources.items()}
 

@@ -27,13 +27,13 @@ def build_start(stages, placement: str, files, model, folder: Path, *, int4: dic
     ``cpu_stages.quantize_stage``."""
     import onnxruntime
 
-    from rkspeech.convert.cpu_quant import CpuQuantOptions, quantize_step_graph
-    from rkspeech.pipelines.cpu_stages import CPU_EXPORT
+    from rkspeech.convert.cpu_quant import quantize_step_graph
+    from rkspeech.pipelines.cpu_stages import CPU_EXPORT, stage_options
 
     variant = cpu_variant(placement)
     if variant is None:
         return {}
-    options = CpuQuantOptions.for_placement(placement, **((int4 or {}) if variant == "int4" else {}))
+    options = stage_options(placement, int4)
     folder = Path(folder)
     dst = folder / f"code_predictor_start_B{CODE_PREDICTOR_START_B}.{variant}.onnx"
 
