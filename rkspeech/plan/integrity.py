@@ -9,8 +9,11 @@ talker's and code predictor's ``artifacts`` (and the latter's ``heads`` and ``st
 golden replay (:func:`golden_path`).
 
 Checking is cheap: the size of every file always (one ``stat``), the hash once per file, cached
-by (absolute path, size, mtime) in :func:`hash_cache_path` (a small JSON file; a published-size
-plan's ~1 GB of graphs hashes in a few seconds, once).  Plans written before 2026-12-01 have no
+in :func:`hash_cache_path` (a small JSON file; a published-size plan's ~1 GB of graphs hashes in
+a few seconds, once) by absolute path and :func:`stat_key`: size, mtime, and also device, inode
+and ctime, because a same-size rewrite with its mtime put back (``os.utime``, ``cp -p``,
+``rsync -t``) kept a size+mtime key and its stale hash (issue 37); any write or ``utime`` sets
+ctime to now, and a user cannot set it.  Plans written before 2026-12-01 have no
 ``integrity`` and load as before (nothing to check against).  Standard library only.
 """
 
@@ -84,9 +87,16 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+def stat_key(st: os.stat_result) -> list[int]:
+    """What a cached hash is valid for: a file with this size, mtime, device, inode and ctime.
+    A rewrite in place changes ctime (the kernel sets it on every write and ``utime``); a
+    rewrite by rename changes the inode."""
+    return [st.st_size, st.st_mtime_ns, st.st_dev, st.st_ino, st.st_ctime_ns]
+
+
 class _HashCache:
-    """(absolute path, size, mtime_ns) -> sha256, kept in a small JSON file; unreadable or
-    unwritable cache files only cost a re-hash."""
+    """(absolute path, :func:`stat_key`) -> sha256, kept in a small JSON file; unreadable or
+    unwritable cache files only cost a re-hash (entries of the older size+mtime key never match)."""
 
     def __init__(self, path: Path):
         self.path = path
@@ -100,11 +110,11 @@ class _HashCache:
 
     def sha256(self, p: Path, st: os.stat_result) -> str:
         key = str(p.resolve())
-        hit = self.data.get(key)
-        if isinstance(hit, list) and len(hit) == 3 and hit[0] == st.st_size and hit[1] == st.st_mtime_ns:
-            return hit[2]
+        hit, want = self.data.get(key), stat_key(st)
+        if isinstance(hit, list) and len(hit) == len(want) + 1 and hit[:-1] == want:
+            return hit[-1]
         digest = sha256_file(p)
-        self.data[key] = [st.st_size, st.st_mtime_ns, digest]
+        self.data[key] = [*want, digest]
         self.dirty = True
         return digest
 
