@@ -108,3 +108,17 @@ def test_load_codes_file_errors(tmp_path):
     (tmp_path / "x.txt").write_text("1 2 3")
     with pytest.raises(RkspeechError, match="unsupported codes file type"):
         load_codes_file(tmp_path / "x.txt")
+
+
+@pytest.mark.parametrize("suffix", [".npy", ".json"])
+def test_uint64_max_is_refused_not_dropped_as_padding(tmp_path, suffix):
+    """2**64-1 cast to int64 is -1: in the last token it read as end padding and vanished."""
+    c = codes().astype(np.uint64)
+    c[-1, 0] = np.iinfo(np.uint64).max
+    p = tmp_path / f"codes{suffix}"
+    if suffix == ".npy":
+        np.save(p, c)
+    else:
+        p.write_text(json.dumps(c.tolist()))
+    with pytest.raises(RkspeechError, match=rf"code {2**64 - 1} (at token {len(c) - 1}, codebook 0 )?is outside"):
+        normalize_codes(load_codes_file(p), Q, K)

@@ -36,6 +36,10 @@ def normalize_codes(codes, num_quantizers: int, codebook_size: int, *, allow_emp
         raise RkspeechError(
             f"codes of shape {list(arr.shape)} have no axis of {num_quantizers} codebooks; expected [T, {num_quantizers}]"
         )
+    if tq.dtype.kind == "u":
+        # range-checked before the cast: uint64 2**64-1 cast to int64 is -1, end padding, and was
+        # silently dropped (issue 37); an unsigned array has no padding, every code must be in range
+        _refuse_out_of_range(tq, codebook_size)
     tq = tq.astype(np.int64, copy=False)
     if tq.shape[0] == 0:
         if not allow_empty:
@@ -47,17 +51,23 @@ def normalize_codes(codes, num_quantizers: int, codebook_size: int, *, allow_emp
     if length == 0 and not allow_empty:
         raise RkspeechError("no codes (every token is -1 end padding)")
     body = tq[:length]
-    bad = np.argwhere((body < 0) | (body >= codebook_size))
+    _refuse_out_of_range(body, codebook_size)
+    return np.ascontiguousarray(body)
+
+
+def _refuse_out_of_range(tq: np.ndarray, codebook_size: int) -> None:
+    """One line naming the first code of ``[T, Q]`` ``tq`` (any integer dtype) outside
+    ``[0, codebook_size)``."""
+    bad = np.argwhere((tq >= codebook_size) if tq.dtype.kind == "u" else ((tq < 0) | (tq >= codebook_size)))
     if bad.size:
         t, q = (int(x) for x in bad[0])
-        value = int(body[t, q])
+        value = int(tq[t, q])
         if value == -1:
             raise RkspeechError(
                 f"code -1 at token {t}, codebook {q}: -1 is only valid as end padding "
                 f"(codebook 0 = -1 on every token from some point to the end)"
             )
         raise RkspeechError(f"code {value} at token {t}, codebook {q} is outside [0, {codebook_size})")
-    return np.ascontiguousarray(body)
 
 
 def load_codes_file(path) -> np.ndarray:
@@ -81,6 +91,11 @@ def load_codes_file(path) -> np.ndarray:
             arr = np.asarray(data)
             if arr.dtype == object:
                 raise RkspeechError(f"{p}: codes are ragged (rows of different lengths)")
+            if arr.dtype.kind == "f":  # numpy reads whole numbers beyond int64 as floats
+                flat = np.asarray(data, dtype=object).reshape(-1)
+                big = next((x for x in flat if type(x) is int and not -2**63 <= x < 2**63), None)
+                if big is not None:
+                    raise RkspeechError(f"{p}: code {big} is outside [0, 2**63) (not a codebook index)")
             return arr
         if suffix in (".pt", ".pth"):
             import torch
