@@ -25,8 +25,8 @@ def register(subparsers) -> None:
     f = Flags(p, "decode")
     f.add(INPUT, "codes", help="codes file: .npy, .json or .pt, [T,16] or [16,T] integers (-1 = end padding)")
     f.add(INPUT, "--plan", required=True, help="plan.json written by `rkspeech build qwen3-tts-vocoder`")
-    f.add(OUTPUT, "-o", "--output", required=True, help="output .wav (16-bit PCM)")
-    f.add(OUTPUT, "--report", default=None, help="write the timing report JSON here")
+    f.add(OUTPUT, "-o", "--output", writes="file", required=True, help="output .wav (16-bit PCM)")
+    f.add(OUTPUT, "--report", writes="file", default=None, help="write the timing report JSON here")
     f.add(NPU, "--backend", choices=BACKENDS, default="ort",
           help="ort = onnxruntime over the plan's exact host graphs (default); sim = rknn-toolkit2 "
                "simulator (builds from the NPU ONNX: slow); rknnlite = the .rknn on a board")

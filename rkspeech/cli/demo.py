@@ -24,8 +24,8 @@ def register(subparsers) -> None:
     f = Flags(p, "demo")
     f.add(INPUT, "--config", choices=("published", "reduced"), default="published",
           help="synthetic checkpoint size (published: ~10 min and ~10 GB at B=16; reduced: a few min)")
-    f.add(OUTPUT, "--out-dir", dest="out", default="out/demo", metavar="DIR", help="output folder (default out/demo)")
-    f.add(OUTPUT, "--speech-frames", type=int, default=25,
+    f.add(OUTPUT, "--out-dir", writes="folder", dest="out", default="out/demo", metavar="DIR", help="output folder (default out/demo)")
+    f.add(OUTPUT, "--speech-frames", writes=None, type=int, default=25,
           help="frames of the spoken sentence at the end (default 25 = 2 s; 0 = no speech)")
     f.add(NPU, "--target", default=DEFAULT_TARGET, choices=TARGETS)
     f.add(NPU, "--codes-length", "-B", type=int, default=16,

@@ -31,9 +31,9 @@ def register(subparsers) -> None:
           help="Qwen3-TTS model root or HF cache snapshot (default $QWEN3_TTS_MODEL)")
     f.add(INPUT, "--plan", required=True, help="plan.json from `rkspeech build qwen3-tts` (talker, code predictor "
                                                "and vocoder graphs) or `build qwen3-tts-vocoder` for this model")
-    f.add(OUTPUT, "-o", "--output", required=True, help="output .wav, or - for raw s16le PCM on stdout")
-    f.add(OUTPUT, "--codes-out", default=None, help="save the generated codes here ([T,16] int64 .npy)")
-    f.add(OUTPUT, "--report", default=None, help="write the timing report JSON here")
+    f.add(OUTPUT, "-o", "--output", writes="file", required=True, help="output .wav, or - for raw s16le PCM on stdout")
+    f.add(OUTPUT, "--codes-out", writes="file", default=None, help="save the generated codes here ([T,16] int64 .npy)")
+    f.add(OUTPUT, "--report", writes="file", default=None, help="write the timing report JSON here")
     f.add(VOICE, "--speaker", default=None, help="a named speaker (custom-voice models)")
     f.add(VOICE, "--instruct", default=None, help="a description of the voice (voice-design models; "
                                                   "with --speaker on 1.7B custom-voice models)")

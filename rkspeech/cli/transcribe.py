@@ -37,9 +37,9 @@ def register(subparsers) -> None:
     f.add(INPUT, "--encoder", metavar="FILE", help="offloaded encoder: enc.onnx (ort, sim), enc.rknn (rknnlite), or "
           "the encoder-pieces.json a 'build whisper-encoder --pieces N' wrote (the pieces run in turn); "
           "omit to run CTranslate2's own CPU encoder")
-    f.add(OUTPUT, "--out-dir", dest="output_dir", default=None, metavar="DIR",
+    f.add(OUTPUT, "--out-dir", writes="folder", dest="output_dir", default=None, metavar="DIR",
           help="where output files go (default: .)")
-    f.add(OUTPUT, "--output-format", choices=FORMATS + ("all",), default=None,
+    f.add(OUTPUT, "--output-format", writes=None, choices=FORMATS + ("all",), default=None,
           help="write AUDIO-stem.<fmt> files (default with --out-dir: all)")
     f.add(OUTPUT, "--json", action="store_true", help="print the JSON report on stdout")
     f.add(OUTPUT, "--compare", action="store_true",
@@ -77,6 +77,10 @@ def _check_args(args) -> None:
             raise RkspeechError(f"{flag} must be >= {low}, got {value}")
     if args.backend and not args.encoder:
         raise RkspeechError(f"--backend {args.backend} needs --encoder FILE")
+    if args.output_format and not args.output_dir:  # an --out-dir was checked with every output (cli.outputs)
+        from rkspeech.core.atomic import check_writable
+
+        check_writable(".", what="--output-format's folder (the current one; --out-dir picks another)", folder=True)
     if args.output_dir or args.output_format:
         stems = Counter(Path(a).stem for a in args.audio)
         twice = [s for s, n in stems.items() if n > 1]
