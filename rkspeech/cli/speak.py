@@ -7,7 +7,9 @@ wav, or with ``-o -`` to stdout as raw 16-bit little-endian mono PCM while gener
 (``| aplay -f S16_LE -r 24000 -c 1``).  Progress and the summary table go to stderr then.
 A text of several sentences is spoken one sentence at a time (``runtime.tts.long_text``: memory
 stays that of one sentence however long the text).
-``--codes-out`` saves the frames as ``[T, 16]`` int64, the layout ``rkspeech decode`` reads.
+``--codes-out`` saves the frames as ``[T, 16]`` int64, the layout ``rkspeech decode`` reads; a
+text of several sentences as ``[N, T, 16]``, one row per sentence padded with -1 (the official
+batched layout): decode gives each sentence a fresh vocoder state, as speak did.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ def register(subparsers) -> None:
     f.add(INPUT, "--plan", required=True, help="plan.json from `rkspeech build qwen3-tts` (talker, code predictor "
                                                "and vocoder graphs) or `build qwen3-tts-vocoder` for this model")
     f.add(OUTPUT, "-o", "--output", writes="file", required=True, help="output .wav, or - for raw s16le PCM on stdout")
-    f.add(OUTPUT, "--codes-out", writes="file", default=None, help="save the generated codes here ([T,16] int64 .npy)")
+    f.add(OUTPUT, "--codes-out", writes="file", default=None,
+          help="save the generated codes here ([T,16] int64 .npy; several sentences: [N,T,16], -1 padded)")
     f.add(OUTPUT, "--report", writes="file", default=None, help="write the timing report JSON here")
     f.add(VOICE, "--speaker", default=None, help="a named speaker (custom-voice models)")
     f.add(VOICE, "--instruct", default=None, help="a description of the voice (voice-design models; "
@@ -155,9 +158,11 @@ def run(args: argparse.Namespace) -> int:
                 for pcm in chunks:
                     wav.write(pcm)
         seconds = time.perf_counter() - start
-        if args.codes_out:
+        if args.codes_out:  # one sentence: [T, 16]; several: [N, T, 16], each padded with -1 (decode: apart)
+            from rkspeech.runtime.tts.codes import utterance_array
+
             with atomic_path(args.codes_out, suffix=".npy") as tmp:
-                np.save(tmp, np.stack(codes).astype(np.int64))
+                np.save(tmp, utterance_array(codes))
     report = {"text": args.text, "backend": args.backend, "stage_backends": speaker.stage_names,
               "host_loop": speaker.host, "output": args.output,
               "sample_rate": rate,

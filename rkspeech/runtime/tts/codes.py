@@ -70,6 +70,38 @@ def _refuse_out_of_range(tq: np.ndarray, codebook_size: int) -> None:
         raise RkspeechError(f"code {value} at token {t}, codebook {q} is outside [0, {codebook_size})")
 
 
+def utterances(codes, num_quantizers: int, codebook_size: int) -> list[np.ndarray]:
+    """The utterances of a codes array, each validated ``[T, Q]`` int64 (:func:`normalize_codes`):
+    ``[N, T, Q]`` (or ``[N, Q, T]``) with N > 1 is N utterances, each padded at its end with -1
+    rows (the official batched ``decode(audio_codes)`` layout; what ``speak --codes-out`` writes
+    for a text of several sentences, :func:`utterance_array`); anything else is one utterance.
+    Each utterance starts from a fresh vocoder state, as ``speak`` spoke it (issue 37: decoding the
+    sentences' codes as one stream differed from speak's wav by up to 16,102 LSB)."""
+    arr = np.asarray(codes)
+    if arr.ndim == 3 and arr.shape[0] > 1:
+        out = []
+        for i in range(arr.shape[0]):
+            try:
+                out.append(normalize_codes(arr[i], num_quantizers, codebook_size, allow_empty=False))
+            except RkspeechError as exc:
+                raise RkspeechError(f"utterance {i} of {arr.shape[0]}: {exc}") from None
+        return out
+    return [normalize_codes(arr, num_quantizers, codebook_size, allow_empty=False)]
+
+
+def utterance_array(parts: list[np.ndarray]) -> np.ndarray:
+    """``[T, Q]`` for one utterance, else ``[N, max T, Q]`` int64 with each utterance padded by
+    -1 rows at its end: the layout :func:`utterances` reads back as the same utterances."""
+    parts = [np.asarray(p, dtype=np.int64) for p in parts]
+    if len(parts) == 1:
+        return parts[0]
+    q = parts[0].shape[1]
+    out = np.full((len(parts), max(len(p) for p in parts), q), -1, dtype=np.int64)
+    for i, p in enumerate(parts):
+        out[i, :len(p)] = p
+    return out
+
+
 def load_codes_file(path) -> np.ndarray:
     """Read codes from ``.npy``, ``.json`` (nested lists) or ``.pt`` (a tensor, weights-only)."""
     import json
