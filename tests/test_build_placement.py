@@ -106,8 +106,9 @@ def test_plan_places_the_stages_on_the_cpu(built):
     # CPU stages are exported with per-layer cache inputs and grouped k/v (cpu_stages.CPU_EXPORT)
     for stage in (talker, cp):
         assert (stage.contract["cache_io"], stage.contract["kv_layout"]) == ("layers", "grouped")
-    # no .rknn for CPU stages (the vocoder's placeholders are outside the folder)
-    assert not list(built.rglob("*.rknn")), list(built.rglob("*.rknn"))
+    # no .rknn for CPU stages (the vocoder's placeholders are linked into vocoder/, as its plan names them)
+    assert sorted(p.relative_to(built).as_posix() for p in built.rglob("*.rknn")) == ["vocoder/first.rknn",
+                                                                                    "vocoder/main.rknn"]
     assert not (built / "code_predictor" / "calib").exists()
 
 
@@ -144,11 +145,25 @@ def test_summary_table_shows_the_cpu_stages(built):
 
 
 def test_speak_runs_the_cpu_variants(built, tts_custom_ckpt, tmp_path, capsys):
-    from rkfixtures import run_relative
+    """From a copy of the build folder alone, at another depth (as on a board): a --vocoder-plan
+    build pointed at ../../voc_plan/... and broke there (issue 37); its plan now names only
+    files inside its folder."""
+    import shutil
 
+    from rkfixtures import run_relative
+    from rkspeech.plan.integrity import expected_files
+    from rkspeech.plan.paths import inside
+
+    raw = json.loads((built / "plan.json").read_text())
+    names = [*raw["speech_decoder"]["artifacts"].values(), *raw["speech_decoder"]["onnx"].values(),
+             *raw["integrity"]["files"]]
+    assert names and all(inside(built, n) for n in names), names
+    board = tmp_path / "board" / "deeper" / "plan"
+    shutil.copytree(built, board)
+    assert all(f.is_file() for f in expected_files(raw, board))
     rc, err, new = run_relative(tmp_path, [
         "speak", "Hello from the board.", "--model-dir", os.path.relpath(tts_custom_ckpt, tmp_path), "--plan",
-        os.path.relpath(built / "plan.json", tmp_path), "--backend", "ort", "--speaker", "vivian", "--greedy",
+        os.path.relpath(board / "plan.json", tmp_path), "--backend", "ort", "--speaker", "vivian", "--greedy",
         "--max-frames", "6", "-o", "s.wav", "--report", "r.json"], capsys)
     assert rc == 0, err
     assert new == {"s.wav", "r.json"}, sorted(new)

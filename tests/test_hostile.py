@@ -94,20 +94,21 @@ def bad_files(tmp_path_factory, plan_dir) -> Path:
     (d / "afile").write_text("x")
     plan = json.loads((plan_dir / "plan.json").read_text())
 
+    import shutil
+
+    for role in ("first", "main"):  # the artifacts beside the variants: a plan names files in its folder only
+        shutil.copy(plan_dir / plan["speech_decoder"]["onnx"][role], d)
+
     def plan_variant(name, edit):
         p = json.loads(json.dumps(plan))
         edit(p["speech_decoder"])
-        for role in ("first", "main"):  # keep the artifacts reachable from the new folder
-            p["speech_decoder"]["onnx"][role] = p["speech_decoder"]["onnx"][role] \
-                if not isinstance(p["speech_decoder"]["onnx"][role], str) \
-                else str(plan_dir / p["speech_decoder"]["onnx"][role])
         (d / name).write_text(json.dumps(p))
 
     plan_variant("plan_number_path.json", lambda sd: sd["onnx"].__setitem__("main", 5))
     plan_variant("plan_N_abc.json", lambda sd: sd["contract"].__setitem__("N", "abc"))
     plan_variant("plan_rate.json", lambda sd: sd["contract"].__setitem__("sample_rate", 16000))
     edited = _tiny_step(d / "edited.onnx", _contract(16), graph_contract=_contract(8))
-    plan_variant("plan_edited_onnx.json", lambda sd: sd["onnx"].__setitem__("main", str(edited)))
+    plan_variant("plan_edited_onnx.json", lambda sd: sd["onnx"].__setitem__("main", edited.name))
 
     base = {"model_type": MODEL_TYPE, "decoder_config": CONFIGS["reduced"].to_dict()}
     for name, dec, top in [("kv0", {"num_key_value_heads": 0}, {}), ("hidden_str", {"hidden_size": "128"}, {}),

@@ -25,6 +25,7 @@ import os
 from pathlib import Path
 
 from rkspeech.core.errors import RkspeechError
+from rkspeech.plan.paths import plan_file
 
 INTEGRITY_KEY = "integrity"
 #: the golden replay file beside a graph: ``X.rknn`` -> ``X.golden.npz``
@@ -71,11 +72,47 @@ def plan_files(raw: dict, base: Path) -> list[Path]:
             named.append(start)
     out: dict[Path, None] = {}
     for v in named:
-        p = Path(v) if os.path.isabs(v) else base / v
+        p = plan_file(base, v, f"plan in {base}")
         out[p] = None
         for extra in (p.with_name(p.name + ".data"), golden_path(p)):
             if extra.is_file():
                 out[extra] = None
+    return list(out)
+
+
+def board_files(raw: dict, base: Path) -> set[Path]:
+    """The files of :func:`plan_files` a board runs (``rknnlite``): the vocoder's .rknn graphs,
+    each NPU-placed stage's .rknn, and each CPU-placed stage's ONNX (with its heads and start
+    graph).  The rest (the vocoder's ONNX sections, the ONNX an .rknn came from) serve ``ort``
+    and ``sim`` on a host; a board copy may leave them out."""
+    out: set[Path] = set()
+    sd = raw.get("speech_decoder")
+    arts = sd.get("artifacts") if isinstance(sd, dict) else None
+    if isinstance(arts, dict):
+        out |= {plan_file(base, v, f"plan in {base}") for v in arts.values() if isinstance(v, str)}
+    for name in _STAGE_SECTIONS:
+        sec = raw.get(name)
+        if not isinstance(sec, dict):
+            continue
+        key = "onnx" if sec.get("impl") == "onnx" else "rknn"
+        for files in (sec.get("artifacts") or {}).values():
+            if isinstance(files, dict) and isinstance(files.get(key), str):
+                out.add(plan_file(base, files[key], f"plan in {base}"))
+        if key == "onnx":
+            heads = sec.get("heads")
+            out |= {plan_file(base, v, f"plan in {base}") for v in (heads or {}).values() if isinstance(v, str)}
+            if isinstance(sec.get("start"), str):
+                out.add(plan_file(base, sec["start"], f"plan in {base}"))
+    return out
+
+
+def expected_files(raw: dict, base: Path) -> list[Path]:
+    """Every file the plan names (:func:`plan_files`) and every file its ``integrity`` record
+    lists (external data, golden replays), whether or not it is there now."""
+    out = dict.fromkeys(plan_files(raw, base))
+    files = (raw.get(INTEGRITY_KEY) or {}).get("files") if isinstance(raw.get(INTEGRITY_KEY), dict) else None
+    for rel in files if isinstance(files, dict) else ():
+        out[plan_file(base, rel, f"plan in {base}: integrity.files")] = None
     return list(out)
 
 
@@ -138,7 +175,8 @@ def record(raw: dict, base: Path) -> dict:
         if not p.is_file():
             continue
         st = p.stat()
-        files[os.path.relpath(p.resolve(), base.resolve())] = {"bytes": st.st_size, "sha256": cache.sha256(p, st)}
+        # as named, not through symlinks: a folder of links (a mirror) records its own names
+        files[os.path.relpath(p, base)] = {"bytes": st.st_size, "sha256": cache.sha256(p, st)}
     cache.save()
     return {"files": files}
 
@@ -159,7 +197,7 @@ def check(raw: dict, plan_path: Path) -> int:
     for rel, want in files.items():  # sizes first: one stat each, before any file is read
         if not isinstance(want, dict) or not isinstance(want.get("bytes"), int) or not isinstance(want.get("sha256"), str):
             raise RkspeechError(f"plan {plan_path}: integrity.files[{rel!r}] must hold bytes and sha256")
-        p = Path(rel) if os.path.isabs(rel) else base / rel
+        p = plan_file(base, rel, f"plan {plan_path}: integrity.files")
         try:
             st = p.stat()
         except OSError:
