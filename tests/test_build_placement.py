@@ -305,3 +305,21 @@ def test_start_graph_is_two_step_calls_in_one(built, tts_custom_ckpt, tmp_path):
     assert np.allclose(h1, h2, atol=1e-4) and np.allclose(c1[:, :, :2], c2[:, :, :2], atol=1e-4)
     with pytest.raises(RkspeechError, match=r"B=1, not a code-predictor step \(.*B=2\)"):
         open_step_stack(step, "ort", 16, start=step)
+
+
+def test_an_utterance_cut_by_the_talker_capacity_says_so(built, tts_custom_ckpt, tmp_path, capsys):
+    """The random talker never ends an utterance: at --max-frames 200 the plan's capacity of 96
+    positions cuts it.  That used to be silent (issue 37); now one line on stderr and the report."""
+    from rkfixtures import run_relative
+
+    rc, err, _ = run_relative(tmp_path, [
+        "speak", "Hello.", "--model-dir", os.path.relpath(tts_custom_ckpt, tmp_path), "--plan",
+        os.path.relpath(built / "plan.json", tmp_path), "--backend", "ort", "--speaker", "vivian", "--greedy",
+        "--max-frames", "200", "-o", "s.wav", "--report", "r.json"], capsys)
+    assert rc == 0, err
+    report = json.loads((tmp_path / "r.json").read_text())
+    (cut,) = report["cut"]
+    assert cut.startswith(f"the utterance was cut after {report['frames']} frames") and report["frames"] < CAPACITY
+    assert f"the talker graph holds {CAPACITY} positions (rebuild with a larger --talker-capacity)" in cut
+    lines = [x for x in err.splitlines() if x.startswith("warning: the utterance was cut")]
+    assert len(lines) == 1 and cut in " ".join(err.split()), err

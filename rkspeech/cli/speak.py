@@ -178,6 +178,7 @@ def run(args: argparse.Namespace) -> int:
         *_stage_rows(timing.stages, speaker.stage_names),
         (f"vocoder ({args.backend})", f"{timing.vocoder_s:.2f} s"),
         ("host (rest)", f"{timing.host_s:.2f} s"),
+        *[("cut short", cut) for cut in timing.cuts],
     ]
     print_table("rkspeech speak", rows, stderr=to_stdout)
     return 0

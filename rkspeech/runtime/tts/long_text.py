@@ -46,6 +46,7 @@ def stream_sentences(engine, text: str, *, options, timing, codes_out: list | No
         timing.samples += part.samples
         timing.generate_s += part.generate_s
         timing.vocoder_s += part.vocoder_s
+        timing.cuts += part.cuts
         for key, value in part.stages.items():
             timing.stages[key] = timing.stages.get(key, 0) + value
         timing.total_s = time.perf_counter() - start
