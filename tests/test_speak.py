@@ -255,3 +255,17 @@ def test_decode_of_the_codes_of_several_sentences_is_the_spoken_wav(tts_custom_c
                     "--threads", "1"], capsys)
     assert rc == 0, cap.err
     assert np.abs(read_wav_int16(tmp_path / "f.wav")[0].astype(np.int32) - spoken).max() > 100  # measured: 16,512
+
+
+def test_speak_prints_progress_as_it_goes(tts_custom_ckpt, plan, tmp_path, capsys, monkeypatch):
+    """A long text ran for minutes with nothing on stderr: now a line every few seconds (here
+    at every chunk) with the audio so far."""
+    from rkspeech.core import progress
+
+    monkeypatch.setattr(progress, "PERIODIC_SECONDS", 0)
+    rc, cap = _run(["speak", "Hi.", "--model-dir", str(tts_custom_ckpt), "--plan", str(plan), "-o",
+                    str(tmp_path / "a.wav"), "--speaker", "vivian", "--greedy", "--max-frames", "8",
+                    "--threads", "1"], capsys)
+    assert rc == 0, cap.err
+    lines = [x for x in cap.err.splitlines() if x.strip().startswith("speak: ")]
+    assert lines and "s of audio" in lines[-1] and "frames" in lines[-1], cap.err

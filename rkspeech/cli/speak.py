@@ -148,14 +148,21 @@ def run(args: argparse.Namespace) -> int:
                                   max_frames=args.max_frames, speaker=args.speaker, language=args.language,
                                   instruct=args.instruct, ref_audio=ref)
         start = time.perf_counter()
+        tick = progress.periodic("speak")
+
+        def shown(chunks):  # a line every few seconds: audio so far (a long text runs for minutes)
+            for pcm in chunks:
+                yield pcm
+                tick(f"{timing.samples / rate:.1f} s of audio, {timing.frames} frames")
+
         if to_stdout:
             sink = sys.stdout.buffer
-            for pcm in chunks:
+            for pcm in shown(chunks):
                 sink.write(to_int16(pcm).astype("<i2").tobytes())
                 sink.flush()
         else:
             with WavWriter(out, rate) as wav:
-                for pcm in chunks:
+                for pcm in shown(chunks):
                     wav.write(pcm)
         seconds = time.perf_counter() - start
         if args.codes_out:  # one sentence: [T, 16]; several: [N, T, 16], each padded with -1 (decode: apart)

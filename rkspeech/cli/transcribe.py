@@ -158,11 +158,12 @@ def run(args: argparse.Namespace) -> int:
         for index, (path, audio) in enumerate(zip(args.audio, audios), 1):
             if streamed:
                 progress.info(f"[{index}/{len(audios)}] {path}")
-                result = transcribe_file(runner, path, sample_rate=SAMPLE_RATE, seed=args.seed, **options)
+                result = transcribe_file(runner, path, sample_rate=SAMPLE_RATE, seed=args.seed,
+                                         progress=f"transcribe {path}", **options)
             else:
                 progress.info(f"[{index}/{len(audios)}] {path} ({len(audio) / SAMPLE_RATE:.1f} s)")
                 result = transcribe_audio(runner, audio, batch_size=args.batch_size or None, seed=args.seed,
-                                          **options)
+                                          progress=f"transcribe {path}", **options)
             entry = {"audio": path, **result.to_dict()}
             if stock is not None:
                 ref = transcribe_audio(stock, audio, batch_size=args.batch_size or None, seed=args.seed,
