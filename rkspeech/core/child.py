@@ -289,7 +289,7 @@ def _cleanup(entry: dict) -> None:
         f.close()
 
 
-def die_with_parent(parent_pid: int) -> None:
+def die_with_parent(parent_pid: int, *, kernel: bool = True) -> None:
     """Make this process (a child) die when ``parent_pid`` does, however the parent ends.
 
     A SIGKILL of a build left its rknn-toolkit2 child converting for minutes with nobody to read
@@ -298,8 +298,11 @@ def die_with_parent(parent_pid: int) -> None:
     the child SIGKILL when its parent dies (``prctl(PR_SET_PDEATHSIG)``: nothing in the child
     has to run, the toolkit's C code may hold the GIL for minutes); elsewhere a daemon thread
     polls the parent pid.  The parent may already be gone when this runs (then the child was
-    re-parented): it exits at once.  Call it first thing in the child."""
-    if sys.platform.startswith("linux"):
+    re-parented): it exits at once.  Call it first thing in the child.  ``kernel`` False: the
+    polling thread only, for a child whose parent *thread* may end before the parent process
+    (the kernel's signal follows the thread that forked; a simulator runner may be made in a
+    worker thread and outlive it)."""
+    if kernel and sys.platform.startswith("linux"):
         try:
             import ctypes
 
