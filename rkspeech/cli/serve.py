@@ -17,6 +17,7 @@ import argparse
 
 from rkspeech.cli.vocabulary import NPU, Flags
 from rkspeech.core.targets import CORE_MASKS, DEFAULT_TARGET
+from rkspeech.serve.limits import FD_RESERVE
 from rkspeech.runtime.runners import BACKENDS
 
 API_KEY_ENV = "RKSPEECH_API_KEY"
@@ -75,7 +76,7 @@ def register(subparsers) -> None:
           help="close a Wyoming connection with no event for S seconds (default 300)")
     f.add(LIMITS, "--max-connections", type=int, default=256, metavar="N",
           help="connections open at once, HTTP and Wyoming together; one more is refused at once "
-               "(default 256; kept 128 below the open-files limit)")
+               f"(default 256; kept {FD_RESERVE} below the open-files limit)")
     f.add(LIMITS, "--header-timeout", type=float, default=10.0, metavar="S",
           help="HTTP: a request head must arrive within S seconds of connecting (default 10)")
     f.add(LIMITS, "--body-timeout", type=float, default=60.0, metavar="S",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from rkspeech.core.errors import RkspeechError
@@ -61,8 +62,10 @@ class ServeOptions:
                           ("shutdown_grace_s", 0), ("beam_size", 1), ("idle_timeout_s", 0.001),
                           ("max_connections", 1), ("header_timeout_s", 0.001), ("body_timeout_s", 0.001),
                           ("keep_alive_timeout_s", 0.001), ("memory_budget_bytes", 1)):
-            if getattr(self, name) < low:
-                raise RkspeechError(f"{name} must be >= {low}, got {getattr(self, name)}")
+            value = getattr(self, name)
+            # nan passes every comparison (a nan time limit once made every request a 504)
+            if not (math.isfinite(value) and value >= low):
+                raise RkspeechError(f"{name} must be a finite number >= {low}, got {value}")
         if self.api_key is not None and not self.api_key.strip():
             raise RkspeechError("--api-key is empty: give a key, or leave the flag out to serve without one")
         if self.wyoming is not None and not self.wyoming.startswith(("tcp://", "unix://")):
