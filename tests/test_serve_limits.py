@@ -598,3 +598,63 @@ def test_voice_default_and_unknown_voices():
         st.stop()
     assert first.type == "error" and "unknown speaker 'nova'" in first.data["text"], first
     assert [e.type for e in rest] == ["audio-start", "audio-chunk", "audio-chunk", "audio-stop"]
+
+
+# -- issue 37 -------------------------------------------------------------------------------------------
+
+
+def _wyoming_lines(host, port, lines: list[bytes], replies: int, timeout: float = 5.0) -> list[dict]:
+    """Send raw event header lines on one connection; the first ``replies`` event headers back."""
+    s = socket.create_connection((host, port))
+    try:
+        s.sendall(b"".join(lines))
+        s.settimeout(timeout)
+        buf, got = b"", []
+        while len(got) < replies:
+            while b"\n" not in buf:
+                chunk = s.recv(65536)
+                assert chunk, got
+                buf += chunk
+            line, buf = buf.split(b"\n", 1)
+            header = json.loads(line)
+            length = header.get("data_length") or 0
+            while len(buf) < length:
+                buf += s.recv(65536)
+            header["data"] = json.loads(buf[:length]) if length else {}
+            buf = buf[length:]
+            got.append(header)
+        return got
+    finally:
+        s.close()
+
+
+def test_metrics_labels_do_not_come_from_what_clients_send():
+    """Issue 37 item 3: made-up Wyoming event types (40 of 10 KB, and one that is not valid UTF-8)
+    are answered with errors and counted as one ``other`` endpoint: /metrics stays 200 and does not
+    grow with them; every label value of every metric is one the server lists."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from rkspeech.serve.metrics import ENDPOINTS, HTTP_ROUTES, OTHER
+
+    st = _server()
+    host, port = _hostport(st, "wyoming")
+    url = f"http://{st.addresses['http']}/metrics"
+    try:
+        first = _wyoming_lines(host, port, [b'{"type": "made-up"}\n'], 1)
+        httpx.get(url, timeout=10)  # /metrics itself is counted from the next scrape on
+        before = httpx.get(url, timeout=10)
+        lines = [json.dumps({"type": f"{i:03d}" + "x" * 10_000}).encode() + b"\n" for i in range(40)]
+        lines.append(b'{"type": "\\ud800"}\n')
+        errors = _wyoming_lines(host, port, lines, len(lines))
+        after = httpx.get(url, timeout=10)
+        routes = {r.path for r in st.server.http._server.config.app.routes}
+    finally:
+        st.stop()
+    assert first[0]["type"] == "error" and all(e["type"] == "error" for e in errors), errors[-1]
+    assert before.status_code == 200 and after.status_code == 200, after.text[:200]
+    assert len(after.content) - len(before.content) < 50, (len(before.content), len(after.content))
+    families = {f.name: f for f in text_string_to_metric_families(after.text)}
+    requests = [s for s in families["rkspeech_requests"].samples if s.name == "rkspeech_requests_total"]
+    assert {s.labels["endpoint"] for s in requests} <= ENDPOINTS | {OTHER}
+    assert [s.value for s in requests if s.labels["endpoint"] == OTHER] == [42.0]
+    assert routes == set(HTTP_ROUTES)  # every route is counted under its own name

@@ -113,7 +113,7 @@ def build_app(pool: ServePool, options: ServeOptions, metrics=None, limits=None)
 
     def count(endpoint: str, status) -> None:
         if metrics is not None:
-            metrics.requests.labels(endpoint, str(status)).inc()
+            metrics.count(endpoint, status)
 
     def peer(request):
         """The client a request counts for in the wait line (serve.lane): the peer's host."""

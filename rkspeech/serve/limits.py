@@ -128,7 +128,7 @@ class ConnectionGate:
         if self.open >= self.limit:
             self._refused.hit(limit=self.limit)
             if self.metrics is not None:
-                self.metrics.requests.labels(f"{front_end} connect", "refused").inc()
+                self.metrics.count(f"{front_end} connect", "refused")
             return False
         self.open += 1
         return True

@@ -111,7 +111,7 @@ class WyomingHandler:
 
     def _count(self, endpoint: str, status: str) -> None:
         if self.metrics is not None:
-            self.metrics.requests.labels(endpoint, status).inc()
+            self.metrics.count(endpoint, status)
 
     async def run(self) -> None:
         try:
