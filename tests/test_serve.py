@@ -231,7 +231,7 @@ def test_bad_requests_get_one_line_errors(server, speech, tmp_path):
 
     base = f"http://{server.addresses['http']}"
     no_key = httpx.post(f"{base}/v1/audio/transcriptions", files={"file": ("a.wav", b"RIFF")})
-    assert no_key.status_code == 401 and no_key.json()["error"]["code"] == "invalid_api_key"
+    assert no_key.status_code == 401 and no_key.json()["error"]["code"] == "invalid-api-key"
     assert httpx.get(f"{base}/health").status_code == 200  # no key needed
     assert httpx.get(f"{base}/metrics").status_code == 401
     metrics = httpx.get(f"{base}/metrics", headers={"Authorization": f"Bearer {KEY}"}).text

@@ -658,3 +658,46 @@ def test_metrics_labels_do_not_come_from_what_clients_send():
     assert {s.labels["endpoint"] for s in requests} <= ENDPOINTS | {OTHER}
     assert [s.value for s in requests if s.labels["endpoint"] == OTHER] == [42.0]
     assert routes == set(HTTP_ROUTES)  # every route is counted under its own name
+
+
+def _error_codes() -> dict[str, str]:
+    """Every error code the server's source answers with -> where: a ``code = "..."`` class
+    attribute, the code argument of ``HttpError(...)`` / ``.error(text, code)``, a ``"code": "..."``
+    in a prepared answer (bytes or text)."""
+    import ast
+    import re
+    from pathlib import Path
+
+    import rkspeech.serve
+
+    codes = {}
+    for path in sorted(Path(rkspeech.serve.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            found = []
+            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "code" for t in node.targets):
+                found.append(node.value)
+            elif isinstance(node, ast.Call):
+                name = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
+                if name == "HttpError" and len(node.args) == 3:
+                    found.append(node.args[2])
+                elif name == "error" and len(node.args) >= 2:
+                    found.append(node.args[1])
+            elif isinstance(node, ast.Constant) and isinstance(node.value, (str, bytes)):
+                text = node.value.decode() if isinstance(node.value, bytes) else node.value
+                codes.update({c: f"{path.name}:{node.lineno}" for c in re.findall(r'"code": "([^"]*)"', text)})
+            for value in found:
+                if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                    codes[value.value] = f"{path.name}:{node.lineno}"
+    return codes
+
+
+def test_every_error_code_is_spelled_one_way():
+    """Annoyance of issue 37: HTTP answered ``bad_request`` where Wyoming and the error classes said
+    ``bad-request``.  Every code the server answers with is lower-case words joined by hyphens
+    (the spelling most codes had)."""
+    import re
+
+    codes = _error_codes()
+    assert {"bad-request", "over-budget", "too-many-connections", "malformed-event", "invalid-api-key"} <= set(codes)
+    bad = {c: where for c, where in codes.items() if not re.fullmatch(r"[a-z]+(-[a-z]+)*", c)}
+    assert not bad, bad
