@@ -144,7 +144,7 @@ _CHILD = textwrap.dedent("""
 
 def test_2000_idle_connections_at_a_1024_descriptor_limit_leave_health_answering(tmp_path):
     """The server runs with RLIMIT_NOFILE 1024 and asks for --max-connections 5000: the cap is lowered
-    to 864; 1,000 idle HTTP and 1,000 idle Wyoming connections: those over the cap are answered and
+    to 864, 432 per front end; 1,000 idle HTTP and 1,000 idle Wyoming connections: those over a share are answered and
     closed at once (no accept fails for want of a descriptor), the rest are closed by the header /
     idle timeouts (2 s), and /health answers within a few seconds; refusals are logged once per
     interval, not once per connection."""
@@ -187,7 +187,8 @@ def test_2000_idle_connections_at_a_1024_descriptor_limit_leave_health_answering
     assert sum(b"503 Service Unavailable" in r for r in replies[1::2]) == 100, (replies[:4], err[-3000:])  # HTTP: a clear 503
     assert sum(b"too-many-connections" in r for r in replies[0::2]) == 100  # Wyoming: an error event
     assert "out of system resource" not in err and "Traceback" not in err, err[-2000:]
-    assert 1 <= err.count("over the cap of 864 open") <= 3, err[-2000:]  # once per 10 s, not per accept
+    for front_end in ("http", "wyoming"):  # once per 10 s, not per accept
+        assert 1 <= err.count(f"{front_end} connection(s) over its share of 432 open") <= 3, err[-2000:]
 
 
 # -- bodies and the memory budget --------------------------------------------------------------------
@@ -701,3 +702,51 @@ def test_every_error_code_is_spelled_one_way():
     assert {"bad-request", "over-budget", "too-many-connections", "malformed-event", "invalid-api-key"} <= set(codes)
     bad = {c: where for c, where in codes.items() if not re.fullmatch(r"[a-z]+(-[a-z]+)*", c)}
     assert not bad, bad
+
+
+def test_idle_wyoming_sockets_do_not_lock_out_http(caplog):
+    """Issue 37 item 4: 300 idle sockets to the keyless Wyoming port of a server with an API key
+    and the default --max-connections (256: 128 per front end): /health and an authenticated
+    request are still answered at once; a refused client that sends ``describe`` on connecting
+    (as Home Assistant does) reads the documented error event, not a reset; the log counts every
+    refusal."""
+    import logging
+    import re
+
+    from wyoming.client import AsyncTcpClient
+    from wyoming.info import Describe
+
+    st = _server(api_key="k3y")
+    host, port = _hostport(st, "wyoming")
+    share = st.server.limits.gate.shares["wyoming"]
+    socks = []
+
+    async def refused_client():
+        async with AsyncTcpClient(host, port) as c:
+            await c.write_event(Describe().event())
+            return await asyncio.wait_for(c.read_event(), 5)
+
+    caplog.set_level(logging.WARNING, logger="rkspeech.serve")
+    try:
+        for _ in range(300):
+            socks.append(socket.create_connection((host, port)))
+        base = f"http://{st.addresses['http']}"
+        health = httpx.get(f"{base}/health", timeout=3)
+        models = httpx.get(f"{base}/v1/models", timeout=3, headers={"Authorization": "Bearer k3y"})
+        lingering = st.server.wyoming._lingering
+        while lingering[0]:  # the burst's refusals are closed (a burst past REFUSED_LINGERING closes at once)
+            time.sleep(0.05)
+        async def refused_clients():  # a reset is a race: five clients at once
+            return await asyncio.gather(*(refused_client() for _ in range(5)))
+
+        events = asyncio.run(refused_clients())
+        wyoming_open = st.server.limits.gate._open["wyoming"]
+    finally:
+        for s in socks:
+            s.close()
+        st.stop()
+    assert (share, wyoming_open) == (128, 128)
+    assert health.status_code == 200 and models.status_code == 200, (health.text, models.text)
+    assert all(e is not None and e.type == "error" and e.data["code"] == "too-many-connections" for e in events), events
+    logged = [int(n) for n in re.findall(r"refused (\d+) wyoming connection", caplog.text)]
+    assert sum(logged) == 300 - 128 + 5 and len(logged) <= 3, caplog.text

@@ -75,7 +75,8 @@ def register(subparsers) -> None:
     f.add(LIMITS, "--idle-timeout", type=float, default=300.0, metavar="S",
           help="close a Wyoming connection with no event for S seconds (default 300)")
     f.add(LIMITS, "--max-connections", type=int, default=256, metavar="N",
-          help="connections open at once, HTTP and Wyoming together; one more is refused at once "
+          help="connections open at once, split evenly between the front ends served (each its own "
+               "share: idle Wyoming sockets cannot lock HTTP out); one more is refused at once "
                f"(default 256; kept {FD_RESERVE} below the open-files limit)")
     f.add(LIMITS, "--header-timeout", type=float, default=10.0, metavar="S",
           help="HTTP: a request head must arrive within S seconds of connecting (default 10)")

@@ -69,7 +69,7 @@ def protocol_class(gate, header_timeout_s: float, request_timeout_s: float = 300
         def connection_lost(self, exc):
             if self._refused:
                 return
-            gate.leave()
+            gate.leave("http")
             self._disarm()
             self._disarm_write()
             super().connection_lost(exc)

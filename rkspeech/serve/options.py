@@ -34,8 +34,9 @@ class ServeOptions:
     #: a Wyoming connection with no event for this long is closed (an idle client holds a
     #: descriptor; 1,100 idle ones once exhausted a systemd unit's 1024 and took both front ends down)
     idle_timeout_s: float = 300.0
-    #: connections open at once over both front ends (they share the descriptors; lowered to stay
-    #: ``limits.FD_RESERVE`` below RLIMIT_NOFILE); one more is answered and closed at once
+    #: connections open at once, split evenly between the front ends served (they share the
+    #: descriptors; lowered to stay ``limits.FD_RESERVE`` below RLIMIT_NOFILE); one more than a
+    #: front end's share is answered and closed at once
     max_connections: int = 256
     #: HTTP: a request head must arrive within this of connecting or of the last response
     header_timeout_s: float = 10.0

@@ -70,6 +70,9 @@ class Server:
             await self.wyoming.stop(grace_s=1.0)
         if stop_http is not None:
             await stop_http
+        from rkspeech.serve.limits import flush_all
+
+        flush_all()  # refusals counted since the last log line
         return finished
 
 
