@@ -750,3 +750,67 @@ def test_idle_wyoming_sockets_do_not_lock_out_http(caplog):
     assert all(e is not None and e.type == "error" and e.data["code"] == "too-many-connections" for e in events), events
     logged = [int(n) for n in re.findall(r"refused (\d+) wyoming connection", caplog.text)]
     assert sum(logged) == 300 - 128 + 5 and len(logged) <= 3, caplog.text
+
+
+_SIGNAL_CHILD = textwrap.dedent("""
+    import sys, time
+    sys.path.insert(0, sys.argv[1])
+    from test_serve_limits import Words
+    import rkspeech.cli.serve as serve
+
+    class Slow(Words):
+        def stream(self, text, **kw):
+            for chunk in super().stream(text, **kw):
+                time.sleep(0.1)
+                yield chunk
+
+    serve._open_speaker = lambda args, masks=None: Slow()  # the CLI as it is, with a stand-in engine
+    from rkspeech.cli import main
+    sys.exit(main(["serve", "--tts-model-dir", "stand-in", "--http", "127.0.0.1:0", "--wyoming", "off",
+                   "--max-queue", "2"]))
+""")
+
+
+@pytest.mark.parametrize("sig", ["SIGHUP", "SIGTERM", "SIGINT"])
+def test_every_ending_signal_stops_serve_gracefully(sig):
+    """Issue 37 item 5: ``rkspeech serve`` gets SIGHUP, SIGTERM or SIGINT while it streams an answer
+    (20 chunks, 0.1 s each) and another request waits for the engine: the stream completes, the
+    waiting request gets a JSON 503 ``shutting-down``, the process exits 0 with no traceback
+    (SIGHUP once cut the stream, answered the waiting request with a plain-text 500 and exited 129)."""
+    import signal
+
+    env = {**os.environ, "PYTHONPATH": os.getcwd(), "RKSPEECH_API_KEY": ""}
+    proc = subprocess.Popen([sys.executable, "-c", _SIGNAL_CHILD, os.path.dirname(__file__)],
+                            stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        address = None
+        while address is None:
+            line = proc.stderr.readline()
+            assert line, proc.wait(10)
+            if " http on " in line:
+                address = line.split(" http on ")[1].strip()
+        url = f"http://{address}/v1/audio/speech"
+        waiting = {}
+
+        def wait_behind():
+            waiting["response"] = httpx.post(url, json={"input": "one", "response_format": "pcm"}, timeout=30)
+
+        with httpx.stream("POST", url, json={"input": "w " * 20, "response_format": "pcm"}, timeout=30) as r:
+            chunks = r.iter_bytes()
+            got = len(next(chunks))
+            behind = threading.Thread(target=wait_behind)
+            behind.start()
+            time.sleep(0.3)  # it waits for the engine
+            proc.send_signal(getattr(signal, sig))
+            got += sum(len(c) for c in chunks)
+        behind.join(30)
+        rc = proc.wait(30)
+        err = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert got == 20 * 1200 * 2, got  # the whole answer: 20 chunks of 1200 16-bit samples
+    assert waiting["response"].status_code == 503, waiting["response"].text
+    assert waiting["response"].json()["error"]["code"] == "shutting-down"
+    assert rc == 0 and "Traceback" not in err and "stopped (all requests finished)" in err, (rc, err[-2000:])

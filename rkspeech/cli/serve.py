@@ -7,8 +7,8 @@ Transcription with ``--asr-model-dir DIR [--asr-encoder FILE --asr-backend ort|s
 per NPU core); speech with ``--tts-model-dir DIR --tts-plan plan.json``
 (``rkspeech.runtime.tts.speak.Speaker``).  Binds to 127.0.0.1 unless told otherwise;
 ``--api-key`` (or the ``RKSPEECH_API_KEY`` environment variable, which keeps the key out of
-``ps``) protects the HTTP routes.  SIGINT/SIGTERM: stop accepting, refuse what waits, finish
-what runs, exit 0.  See docs/serve.md.
+``ps``) protects the HTTP routes.  SIGTERM, SIGHUP, SIGINT: stop accepting, refuse what waits,
+finish what runs, exit 0.  See docs/serve.md.
 """
 
 from __future__ import annotations

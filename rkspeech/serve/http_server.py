@@ -333,7 +333,7 @@ class HttpServer:
         import uvicorn
 
         class _Server(uvicorn.Server):
-            def capture_signals(self):  # the serve command owns SIGINT/SIGTERM
+            def capture_signals(self):  # the serve command owns the ending signals (core.child.ENDING_SIGNALS)
                 import contextlib
 
                 return contextlib.nullcontext()

@@ -4,7 +4,7 @@
 (``server.addresses`` says where, ports 0 resolved); ``await server.stop()`` shuts down
 gracefully: the listeners close, the pool refuses queued and new requests, running requests
 finish (up to ``options.shutdown_grace_s``), then connections close and owned models are
-released.  :func:`serve_forever` runs that until SIGINT/SIGTERM (the CLI);
+released.  :func:`serve_forever` runs that until SIGTERM, SIGHUP or SIGINT (the CLI);
 :class:`ServerThread` runs it in a background thread (tests, benchmarks).
 """
 
@@ -77,16 +77,20 @@ class Server:
 
 
 async def serve_forever(server: Server, *, on_ready=None) -> bool:
-    """Start, call ``on_ready(addresses)``, run until SIGINT or SIGTERM, shut down gracefully."""
+    """Start, call ``on_ready(addresses)``, run until a signal of ``core.child.ENDING_SIGNALS``
+    (SIGTERM, SIGHUP, SIGINT: one handler for all), shut down gracefully."""
     import signal
+
+    from rkspeech.core.child import ENDING_SIGNALS
 
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    installed = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    installed = {}
+    for sig in ENDING_SIGNALS:
         try:
+            previous = signal.getsignal(sig)
             loop.add_signal_handler(sig, stop.set)
-            installed.append(sig)
+            installed[sig] = previous
         except (NotImplementedError, RuntimeError, ValueError):
             pass
     try:
@@ -96,8 +100,9 @@ async def serve_forever(server: Server, *, on_ready=None) -> bool:
         await stop.wait()
         return await server.stop()  # a second signal during the grace time changes nothing
     finally:
-        for sig in installed:
+        for sig, previous in installed.items():
             loop.remove_signal_handler(sig)
+            signal.signal(sig, previous if previous is not None else signal.SIG_DFL)  # the CLI's, not the default
 
 
 class ServerThread:
