@@ -814,3 +814,52 @@ def test_every_ending_signal_stops_serve_gracefully(sig):
     assert waiting["response"].status_code == 503, waiting["response"].text
     assert waiting["response"].json()["error"]["code"] == "shutting-down"
     assert rc == 0 and "Traceback" not in err and "stopped (all requests finished)" in err, (rc, err[-2000:])
+
+
+def test_wyoming_requests_whose_client_left_while_waiting_are_dropped():
+    """Issue 37 item 10: the one engine of each kind is held; a Wyoming client asks for speech,
+    another for a transcription, and both close after 0.3 s: each request leaves the wait line
+    while the engine is still held, nothing is computed for it when the engine is free again, and
+    each is counted (``client-gone``)."""
+    from wyoming.audio import AudioChunk, AudioStart, AudioStop
+    from wyoming.tts import Synthesize
+
+    from rkspeech.serve.engines import GONE_POLL_S, SPEECH, TRANSCRIBE
+
+    words, counting = Words(), CountingTranscriber()
+    st = _server(speaker=words, transcriber=counting)
+    host, port = _hostport(st, "wyoming")
+    release = threading.Event()
+    holders = [_hold_engine(st, kind, release) for kind in (SPEECH, TRANSCRIBE)]
+
+    def line(event) -> bytes:
+        data = json.dumps(event.data).encode()
+        header = {"type": event.type, "data_length": len(data)}
+        if event.payload:
+            header["payload_length"] = len(event.payload)
+        return json.dumps(header).encode() + b"\n" + data + (event.payload or b"")
+
+    try:
+        speak = socket.create_connection((host, port))
+        speak.sendall(line(Synthesize(text="one two three").event()))
+        listen = socket.create_connection((host, port))
+        listen.sendall(b"".join(line(e) for e in (AudioStart(rate=16000, width=2, channels=1).event(),
+                                                   AudioChunk(rate=16000, width=2, channels=1, audio=b"\0" * 3200).event(),
+                                                   AudioStop().event())))
+        time.sleep(0.3)
+        queued = {kind: v["waiting"] for kind, v in st.pool.status().items()}
+        speak.close(), listen.close()
+        time.sleep(0.1 + 3 * GONE_POLL_S)
+        left = {kind: v["waiting"] for kind, v in st.pool.status().items()}
+        release.set()
+        for h in holders:
+            h.result(10)
+        time.sleep(0.3)
+        metrics = httpx.get(f"http://{st.addresses['http']}/metrics", timeout=10).text
+    finally:
+        release.set()
+        st.stop()
+    assert queued == {SPEECH: 1, TRANSCRIBE: 1} and left == {SPEECH: 0, TRANSCRIBE: 0}, (queued, left)
+    assert words.produced == 0 and counting.calls == 0, (words.produced, counting.calls)
+    for endpoint in ("wyoming synthesize", "wyoming audio-stop"):
+        assert f'rkspeech_requests_total{{endpoint="{endpoint}",status="client-gone"}} 1.0' in metrics, metrics

@@ -99,7 +99,7 @@ class WyomingHandler:
     def gone(self) -> bool:
         """The client closed the connection (end of stream read, or the transport lost): a
         transcription that has no partial to send yet never writes, so it checks this between
-        segments instead.  Events the client sent before closing still count as there: nothing
+        segments instead; a request waiting for an engine checks it too (``ServePool._acquire``).  Events the client sent before closing still count as there: nothing
         is dropped that it may wait for."""
         return self.reader.at_eof() or self.writer.transport.is_closing()
 
@@ -131,7 +131,8 @@ class WyomingHandler:
                 self.busy = True
                 try:
                     await self.handle(event)
-                except ClientGone:
+                except ClientGone:  # it left (while its request waited for an engine, or between segments)
+                    self._count(f"wyoming {event.type}", ClientGone.code)
                     break
                 except ServeError as exc:
                     await self.error(str(exc), exc.code, f"wyoming {event.type}")
@@ -326,7 +327,8 @@ class WyomingHandler:
         rate = engine.sample_rate
         began = time.perf_counter()
         deadline = self.pool.deadline()
-        chunks = self.pool.stream(SPEECH, request.open, deadline=deadline, client=self.client, budget=self._budget)
+        chunks = self.pool.stream(SPEECH, request.open, deadline=deadline, client=self.client, budget=self._budget,
+                                  gone=self.gone)
         started = not start  # audio-start already sent (a streamed sentence after the first)
         try:
             async for chunk in chunks:
