@@ -647,6 +647,8 @@ def test_metrics_labels_do_not_come_from_what_clients_send():
         lines = [json.dumps({"type": f"{i:03d}" + "x" * 10_000}).encode() + b"\n" for i in range(40)]
         lines.append(b'{"type": "\\ud800"}\n')
         errors = _wyoming_lines(host, port, lines, len(lines))
+        for path in ("/" + "p" * 10_000, "/v1/audio/%ED%A0%80", "/v1/models/x"):  # HTTP paths not routed: 404, not counted
+            assert httpx.get(url.replace("/metrics", path), timeout=10).status_code == 404
         after = httpx.get(url, timeout=10)
         routes = {r.path for r in st.server.http._server.config.app.routes}
     finally:
