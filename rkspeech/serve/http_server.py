@@ -109,7 +109,7 @@ def build_app(pool: ServePool, options: ServeOptions, metrics=None, limits=None)
                 await super().__call__(scope, receive, send)
             finally:
                 await self.body_iterator.aclose()
-                self.lease.release()
+                self.lease.close()
 
     def count(endpoint: str, status) -> None:
         if metrics is not None:
@@ -151,7 +151,7 @@ def build_app(pool: ServePool, options: ServeOptions, metrics=None, limits=None)
                     response = _error_response(HttpError(500, f"internal error: {type(exc).__name__}", "internal"))
                 finally:
                     if not isinstance(response, LeasedStream):  # a streamed body gives it back when it ends
-                        request.state.lease.release()  # the body is parsed (speech) or transcribed by now
+                        request.state.lease.close()  # the body is parsed (speech) or transcribed by now
                 count(name, response.status_code)
                 if metrics is not None and name.startswith("/v1/"):
                     metrics.stage_seconds.labels("request").observe(time.perf_counter() - start)
@@ -215,12 +215,12 @@ def build_app(pool: ServePool, options: ServeOptions, metrics=None, limits=None)
             beam_size=options.beam_size, vad=options.vad)
         start = time.perf_counter()
         try:
+            # the samples are held until transcribed (float32: 3.7 MB a minute): they count as the
+            # body did, taken block by block while decoding (a 1.3 MB FLAC can decode to 460 MB)
             audio = await asyncio.to_thread(decode_audio, data, sample_rate=SAMPLE_RATE, what="the uploaded file",
-                                            max_seconds=options.max_audio_s)
+                                            max_seconds=options.max_audio_s, hold=request.state.lease)
         except AudioError as exc:
             raise bad_audio(exc) from None
-        # the samples are held until transcribed (float32: 2.3 MB a minute): they count as the body did
-        request.state.lease.add(audio.nbytes, "the decoded audio")
         if metrics is not None:
             metrics.stage_seconds.labels("decode_audio").observe(time.perf_counter() - start)
         log.info("transcription: %s", req.logged())

@@ -13,7 +13,10 @@
   buffered Wyoming audio (and its float32 samples), streamed text, speech generated ahead of a
   slow client (at most :data:`RUN_AHEAD_BYTES` per stream) -- against one limit; work that would pass it is refused with
   :class:`OverBudget` (HTTP 503 + ``Retry-After``, a Wyoming ``error`` with code
-  ``over-budget``).  Each request takes a :class:`Lease` and gives it back when it ends.
+  ``over-budget``).  Each request takes a :class:`Lease` and gives it back when it ends.  A
+  request whose own share would pass the whole budget can never be served: :class:`NeverFits`
+  (413), not "retry later" (a 1.3 MB FLAC of 2 h silence decodes to 460 MB of float32).  The
+  budget is locked: an upload's decoder (a worker thread) takes its share block by block.
 * :func:`quiet_accept_errors`: the event loop's "socket.accept() out of system resource"
   (EMFILE) report, once per interval with a count instead of a traceback per retry.
 """
@@ -22,10 +25,11 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 import weakref
 
-from rkspeech.serve.errors import ServeError
+from rkspeech.serve.errors import ServeError, TooLarge
 
 log = logging.getLogger("rkspeech.serve")
 
@@ -60,6 +64,12 @@ class OverBudget(ServeError):
     def __init__(self, what: str, limit: int):
         super().__init__(f"the server's memory budget for client data ({limit / 2**20:g} MB, --memory-budget-mb) "
                          f"is in use; {what} refused, retry later")
+
+
+class NeverFits(TooLarge):
+    def __init__(self, what: str, limit: int):
+        super().__init__(f"{what} needs more than the server's whole memory budget for client data "
+                         f"({limit / 2**20:g} MB, --memory-budget-mb); send less")
 
 
 class Every:
@@ -183,20 +193,15 @@ class ConnectionGate:
 
 
 class MemoryBudget:
-    """``limit`` bytes of client data at once (event-loop thread only)."""
+    """``limit`` bytes of client data at once (any thread: one lock)."""
 
     def __init__(self, limit: int):
         self.limit, self.used = limit, 0
+        self.lock = threading.Lock()
         self._refused = Every("refused %d request(s) over the memory budget of %d bytes in the last interval")
 
     def lease(self) -> Lease:
         return Lease(self)
-
-    def _take(self, n: int, what: str) -> None:
-        if self.used + n > self.limit:
-            self._refused.hit(limit=self.limit)
-            raise OverBudget(what, self.limit)
-        self.used += n
 
 
 class Lease:
@@ -204,29 +209,46 @@ class Lease:
     the budget would be passed), :meth:`release` gives it all back (idempotent)."""
 
     def __init__(self, budget: MemoryBudget):
-        self.budget, self.held = budget, 0
+        self.budget, self.held, self.closed = budget, 0, False
 
     def add(self, n: int, what: str = "this request") -> None:
-        self.budget._take(n, what)
-        self.held += n
+        """Hold ``n`` more bytes: :class:`NeverFits` when this lease alone would pass the limit,
+        :class:`OverBudget` when the budget is in use."""
+        budget = self.budget
+        if self.held + n > budget.limit:
+            raise NeverFits(what, budget.limit)
+        if not self.try_add(n):
+            budget._refused.hit(limit=budget.limit)
+            raise OverBudget(what, budget.limit)
 
     def try_add(self, n: int) -> bool:
         """:meth:`add` that answers False instead of raising (nothing is logged)."""
-        if self.budget.used + n > self.budget.limit:
-            return False
-        self.budget.used += n
-        self.held += n
+        with self.budget.lock:
+            if self.closed or self.budget.used + n > self.budget.limit:
+                return False
+            self.budget.used += n
+            self.held += n
         return True
 
     def give_back(self, n: int) -> None:
         """Return ``n`` of the bytes held (a part of the request's data was let go)."""
-        n = min(n, self.held)
-        self.budget.used -= n
-        self.held -= n
+        with self.budget.lock:
+            n = min(n, self.held)
+            self.budget.used -= n
+            self.held -= n
 
     def release(self) -> None:
-        self.budget.used -= self.held
-        self.held = 0
+        with self.budget.lock:
+            self.budget.used -= self.held
+            self.held = 0
+
+    def close(self) -> None:
+        """:meth:`release` for good: the request has ended, and a worker still decoding its upload
+        (a thread cannot be stopped) is refused what it asks for after that, so the budget is not
+        charged for a request that is gone."""
+        with self.budget.lock:
+            self.closed = True
+        self.release()
 
     def __enter__(self) -> Lease:
         return self
