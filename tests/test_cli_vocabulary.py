@@ -31,6 +31,7 @@ REQUIRED = {
     "decode": (["c.npy"], {"--plan": "plan.json", "-o": "x.wav"}),
     "demo": ([], {}),
     "export qwen3-tts-vocoder": ([], {"-B": "4"}),
+    "healthcheck": ([], {}),
     "serve": ([], {}),
     "speak": (["hello"], {"--plan": "plan.json", "-o": "x.wav"}),
     "synth-checkpoint qwen3-tts": ([], {"--out-dir": "o"}),

@@ -33,6 +33,7 @@ COMMAND_MODULES = (
     "speak",
     "transcribe",
     "serve",
+    "healthcheck",
     "check_board",
     "doctor",
 )
