@@ -18,6 +18,7 @@ import argparse
 
 from rkspeech.cli.vocabulary import NPU, Flags
 from rkspeech.core.targets import CORE_MASKS, DEFAULT_TARGET
+from rkspeech.serve.discovery import DEFAULT_NAME as DEFAULT_ZEROCONF_NAME
 from rkspeech.serve.limits import FD_RESERVE
 from rkspeech.runtime.runners import BACKENDS
 
@@ -64,6 +65,9 @@ def register(subparsers) -> None:
           help=f"chip of the .rknn files, both engines (default {DEFAULT_TARGET})")
     f.add(NETWORK, "--wyoming", default="tcp://127.0.0.1:10300", metavar="URI",
           help="Wyoming listener tcp://HOST:PORT or unix://PATH, or 'off' (default tcp://127.0.0.1:10300)")
+    f.add(NETWORK, "--zeroconf", nargs="?", const=DEFAULT_ZEROCONF_NAME, default=None, metavar="NAME",
+          help=f"announce the tcp:// Wyoming listener by zeroconf (mDNS) as NAME (default {DEFAULT_ZEROCONF_NAME}): "
+               "Home Assistant discovers it; needs the zeroconf package")
     f.add(NETWORK, "--http", default="127.0.0.1:8000", metavar="HOST:PORT",
           help="HTTP listener, or 'off' (default 127.0.0.1:8000)")
     f.add(NETWORK, "--api-key", default=None, metavar="KEY",
@@ -118,7 +122,7 @@ def options_from_args(args: argparse.Namespace):
         body_timeout_s=args.body_timeout, keep_alive_timeout_s=args.keep_alive_timeout,
         memory_budget_bytes=int(args.memory_budget_mb * 1024 * 1024), beam_size=args.beam_size,
         language=None if args.language in ("auto", "") else args.language, vad=args.vad,
-        hotwords_file=_hotwords_file(args.hotwords_file),
+        hotwords_file=_hotwords_file(args.hotwords_file), zeroconf=args.zeroconf,
         model_name=os.path.basename(os.path.normpath(args.whisper_model)) if args.whisper_model else "whisper",
         speech_model_name=os.path.basename(os.path.normpath(args.tts_model)) if args.tts_model else "speech")
 
