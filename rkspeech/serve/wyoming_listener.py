@@ -64,13 +64,16 @@ class WyomingServer:
     async def start(self) -> None:
         from urllib.parse import urlparse
 
-        info = info_event(self.pool, self.options)
+        import functools
+
+        describe = functools.partial(info_event, self.pool, self.options)
+        describe()  # built once now too: an engine that cannot describe itself stops the start
 
         async def on_connect(reader, writer):
             if not self.limits.gate.admit("wyoming"):  # over its share of --max-connections: say so, close
                 await refuse(reader, writer, self._lingering)
                 return
-            handler = WyomingHandler(reader, writer, self.pool, self.options, self.metrics, info, self.limits)
+            handler = WyomingHandler(reader, writer, self.pool, self.options, self.metrics, describe, self.limits)
             task = asyncio.current_task()
             self._tasks[task] = handler
             try:
