@@ -38,6 +38,7 @@ REQUIRED = {
     "synth-checkpoint qwen3-tts-vocoder": ([], {"--out-dir": "o"}),
     "transcribe": (["a.wav"], {"--model-dir": "m"}),
     "verify": ([], {"--onnx": "s.onnx"}),
+    "voices": ([], {}),
 }
 
 

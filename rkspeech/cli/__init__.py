@@ -31,6 +31,7 @@ COMMAND_MODULES = (
     "build",
     "decode",
     "speak",
+    "voices",
     "transcribe",
     "serve",
     "healthcheck",
