@@ -72,3 +72,29 @@ def test_bad_uri_is_a_usage_error(capsys):
     assert main(["healthcheck", "http://127.0.0.1:1"]) == 2
     assert capsys.readouterr().err.strip() == \
         "rkspeech healthcheck: error: 'http://127.0.0.1:1': use tcp://HOST:PORT or unix://PATH"
+
+
+def test_wait_retries_until_the_server_answers(capsys):
+    """``--wait``: a server that starts listening 1 s after the check begins is healthy within it."""
+    import threading
+
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    started = []
+
+    def later():
+        time.sleep(1.0)
+        started.append(_server(http=None, wyoming=f"tcp://127.0.0.1:{port}"))
+
+    t = threading.Thread(target=later)
+    t.start()
+    try:
+        assert main(["healthcheck", f"tcp://127.0.0.1:{port}", "--wait", "10"]) == 0
+    finally:
+        t.join()
+        for st in started:
+            st.stop()
+    assert "healthy" in capsys.readouterr().out
+    assert main(["healthcheck", f"tcp://127.0.0.1:{port}", "--wait", "0.6"]) == 1  # stopped: retried, then 1
