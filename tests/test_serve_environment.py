@@ -65,6 +65,9 @@ def test_command_line_then_environment_then_default(tmp_path):
     assert _parse([], {"RKSPEECH_ASR_CORE_MASK": "0  0_1"}).core_masks == ["0", "0_1"]
     assert _parse([], {"RKSPEECH_ASR_VAD": "off"}).vad is False
     assert _parse([], {"RKSPEECH_ASR_VAD": "on"}).vad is True
+    assert _parse([], {"RKSPEECH_ZEROCONF": "1"}).zeroconf == "rkspeech"  # as --zeroconf alone
+    assert _parse([], {"RKSPEECH_ZEROCONF": "off"}).zeroconf is None
+    assert _parse([], {"RKSPEECH_ZEROCONF": "kitchen"}).zeroconf == "kitchen"
 
 
 def _error(argv, monkeypatch, capsys, **env) -> str:

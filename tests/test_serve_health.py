@@ -98,3 +98,13 @@ def test_wait_retries_until_the_server_answers(capsys):
             st.stop()
     assert "healthy" in capsys.readouterr().out
     assert main(["healthcheck", f"tcp://127.0.0.1:{port}", "--wait", "0.6"]) == 1  # stopped: retried, then 1
+
+
+def test_a_unix_socket_server(tmp_path, capsys):
+    path = tmp_path / "w.sock"
+    st = _server(http=None, wyoming=f"unix://{path}")
+    try:
+        assert main(["healthcheck", f"unix://{path}", "--expect", "tts"]) == 0
+    finally:
+        st.stop()
+    assert f"healthy: unix://{path}: " in capsys.readouterr().out

@@ -15,8 +15,9 @@ beats ``RKSPEECH_MAX_QUEUE=4`` although 8 is the default.  An empty variable cou
 (``RKSPEECH_API_KEY=`` in an env file meant "no key" before this module).  A value is converted
 and checked by the flag's own ``type`` and ``choices``, so a bad one gets the flag's words, naming
 the variable: ``RKSPEECH_MAX_CONNECTIONS: 'abc' is not an integer``.  Switches (``--asr-vad``) take
-1/true/yes/on or 0/false/no/off; flags of several values (``--asr-core-mask``) take them
-separated by spaces.
+1/true/yes/on or 0/false/no/off; a flag whose value is optional (``--zeroconf [NAME]``) takes
+those words too (on: the flag alone, its default NAME; off: not given), any other value is its
+value; flags of several values (``--asr-core-mask``) take them separated by spaces.
 
 Standard library only: CLI modules import it at load time.
 """
@@ -135,6 +136,8 @@ def _convert(action: argparse.Action, raw: str, source: str):
         if word in FALSE:
             return action.default
         raise RkspeechError(f"{source}: {raw!r} is not one of {'/'.join(TRUE)} or {'/'.join(FALSE)}")
+    if action.nargs == "?" and raw.strip().lower() in TRUE + FALSE:  # the flag alone, or not given
+        return action.const if raw.strip().lower() in TRUE else action.default
     if action.nargs in ("+", "*") or isinstance(action.nargs, int):
         return [_one(action, part, source) for part in raw.split()]
     return _one(action, raw, source)

@@ -60,6 +60,9 @@ class Server:
         except OSError as exc:
             await self.stop()
             raise RkspeechError(f"cannot listen: {exc.strerror or exc}") from None
+        except RkspeechError:  # --zeroconf could not announce: nothing is left listening
+            await self.stop()
+            raise
 
     async def _announce(self) -> None:
         """Zeroconf for the Wyoming listener (serve.discovery), once it is bound (port 0 resolved)."""

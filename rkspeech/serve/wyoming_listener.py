@@ -93,9 +93,9 @@ class WyomingServer:
             self._server = await asyncio.start_server(on_connect, host=parsed.hostname or "127.0.0.1",
                                                       port=parsed.port or 0, limit=MAX_LINE, backlog=ACCEPT_BATCH)
             host, port = self._server.sockets[0].getsockname()[:2]
+            self.address = f"tcp://{host}:{port}"  # tcp only: a unix:// listener is named by its URI
         for sock in self._server.sockets:
             deepen(sock)
-            self.address = f"tcp://{host}:{port}"
 
     async def stop_listening(self) -> None:
         if self._server is not None:

@@ -244,7 +244,7 @@ class WyomingHandler:
                 self._text_lease.add(len(splitter.text) + sum(map(len, sentences)), "this text stream")
                 for sentence in sentences:
                     if sentence.strip():
-                        await self._speak(sentence, state["voice"])  # audio-start .. audio-stop per sentence
+                        await self._speak(sentence.strip(), state["voice"])  # audio-start .. audio-stop per sentence
             except (ServeError, RkspeechError):
                 state["failed"] = True
                 splitter.rest()
@@ -260,7 +260,7 @@ class WyomingHandler:
             rest = state["text"].rest()
             try:
                 if rest.strip() and not state["failed"]:
-                    await self._speak(rest, state["voice"])
+                    await self._speak(rest.strip(), state["voice"])
             except (ServeError, RkspeechError) as exc:  # said before synthesize-stopped, which still follows
                 await self.error(str(exc), getattr(exc, "code", "bad-request"), "wyoming synthesize-stop")
             await self.write(SynthesizeStopped().event())
