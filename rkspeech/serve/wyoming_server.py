@@ -5,7 +5,7 @@ Per connection (:class:`WyomingHandler`):
 * ``describe`` -> ``info``: an ASR program with one model (its languages) when transcription is
   served, a TTS program with one voice per speaker (the engine's languages, streaming
   synthesis supported) when speech is; built anew for every ``describe`` (Home Assistant
-  re-lists voices on each, as wyoming-piper answers it), so an engine's changed speakers show.
+  re-lists voices with one), so an engine's changed speakers show.
 * Speech to text: ``transcribe`` (optional: language; ``transcript_names`` / ``transcript_terms``
   become faster-whisper hotwords), ``audio-start``, ``audio-chunk``..., ``audio-stop`` ->
   ``transcript-start``, ``transcript-chunk`` per decoded segment, ``transcript-stop`` (streaming,
@@ -261,6 +261,8 @@ class WyomingHandler:
             try:
                 if rest.strip() and not state["failed"]:
                     await self._speak(rest.strip(), state["voice"])
+            except ClientGone:
+                raise
             except (ServeError, RkspeechError) as exc:  # said before synthesize-stopped, which still follows
                 await self.error(str(exc), getattr(exc, "code", "bad-request"), "wyoming synthesize-stop")
             await self.write(SynthesizeStopped().event())
