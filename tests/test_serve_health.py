@@ -32,7 +32,7 @@ def test_healthy_server_exits_0_and_names_its_programs(capsys, monkeypatch):
         st.stop()
 
 
-def test_a_missing_program_or_no_server_exits_1(capsys):
+def test_a_missing_program_or_no_server_exits_1(capsys, monkeypatch):
     from rkspeech.serve.engines import ServePool
     from rkspeech.serve.options import ServeOptions
     from rkspeech.serve.server import ServerThread
@@ -42,12 +42,16 @@ def test_a_missing_program_or_no_server_exits_1(capsys):
     try:
         uri = st.addresses["wyoming"]
         assert main(["healthcheck", uri, "--expect", "tts"]) == 0
+        assert main(["healthcheck", uri]) == 0  # at least one of asr / tts
+        monkeypatch.setenv("RKSPEECH_ASR_MODEL_DIR", "models/base")  # serve's env file: asr is expected
+        assert main(["healthcheck", uri]) == 1
+        monkeypatch.delenv("RKSPEECH_ASR_MODEL_DIR")
         assert main(["healthcheck", uri, "--expect", "asr", "tts"]) == 1
     finally:
         st.stop()
-    err = capsys.readouterr().err.strip()
-    assert err == f"rkspeech healthcheck: unhealthy: {uri}: no asr program in its info " \
-                  "(it offers: tts rkspeech-speech (1 voice))", err
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"rkspeech healthcheck: unhealthy: {uri}: no asr program in its info "
+                   "(it offers: tts rkspeech-speech (1 voice))"] * 2, err
     assert main(["healthcheck", uri]) == 1  # stopped: nobody listens
     assert "cannot connect (Connection refused)" in capsys.readouterr().err
 
