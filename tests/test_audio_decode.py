@@ -58,10 +58,22 @@ def _bad_input(case, tmp_path):
     if case == "truncated":  # cut inside its header
         p.write_bytes(_wav_bytes()[:30])
         return p, r": cannot decode it as audio \(.+\)$"
+    if case == "rate1":  # 8 KB of PCM whose header says 1 Hz: 4,000 s, 64 M samples at 16 kHz
+        p.write_bytes(_declared_rate_wav(1, 8000))
+        return p, r" declares a sample rate of 1 Hz; audio below 8000 Hz is not accepted \(.+\)$"
     raise AssertionError(case)
 
 
-BAD = ["missing", "folder", "text", "empty", "truncated"]
+def _declared_rate_wav(rate: int, data_bytes: int) -> bytes:
+    """A mono 16-bit WAV of ``data_bytes`` zeros whose header declares ``rate`` Hz."""
+    import struct
+
+    return (b"RIFF" + struct.pack("<I", 36 + data_bytes) + b"WAVEfmt "
+            + struct.pack("<IHHIIHH", 16, 1, 1, rate, 2 * rate, 2, 16) + b"data" + struct.pack("<I", data_bytes)
+            + bytes(data_bytes))
+
+
+BAD = ["missing", "folder", "text", "empty", "truncated", "rate1"]
 
 
 @pytest.fixture(scope="module")
@@ -249,6 +261,110 @@ def test_empty_container_is_empty_audio_only_where_allowed(tmp_path, capsys, mon
     assert decode_audio(p, sample_rate=RATE, allow_empty=True).size == 0  # transcribe: an empty transcript
     assert _via_speak(p, tmp_path, capsys, monkeypatch) == f"reference audio {p} holds no audio samples"
     assert http(p.read_bytes()) == (400, "the uploaded file holds no audio samples")
+
+
+def test_declared_low_rate_costs_no_memory(tmp_path):
+    """An 8 KB WAV declaring 1 Hz and a 146 KB one declaring 40 Hz are refused at their header:
+    the decoder's peak memory grows by < 50 MB (it grew by gigabytes when the resampler was
+    handed the whole file)."""
+    for rate, size in ((1, 8000), (40, 146000)):
+        (tmp_path / f"r{rate}.wav").write_bytes(_declared_rate_wav(rate, size))
+    (tmp_path / "ok.wav").write_bytes(_wav_bytes(seconds=0.5))
+    code = ("import sys\n"
+            "from rkspeech.runtime.audio import AudioError, decode_audio\n"
+            "def hwm():\n"
+            "    return int(next(l for l in open('/proc/self/status') if l.startswith('VmHWM')).split()[1]) // 1024\n"
+            "decode_audio('ok.wav', sample_rate=16000)  # PyAV loaded and used: the baseline\n"
+            "base = hwm()\n"
+            "for name in sys.argv[1:]:\n"
+            "    try:\n"
+            "        decode_audio(name, sample_rate=16000)\n"
+            "        print('decoded', name)\n"
+            "    except AudioError as exc:\n"
+            "        print('refused', exc)\n"
+            "print('grew', hwm() - base)\n")
+    out = subprocess.run([sys.executable, "-c", code, "r1.wav", "r40.wav"], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=300, check=True).stdout.splitlines()
+    assert out[0].startswith("refused audio file r1.wav declares a sample rate of 1 Hz"), out
+    assert out[1].startswith("refused audio file r40.wav declares a sample rate of 40 Hz"), out
+    assert int(out[2].split()[1]) < 50, out
+
+
+class _Holder:
+    """A memory budget of ``limit`` bytes for :func:`decode_audio`'s ``hold``."""
+
+    def __init__(self, limit):
+        self.limit, self.held, self.peak = limit, 0, 0
+
+    def add(self, n, what):
+        if self.held + n > self.limit:
+            raise RkspeechError(f"{what}: over {self.limit}")
+        self.held += n
+        self.peak = max(self.peak, self.held)
+
+    def give_back(self, n):
+        self.held -= n
+
+
+@pytest.fixture(scope="module")
+def silence_flac(tmp_path_factory):
+    """10 min of 16 kHz silence as FLAC (~100 KB): 9.6 M samples, 57.6 MB held while decoded."""
+    import soundfile as sf
+
+    p = tmp_path_factory.mktemp("silence") / "silence.flac"
+    sf.write(str(p), np.zeros(600 * RATE, dtype=np.int16), RATE, subtype="PCM_16")
+    return p
+
+
+def test_hold_is_asked_before_the_decoder_keeps_a_block(silence_flac):
+    from rkspeech.runtime.audio import HELD_BYTES_PER_SAMPLE, decode_audio
+
+    holder = _Holder(8 * 2**20)
+    with pytest.raises(RkspeechError, match=r"^the decoded audio: over 8388608$"):
+        decode_audio(silence_flac, sample_rate=RATE, hold=holder)
+    assert holder.peak <= holder.limit  # refused before passing it, not after decoding all 57.6 MB
+    roomy = _Holder(10**9)
+    audio = decode_audio(silence_flac.read_bytes(), sample_rate=RATE, hold=roomy)
+    assert audio.size == 600 * RATE and roomy.held == audio.nbytes  # the int16 part given back
+    assert roomy.peak == audio.size * HELD_BYTES_PER_SAMPLE
+
+
+def test_upload_that_can_never_fit_the_budget_is_413_and_a_busy_budget_503(silence_flac, monkeypatch):
+    """A short upload decoding to more than the whole memory budget: 413 (it never fits), found
+    while decoding; one that fits alone but not beside what others hold: 503, retry later; the
+    budget is whole again after each."""
+    pytest.importorskip("starlette")
+    import soundfile as sf
+    from starlette.testclient import TestClient
+
+    import rkspeech.serve.transcription as transcription
+    from rkspeech.serve.engines import ServePool
+    from rkspeech.serve.http_server import build_app
+    from rkspeech.serve.limits import ServerLimits
+    from rkspeech.serve.options import ServeOptions
+
+    monkeypatch.setattr(transcription, "run", lambda *a: (_ for _ in ()).throw(RkspeechError(STOP)))
+    options = ServeOptions(max_audio_s=7200, memory_budget_bytes=8 * 2**20)
+    limits = ServerLimits.from_options(options)
+    pool = ServePool(transcribers=[SimpleNamespace(model=SimpleNamespace(is_multilingual=False))], owned=False)
+    minute = silence_flac.with_name("minute.flac")  # 5.8 MB held while decoded
+    sf.write(str(minute), np.zeros(60 * RATE, dtype=np.int16), RATE, subtype="PCM_16")
+    with TestClient(build_app(pool, options, limits=limits)) as client:
+        def post(path):
+            r = client.post("/v1/audio/transcriptions", files={"file": (path.name, path.read_bytes())})
+            return r.status_code, r.json()["error"]["message"]
+
+        status, message = post(silence_flac)
+        assert status == 413 and message.startswith("the decoded audio needs more than the server's whole "
+                                                     "memory budget for client data (8 MB"), message
+        assert limits.budget.used == 0
+        assert post(minute) == (400, STOP)  # fits alone
+        other = limits.budget.lease()
+        other.add(4 * 2**20)
+        status, message = post(minute)
+        assert status == 503 and "retry later" in message, message
+        other.release()
+        assert limits.budget.used == 0
 
 
 # -- the same file, the same samples -----------------------------------------------------------------

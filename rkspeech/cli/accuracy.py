@@ -30,7 +30,7 @@ def register(subparsers) -> None:
           help="fp32 and the fp16 storage model only (no simulator)")
     f.add(NPU, "--skip-whole", dest="no_whole", action="store_true",
           help="skip the whole-graph simulator check (one build fewer)")
-    f.add(NPU, "--min-snr", type=float, default=None,
+    f.add(NPU, "--min-snr", type=float, low=None, default=None,
           help="fail when a graph output's whole-graph simulator SNR is below this (dB)")
     f.threads(ADVANCED, "onnxruntime")
     p.set_defaults(func=run)

@@ -30,7 +30,7 @@ def register(subparsers) -> None:
     f.add(NPU, "--pieces", dest="sim_pieces", type=int, default=1, metavar="N",
           help="simulate the graph in N consecutive pieces, one child at a time: for graphs whose "
                "simulator does not fit in memory (npu B=64 on 24 GB: 4); each step costs N builds")
-    f.add(NPU, "--min-snr", type=float, default=SIM_MIN_SNR_DB,
+    f.add(NPU, "--min-snr", type=float, low=None, default=SIM_MIN_SNR_DB,
           help=f"fail below this simulator SNR (default {SIM_MIN_SNR_DB:g} dB)")
     f.add(ACCURACY_MAP, "--plot", writes="file", default=None, metavar="R.png",
           help="draw the main step's accuracy map (SNR along the graph, blocks labelled) here")

@@ -421,6 +421,12 @@ class owned:
             _cleanup(entry)
 
 
+#: the signals that end a command: the CLI's handler (below) and ``rkspeech serve``'s graceful stop
+#: (``serve.server.serve_forever``) take the same ones, so none of them ends a server abruptly
+#: (SIGHUP, missing from serve's list, once cut a streamed answer and left tracebacks)
+ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+
+
 def install_signal_handlers() -> dict:
     """SIGTERM and SIGHUP raise :class:`Terminated` in the main thread, SIGINT raises
     KeyboardInterrupt as it does by default; a second signal while cleaning up is ignored, so the cleanup finishes.
@@ -432,13 +438,13 @@ def install_signal_handlers() -> dict:
         return {}
 
     def handler(signum, frame):
-        for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        for s in ENDING_SIGNALS:
             signal.signal(s, signal.SIG_IGN)
         if signum == signal.SIGINT:
             raise KeyboardInterrupt
         raise Terminated(signum)
 
-    return {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
+    return {s: signal.signal(s, handler) for s in ENDING_SIGNALS}
 
 
 def restore_signal_handlers(previous: dict) -> None:

@@ -13,6 +13,15 @@ no samples (a transcript of nothing is empty), ``min_seconds`` / ``max_seconds``
 length.  Every refusal is an :class:`AudioError` (an ``RkspeechError``: one line, no traceback);
 past ``max_seconds`` it is :class:`AudioTooLong`, which the server answers with 413.
 
+Work is bounded by the input before anything is allocated for it.  The resampler's output grows
+by ``sample_rate`` / the input's rate: an 8 KB WAV whose header declared 1 Hz became 64 M samples
+in one resampler call (server RSS 810 -> 2,027 MB; ``rkspeech transcribe`` ran out of memory).
+So a stream or frame declaring less than :data:`MIN_INPUT_RATE` is refused when met (telephone
+audio's 8 kHz, the lowest rate of the formats speech comes in; at 16 kHz out the growth is then
+at most 2x the input's samples), ``max_seconds`` is checked on each group's declared duration
+before it is resampled, and a caller's ``hold`` (the server's memory budget) is asked for every
+block's bytes -- and the float32 result they become -- before the decoder keeps them.
+
 PyAV is imported when a file is decoded, so importing this module is cheap.
 """
 
@@ -22,12 +31,27 @@ import io
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
 from rkspeech.core.errors import RkspeechError
 
 _GROUP_SAMPLES = 500000  # faster-whisper's frame grouping before the resampler
+#: The lowest sample rate any audio input may declare (files, uploads, Wyoming streams); see above.
+MIN_INPUT_RATE = 8000
+#: Bytes :func:`decode_audio` holds per output sample: the int16 block while decoding, and the
+#: float32 result it becomes (both exist while the result is made).
+HELD_BYTES_PER_SAMPLE = 2 + 4
+
+
+class Holder(Protocol):
+    """Where :func:`decode_audio` asks for the bytes it keeps (``serve.limits.Lease``): ``add``
+    raises to refuse them (and so stops the decoding), ``give_back`` returns a part."""
+
+    def add(self, n: int, what: str) -> None: ...
+
+    def give_back(self, n: int) -> None: ...
 
 
 class AudioError(RkspeechError):
@@ -44,18 +68,26 @@ def too_long_message(label: str, max_seconds: float) -> str:
 
 def decode_audio(source: str | os.PathLike | bytes, *, sample_rate: int, what: str = "audio file",
                  allow_empty: bool = False, min_seconds: float = 0.0,
-                 max_seconds: float | None = None) -> np.ndarray:
+                 max_seconds: float | None = None, hold: Holder | None = None) -> np.ndarray:
     """``source`` (a path, or the file's bytes) -> mono float32 at ``sample_rate``.
 
     Refused with a one-line :class:`AudioError` naming ``what`` (and the path): a path that does
     not exist or is a folder, 0 bytes, data PyAV cannot decode (not audio, no audio stream, or
-    packets that decode to no samples), a container with no samples unless ``allow_empty``,
-    fewer than ``min_seconds``; :class:`AudioTooLong` past ``max_seconds``."""
+    packets that decode to no samples), a stream declaring less than :data:`MIN_INPUT_RATE`, a
+    container with no samples unless ``allow_empty``, fewer than ``min_seconds``;
+    :class:`AudioTooLong` past ``max_seconds``.  With ``hold``, each block's
+    :data:`HELD_BYTES_PER_SAMPLE` bytes a sample are added to it before the block is kept (what
+    ``hold.add`` raises ends the decoding), and the int16 part is given back once the result is
+    made: ``hold`` then holds the result's ``nbytes``."""
     raw = io.BytesIO()  # int16 while decoding: half the size of the float32 result
     for block in _blocks(source, sample_rate=sample_rate, what=what, allow_empty=allow_empty,
                          max_seconds=max_seconds):
+        if hold is not None:
+            hold.add(block.size * HELD_BYTES_PER_SAMPLE, "the decoded audio")
         raw.write(block)
     audio = np.frombuffer(raw.getbuffer(), dtype=np.int16).astype(np.float32) / 32768.0
+    if hold is not None:
+        hold.give_back(audio.size * (HELD_BYTES_PER_SAMPLE - audio.itemsize))
     if 0 < audio.size < min_seconds * sample_rate:
         raise AudioError(f"{_label(source, what)} is {audio.size / sample_rate:.2f} s long; "
                          f"give at least {min_seconds:g} s")
@@ -122,13 +154,19 @@ def _decode(open_input, label: str, sample_rate: int, max_seconds: float | None)
     av = _import_av()
     limit = None if max_seconds is None else int(max_seconds * sample_rate)
     resampler = av.audio.resampler.AudioResampler(format="s16", layout="mono", rate=sample_rate)
-    samples = 0
+    samples, declared = 0, 0.0  # output samples so far; input seconds so far (as the frames declare)
     try:
         with av.open(open_input(), mode="r", metadata_errors="ignore") as container:
             if not container.streams.audio:
                 raise AudioError(f"{label}: cannot decode it as audio (no audio stream)")
-            grouped = _group_frames(av, _ignore_invalid_frames(av, container.decode(audio=0)))
-            for group in itertools.chain(grouped, [None]):  # None flushes the resampler
+            stream = container.streams.audio[0]
+            _check_rate(label, stream.codec_context.sample_rate or stream.rate)
+            frames = _checked_rates(label, _ignore_invalid_frames(av, container.decode(stream)))
+            for group in itertools.chain(_group_frames(av, frames), [None]):  # None flushes the resampler
+                if group is not None:
+                    declared += group.samples / group.sample_rate
+                    if limit is not None and int(declared * sample_rate) > limit + 1:  # before resampling it
+                        raise AudioTooLong(too_long_message(label, max_seconds))
                 for frame in resampler.resample(group):
                     block = frame.to_ndarray().reshape(-1)
                     samples += block.size
@@ -144,6 +182,19 @@ def _decode(open_input, label: str, sample_rate: int, max_seconds: float | None)
     finally:
         del resampler
         gc.collect()  # as faster-whisper does: PyAV resampler objects are freed late otherwise
+
+
+def _check_rate(label: str, rate) -> None:
+    if rate and rate < MIN_INPUT_RATE:
+        raise AudioError(f"{label} declares a sample rate of {rate} Hz; audio below {MIN_INPUT_RATE} Hz "
+                         "is not accepted (resample it to 16000 Hz or more)")
+
+
+def _checked_rates(label: str, frames):
+    """``frames``, each frame's own rate checked (a chained stream can change rate midway)."""
+    for frame in frames:
+        _check_rate(label, frame.sample_rate)
+        yield frame
 
 
 def _ignore_invalid_frames(av, frames):

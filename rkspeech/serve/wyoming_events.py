@@ -9,13 +9,14 @@ from __future__ import annotations
 import asyncio
 import json
 
+from rkspeech.runtime.audio import MIN_INPUT_RATE
 from rkspeech.serve.errors import ServeError
 
 #: Bytes of one event header line or data block at most.
 MAX_LINE = 1024 * 1024
 #: Wyoming audio the server converts (``AudioChunkConverter`` takes 1-4 byte samples, mono or
-#: stereo); rates outside this range are refused rather than resampled.
-AUDIO_RATES = (8000, 192000)
+#: stereo); rates outside this range are refused rather than resampled (the files' floor).
+AUDIO_RATES = (MIN_INPUT_RATE, 192000)
 AUDIO_WIDTHS = (1, 2, 3, 4)
 AUDIO_CHANNELS = (1, 2)
 
