@@ -249,6 +249,11 @@ def test_decode_of_the_codes_of_several_sentences_is_the_spoken_wav(tts_custom_c
     # speak's eager small steps vs decode's main steps: float rounding, at most one LSB (as for one sentence)
     assert np.abs(decoded.astype(np.int32) - spoken).max() <= 1  # measured: 1
     assert json.loads((tmp_path / "r.json").read_text())["utterances"] == 2
+    # with speak's step schedule (frame by frame, small steps): sample for sample
+    rc, cap = _run(["decode", "--plan", str(plan), str(tmp_path / "codes.npy"), "-o", str(tmp_path / "e.wav"),
+                    "--threads", "1", "--as-spoken"], capsys)
+    assert rc == 0, cap.err
+    assert np.array_equal(read_wav_int16(tmp_path / "e.wav")[0], spoken)
     # the sentences' codes decoded as one stream are another signal (the fresh state matters)
     np.save(tmp_path / "flat.npy", np.concatenate(codes))
     rc, cap = _run(["decode", "--plan", str(plan), str(tmp_path / "flat.npy"), "-o", str(tmp_path / "f.wav"),

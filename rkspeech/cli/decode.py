@@ -37,6 +37,9 @@ def register(subparsers) -> None:
     f.add(NPU, "--core-mask", default="auto", choices=CORE_MASKS,
           help="rknnlite NPU core(s): " + ", ".join(CORE_MASKS))
     f.threads(ADVANCED, "onnxruntime (intra-op)")
+    f.add(ADVANCED, "--as-spoken", action="store_true",
+          help="speak's step schedule (codes pushed frame by frame, small steps after the first): the wav "
+               "of speak's --codes-out sample for sample; default: main steps, speak's to one 16-bit step")
     p.set_defaults(func=run)
 
 
@@ -84,15 +87,18 @@ def run(args: argparse.Namespace) -> int:
             first_B = plan.contracts["first"].codes_length if "first" in plan.contracts else 0
             B = c.codes_length
             # (utterance, start, end) of each push: views into the codes, no copies held
-            bounds = [(u, lo, hi) for u, codes in enumerate(parts)
-                      for lo, hi in ([(0, first_B)] if first_B else []) + [(j, j + B) for j in range(first_B, len(codes), B)]]
+            if args.as_spoken:  # as speak pushes: one frame at a time into an eager stream
+                bounds = [(u, j, j + 1) for u, codes in enumerate(parts) for j in range(len(codes))]
+            else:
+                bounds = [(u, lo, hi) for u, codes in enumerate(parts)
+                          for lo, hi in ([(0, first_B)] if first_B else []) + [(j, j + B) for j in range(first_B, len(codes), B)]]
             first_audio, timings, sv = None, [], None
             start = time.perf_counter()
             what = f"decode {tokens} tokens" + (f" ({len(parts)} utterances)" if len(parts) > 1 else "")
             with WavWriter(out, c.sample_rate) as wav:
                 for u, lo, hi in progress.track(bounds, what):
                     if lo == 0:  # a new utterance: a new stream (cache from zero), as speak spoke it
-                        sv = pool.open_stream()
+                        sv = pool.open_stream(eager=args.as_spoken)
                     pcm = sv.push(parts[u][lo:hi])
                     if pcm.size and first_audio is None:
                         first_audio = time.perf_counter() - start
