@@ -351,6 +351,23 @@ def make_workdir(parent: str | os.PathLike, *, prefix: str):
     return work, lock
 
 
+class scratch:
+    """``with scratch(folder, prefix=".heads.") as tmp:`` a work folder in ``folder`` for the
+    block (:func:`make_workdir`: owner-locked, removed when the block ends however it ends, and
+    swept by the next one made in ``folder`` if this process is SIGKILLed before that)."""
+
+    def __init__(self, parent: str | os.PathLike, *, prefix: str):
+        self.parent, self.prefix = parent, prefix
+        self._owned = None
+
+    def __enter__(self):
+        self._owned = owned()
+        return self._owned.workdir(self.parent, prefix=self.prefix)
+
+    def __exit__(self, *exc):
+        self._owned.__exit__(None, None, None)
+
+
 def sweep_stale_workdirs(parent: str | os.PathLike) -> list[str]:
     """Remove the ``*.tmp`` work folders in ``parent`` whose owner is dead (their
     :data:`WORKDIR_LOCK` is not locked); a live owner's folders stay.  Returns what was removed."""
