@@ -330,9 +330,9 @@ def default_cache_dir() -> Path:
 
 def _save_weights(tts, path: Path, meta: dict) -> None:
     import torch
-    from rkspeech.models.safetensors_file import save_file_stable
 
     from rkspeech.core.atomic import atomic_path
+    from rkspeech.models.safetensors_file import save_file_stable
 
     tensors = {k: v.detach().to(torch.float32).contiguous() for k, v in tts.net.module.state_dict().items()}
     with atomic_path(path) as tmp:
