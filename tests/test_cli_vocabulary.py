@@ -31,12 +31,14 @@ REQUIRED = {
     "decode": (["c.npy"], {"--plan": "plan.json", "-o": "x.wav"}),
     "demo": ([], {}),
     "export qwen3-tts-vocoder": ([], {"-B": "4"}),
+    "healthcheck": ([], {}),
     "serve": ([], {}),
     "speak": (["hello"], {"--plan": "plan.json", "-o": "x.wav"}),
     "synth-checkpoint qwen3-tts": ([], {"--out-dir": "o"}),
     "synth-checkpoint qwen3-tts-vocoder": ([], {"--out-dir": "o"}),
     "transcribe": (["a.wav"], {"--model-dir": "m"}),
     "verify": ([], {"--onnx": "s.onnx"}),
+    "voices": ([], {}),
 }
 
 

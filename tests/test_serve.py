@@ -299,7 +299,7 @@ def test_wyoming_synthesize_plain_and_streaming(server):
         ToneSpeaker().expected_pcm("One two three four", "ryan")
     types = [e.type for e in streamed]
     assert types[0] == "audio-start" and types[-2:] == ["audio-stop", "synthesize-stopped"]
-    assert types.count("audio-start") == 1 and "error" not in types
+    assert types.count("audio-start") == types.count("audio-stop") == 2 and "error" not in types  # one per sentence
     assert b"".join(e.payload for e in streamed if e.type == "audio-chunk") == \
         ToneSpeaker().expected_pcm("First sentence here.") + ToneSpeaker().expected_pcm("Second one")
 

@@ -31,8 +31,10 @@ COMMAND_MODULES = (
     "build",
     "decode",
     "speak",
+    "voices",
     "transcribe",
     "serve",
+    "healthcheck",
     "check_board",
     "doctor",
 )
@@ -57,11 +59,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from rkspeech.core import child
 
+    from rkspeech.cli.environment import ENVIRONMENT, explain
+
     previous = child.install_signal_handlers()
     try:
+        environment = getattr(args, ENVIRONMENT, None)
+        if environment is not None:  # RKSPEECH_* for the flags not on the command line
+            environment.apply(args)
         return int(args.func(args) or 0)
     except RkspeechError as exc:
-        print(f"rkspeech {args.command}: error: {exc}", file=sys.stderr)
+        print(f"rkspeech {args.command}: error: {explain(str(exc), args)}", file=sys.stderr)
         return 2
     except child.Terminated as exc:
         child.cleanup_owned()

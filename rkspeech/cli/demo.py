@@ -158,6 +158,8 @@ def _estimate(plan, target: str) -> list[tuple]:
     rep = estimate_plan(plan, PlanAssumptions(chip=chip))
     t = rep.get("time_to_first_audio") or {}
     first = f", first audio {t['ms'] / 1000:.2f} s" if t else ""
+    sp = rep.get("speak_schedule") or {}
+    as_speak = f" ({sp['rtf']:.2f} with speak's small vocoder steps)" if sp.get("rtf") else ""
     return [(f"on an {chip.upper()} (estimate)",
-             f"real-time factor {rep['rtf']:.2f}{first}, limited by {rep['limiting_stage']} "
-             f"(no board here: rkspeech estimate --plan prints every assumption)")]
+             f"real-time factor {rep['rtf']:.2f}{as_speak}{first}, limited by {rep['limiting_stage']} "
+             f"(no board here: rkspeech estimate --plan B/plan.json prints every assumption)")]

@@ -178,14 +178,22 @@ class Flags:
     ``dest`` with the same type and choices (and satisfies ``required``), and prints one
     deprecation line when used.  A ``type=float`` or ``type=int`` flag gets :func:`number`
     (finite; at least ``low=``, default 0), so no command takes nan, inf or a meaningless
-    negative number.
+    negative number.  ``environment=True``: every flag may also come from ``RKSPEECH_<FLAG>`` /
+    ``RKSPEECH_<FLAG>_FILE`` (:mod:`rkspeech.cli.environment`; ``cli.main`` applies them, the
+    command line first).
     """
 
-    def __init__(self, parser: argparse.ArgumentParser, command: str):
+    def __init__(self, parser: argparse.ArgumentParser, command: str, *, environment: bool = False):
         self.parser = parser
         self.command = command
         self.aliases = ALIASES.get(command, {})
         self._groups: dict[str, object] = {}
+        self.environment = None
+        if environment:
+            from rkspeech.cli.environment import ENVIRONMENT, Environment
+
+            self.environment = Environment(command)
+            parser.set_defaults(**{ENVIRONMENT: self.environment})
 
     def group(self, title: str | None):
         if title is None:
@@ -208,6 +216,11 @@ class Flags:
                 if old in table:
                     raise ValueError(f"{self.command}: old spelling {old} is also a flag of its own")
                 table[old] = action
+        if self.environment is not None:
+            from rkspeech.cli.environment import tracked
+
+            action.__class__ = tracked(type(action))  # given on the command line: beats the environment
+            self.environment.add(action)
         return action
 
     def threads(self, group: str | None, what: str) -> argparse.Action:

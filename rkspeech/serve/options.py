@@ -56,6 +56,8 @@ class ServeOptions:
     hotwords_file: str | None = None
     model_name: str = "whisper"
     speech_model_name: str = "speech"
+    #: announce the Wyoming listener by zeroconf under this name (serve.discovery); None: not announced
+    zeroconf: str | None = None
 
     def __post_init__(self):
         for name, low in (("max_queue", 0), ("request_timeout_s", 0.001), ("retry_after_s", 0),
@@ -73,6 +75,8 @@ class ServeOptions:
             raise RkspeechError(f"--wyoming {self.wyoming!r}: use tcp://HOST:PORT or unix://PATH")
         if self.http is not None:
             split_host_port(self.http, flag="--http")
+        if self.zeroconf is not None and not (self.wyoming or "").startswith("tcp://"):
+            raise RkspeechError(f"--zeroconf announces a tcp:// Wyoming listener; --wyoming is {self.wyoming or 'off'}")
 
 
 def split_host_port(value: str, *, flag: str) -> tuple[str, int]:

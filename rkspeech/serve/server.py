@@ -30,7 +30,7 @@ class Server:
         from rkspeech.serve.limits import ServerLimits
 
         self.limits = ServerLimits.from_options(options, metrics)  # one cap and one budget for both front ends
-        self.wyoming = self.http = None
+        self.wyoming = self.http = self.announcement = None
         self.addresses: dict[str, str] = {}
 
     async def start(self) -> None:
@@ -49,6 +49,8 @@ class Server:
                                              self.limits)
                 await self.wyoming.start()
                 self.addresses["wyoming"] = self.wyoming.address
+                if self.options.zeroconf is not None:
+                    await self._announce()
             if self.options.http is not None:
                 from rkspeech.serve.http_server import HttpServer
 
@@ -58,10 +60,25 @@ class Server:
         except OSError as exc:
             await self.stop()
             raise RkspeechError(f"cannot listen: {exc.strerror or exc}") from None
+        except RkspeechError:  # --zeroconf could not announce: nothing is left listening
+            await self.stop()
+            raise
+
+    async def _announce(self) -> None:
+        """Zeroconf for the Wyoming listener (serve.discovery), once it is bound (port 0 resolved)."""
+        from rkspeech.serve.discovery import SERVICE_TYPE, Announcement
+
+        host, port = self.wyoming.address.removeprefix("tcp://").rsplit(":", 1)
+        self.announcement = Announcement(self.options.zeroconf, host.strip("[]"), int(port))
+        await self.announcement.start()
+        name = self.announcement.name.removesuffix("." + SERVICE_TYPE)
+        self.addresses["zeroconf"] = f"{name!r} ({SERVICE_TYPE} -> {self.announcement.address}:{port})"
 
     async def stop(self) -> bool:
         """Graceful shutdown; True when every running request finished in time."""
         grace = self.options.shutdown_grace_s
+        if self.announcement is not None:
+            await self.announcement.stop()  # the goodbye first: no client is sent to a closing server
         if self.wyoming is not None:
             await self.wyoming.stop_listening()
         stop_http = asyncio.create_task(self.http.stop()) if self.http is not None else None

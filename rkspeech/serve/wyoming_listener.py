@@ -64,13 +64,16 @@ class WyomingServer:
     async def start(self) -> None:
         from urllib.parse import urlparse
 
-        info = info_event(self.pool, self.options)
+        import functools
+
+        describe = functools.partial(info_event, self.pool, self.options)
+        describe()  # built once now too: an engine that cannot describe itself stops the start
 
         async def on_connect(reader, writer):
             if not self.limits.gate.admit("wyoming"):  # over its share of --max-connections: say so, close
                 await refuse(reader, writer, self._lingering)
                 return
-            handler = WyomingHandler(reader, writer, self.pool, self.options, self.metrics, info, self.limits)
+            handler = WyomingHandler(reader, writer, self.pool, self.options, self.metrics, describe, self.limits)
             task = asyncio.current_task()
             self._tasks[task] = handler
             try:
@@ -90,9 +93,9 @@ class WyomingServer:
             self._server = await asyncio.start_server(on_connect, host=parsed.hostname or "127.0.0.1",
                                                       port=parsed.port or 0, limit=MAX_LINE, backlog=ACCEPT_BATCH)
             host, port = self._server.sockets[0].getsockname()[:2]
+            self.address = f"tcp://{host}:{port}"  # tcp only: a unix:// listener is named by its URI
         for sock in self._server.sockets:
             deepen(sock)
-            self.address = f"tcp://{host}:{port}"
 
     async def stop_listening(self) -> None:
         if self._server is not None:

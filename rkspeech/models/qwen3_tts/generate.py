@@ -55,11 +55,11 @@ class RequestChecks:
 
     @property
     def speakers(self) -> list[str]:
-        return sorted(self.cfg.talker.spk_id)
+        return self.cfg.speakers
 
     @property
     def languages(self) -> list[str]:
-        return ["auto"] + sorted(k for k in self.cfg.talker.codec_language_id if "dialect" not in k)
+        return self.cfg.languages
 
     @property
     def num_code_groups(self) -> int:
