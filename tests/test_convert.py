@@ -5,7 +5,7 @@ import pytest
 from rkspeech.core.errors import RkspeechError
 from rkspeech.convert.conversion import convert
 
-from rkfixtures import conv_relu_sin, graph, session_result, vi
+from rkfixtures import conv_relu_sin, graph, kill_parent_expect_child_gone, session_result, vi
 
 pytestmark = pytest.mark.rknn
 
@@ -185,7 +185,6 @@ def test_sigkilled_parent_takes_its_converter_child_and_the_next_conversion_swee
     (``core.child.die_with_parent``) and the next conversion into that folder removes the folder
     (its owner lock is free: ``core.child.sweep_stale_workdirs``); a live owner's folder stays."""
     import os
-    import signal
     import subprocess
     import sys
     import time
@@ -209,18 +208,7 @@ def test_sigkilled_parent_takes_its_converter_child_and_the_next_conversion_swee
             time.sleep(0.1)
         assert child is not None, "no converter child started"
         time.sleep(0.5)  # let it get past its start
-        os.kill(parent.pid, signal.SIGKILL)
-        parent.wait()
-        gone = time.monotonic() + 5
-        while time.monotonic() < gone:
-            try:
-                if child.status() == psutil.STATUS_ZOMBIE:
-                    break
-            except psutil.NoSuchProcess:
-                break
-            time.sleep(0.1)
-        else:
-            pytest.fail(f"converter child {child.pid} still runs 5 s after its parent was SIGKILLed")
+        kill_parent_expect_child_gone(parent, child, "converter child")
     finally:
         parent.kill()
         if child is not None and child.is_running():

@@ -8,7 +8,7 @@ from rkspeech.runtime.runners import open_runner
 from rkspeech.runtime.runners.onnxruntime import OnnxRuntimeRunner
 from rkspeech.runtime.runners.simulator import RknnSimulatorRunner
 
-from rkfixtures import conv_relu_sin, graph, save, vi
+from rkfixtures import conv_relu_sin, graph, kill_parent_expect_child_gone, save, vi
 
 
 def _snr_db(ref, x):
@@ -239,10 +239,8 @@ def test_a_sigkilled_parent_leaves_no_simulator_child_or_folder_for_long(tmp_pat
     """A SIGKILLed build's simulator child goes with it (it watches its parent), and the work
     folder it leaves is owner-locked, so the next one made sweeps it (issue 37, item 12)."""
     import os
-    import signal
     import subprocess
     import sys
-    import time
     from pathlib import Path
 
     import psutil
@@ -261,18 +259,7 @@ def test_a_sigkilled_parent_leaves_no_simulator_child_or_folder_for_long(tmp_pat
     try:
         pid, work = parent.stdout.readline().split()
         child = psutil.Process(int(pid))
-        os.kill(parent.pid, signal.SIGKILL)
-        parent.wait()
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
-            try:
-                if child.status() == psutil.STATUS_ZOMBIE:
-                    break
-            except psutil.NoSuchProcess:
-                break
-            time.sleep(0.1)
-        else:
-            pytest.fail(f"simulator child {child.pid} still runs 5 s after its parent was SIGKILLed")
+        kill_parent_expect_child_gone(parent, child, "simulator child")
     finally:
         parent.kill()
         if child is not None and child.is_running():
