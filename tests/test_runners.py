@@ -266,3 +266,24 @@ def test_a_sigkilled_parent_leaves_no_simulator_child_or_folder_for_long(tmp_pat
             child.kill()
     assert Path(work).is_dir() and Path(work).parent == tmp  # what SIGKILL leaves
     assert sweep_stale_workdirs(tmp) == [work]
+
+
+def test_simulator_pieces_work_in_an_owner_locked_folder(tmp_path, monkeypatch):
+    """The pieces' folder (and the accuracy map's, the same way) is owner-locked in the temp
+    folder: removed on close, and one a SIGKILLed run left is swept by the next."""
+    import tempfile
+
+    from rkspeech.core.child import make_workdir
+    from rkspeech.runtime.runners.segmented import SegmentedSimulator
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    stale, lock = make_workdir(tmp_path, prefix="rkspeech-pieces-")
+    lock.close()  # its owner died
+    p = conv_relu_sin(tmp_path / "m.onnx")
+    pieces = SegmentedSimulator(p, parts=2)  # splits only; each piece is built when called
+    try:
+        (work,) = [d for d in tmp_path.iterdir() if d.name.startswith("rkspeech-pieces-")]
+        assert work != stale and not stale.exists() and len(pieces.paths) == 2
+    finally:
+        pieces.close()
+    assert not work.exists()
