@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from rkspeech.core import progress
 from rkspeech.core.errors import RkspeechError
 
 DEFAULT_TEXTS = ("Hello there, this is a check of the quantized stages.",
@@ -172,7 +173,7 @@ def talker_agreement(tts, runs: list[ReferenceRun], talker) -> dict:
     sig = err = 0.0
     margins: list[float] = []
     per_text = []
-    for run in runs:
+    for run in progress.track(runs, "accuracy gate: talker, teacher forced"):
         talker.start(sum(e.shape[0] for e, _ in run.talker_calls))
         ref_h = np.stack([h for _, h in run.talker_calls])
         got_h = np.stack([np.asarray(talker.forward(e), np.float32) for e, _ in run.talker_calls])
@@ -220,7 +221,7 @@ def code_predictor_agreement(runs: list[ReferenceRun], code_predictor) -> dict:
     margins: list[float] = []
     identical_frames = frames = 0
     per_text = []
-    for run in runs:
+    for run in progress.track(runs, "accuracy gate: code predictor, teacher forced"):
         first_div = None
         for f, ((hidden, first), ref) in enumerate(zip(run.cp_inputs, run.cp_logits)):
             codes = [int(c) for c in run.frames[f, 1:]]

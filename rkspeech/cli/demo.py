@@ -40,8 +40,9 @@ def register(subparsers) -> None:
     f.add(INPUT, "--config", choices=("published", "reduced"), default="published",
           help="synthetic checkpoint size (published: the real model's size, most of an hour and ~10 GB; "
                "reduced: a few minutes)")
-    f.add(OUTPUT, "--out-dir", dest="out", default="out/demo", metavar="DIR", help="output folder (default out/demo)")
-    f.add(OUTPUT, "--speech-frames", type=int, default=25,
+    f.add(OUTPUT, "--out-dir", writes="folder", dest="out", default="out/demo", metavar="DIR",
+          help="output folder (default out/demo)")
+    f.add(OUTPUT, "--speech-frames", writes=None, type=int, default=25,
           help="frames of the spoken sentence at the end (default 25 = 2 s; 0 = no speech)")
     f.add(NPU, "--target", default=DEFAULT_TARGET, choices=TARGETS)
     f.add(NPU, "--codes-length", "-B", type=int, default=16,

@@ -14,7 +14,7 @@ def register(subparsers) -> None:
     f = Flags(v, "synth-checkpoint qwen3-tts-vocoder")
     f.add(None, "--config", choices=("published", "reduced"), default="reduced")
     f.add(None, "--seed", type=int, default=0)
-    f.add(None, "--out-dir", dest="out", required=True, metavar="DIR", help="model root to write (gets speech_tokenizer/)")
+    f.add(None, "--out-dir", writes="folder", dest="out", required=True, metavar="DIR", help="model root to write (gets speech_tokenizer/)")
     f.add(None, "--no-encoder-keys", action="store_true", help="write decoder keys only")
     v.set_defaults(func=run)
     t = models.add_parser("qwen3-tts", help="full Qwen3-TTS 12 Hz model root (talker, code predictor, speaker "
@@ -23,7 +23,7 @@ def register(subparsers) -> None:
     f.add(None, "--config", choices=("published", "reduced"), default="reduced")
     f.add(None, "--variant", choices=("base", "custom-voice", "voice-design"), default="custom-voice")
     f.add(None, "--seed", type=int, default=0)
-    f.add(None, "--out-dir", dest="out", required=True, metavar="DIR", help="model root to write")
+    f.add(None, "--out-dir", writes="folder", dest="out", required=True, metavar="DIR", help="model root to write")
     f.add(None, "--trained", action="store_true",
           help="train the reduced talker and code predictor for a few CPU minutes on a fixed text -> codes "
                "rule, so they are confident and stop by themselves (custom-voice; cached under "

@@ -24,6 +24,10 @@ from rkspeech.core.threads import ENV as THREADS_ENV
 #: with ``rkspeech verify`` / ``rkspeech accuracy`` as groups of their own.
 INPUT, OUTPUT, NPU, ADVANCED = "input", "output", "NPU", "advanced"
 SIM_CHECK, ACCURACY_MAP = "simulator check", "accuracy map"
+#: what an output flag names (``Flags.add(..., writes=...)``), and the parsed-arguments field
+#: that lists a command's outputs as (dest, kind, flag) for ``cli.outputs.check_outputs``
+OUTPUT_KINDS = ("file", "folder")
+OUTPUTS_DEST = "_rkspeech_outputs"
 
 
 @dataclass(frozen=True)
@@ -188,6 +192,7 @@ class Flags:
         self.command = command
         self.aliases = ALIASES.get(command, {})
         self._groups: dict[str, object] = {}
+        self._outputs: list[tuple[str, str, str]] = []
         self.environment = None
         if environment:
             from rkspeech.cli.environment import ENVIRONMENT, Environment
@@ -202,10 +207,22 @@ class Flags:
             self._groups[title] = self.parser.add_argument_group(title)
         return self._groups[title]
 
-    def add(self, group: str | None, *flags: str, low: float | None = 0, **kwargs) -> argparse.Action:
+    def add(self, group: str | None, *flags: str, low: float | None = 0, writes: str | None | bool = False,
+            **kwargs) -> argparse.Action:
+        """``writes``: what the flag's value names when the command writes it, ``"file"`` or
+        ``"folder"`` (None: it names no output); every flag of the OUTPUT group that takes a
+        value must say, so no output escapes the check before the work (``cli.outputs``)."""
         if kwargs.get("type") in (float, int):
             kwargs["type"] = number(kwargs["type"], low)
         action = self.group(group).add_argument(*flags, **kwargs)
+        if writes is False and group == OUTPUT and action.nargs != 0:
+            raise ValueError(f"{self.command}: output flag {flags[0]} must say writes='file', 'folder' or None")
+        if writes:
+            if writes not in OUTPUT_KINDS:
+                raise ValueError(f"{self.command}: {flags[0]}: writes={writes!r}, expected one of {OUTPUT_KINDS}")
+            action.writes = writes
+            self._outputs.append((action.dest, writes, max(flags, key=len)))
+            self.parser.set_defaults(**{OUTPUTS_DEST: tuple(self._outputs)})
         olds = [old for old, new in self.aliases.items() if new in flags]
         if olds:
             new = max(flags, key=len)  # the long spelling names it in the deprecation line

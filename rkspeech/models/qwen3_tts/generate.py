@@ -163,7 +163,20 @@ class RequestChecks:
         if prompt_len >= limit:
             raise RkspeechError(f"the text is too long: its prompt takes {prompt_len} positions, {where}; "
                                 "split it into shorter sentences")
-        return min(opts.max_new_tokens, limit - prompt_len)
+        steps = min(opts.max_new_tokens, limit - prompt_len)
+        # an utterance that runs to this limit is cut, not ended: said by _ended (last_cut)
+        self.last_cut, self._cut_reason = None, (
+            f"{where}, the prompt took {prompt_len}" if steps < opts.max_new_tokens else None)
+        return steps
+
+    def _ended(self, frames: int, by_eos: bool) -> None:
+        """The loop ended after ``frames`` frames; when the talker did not end the utterance but
+        the positions ran out, ``last_cut`` says so in one line (it cut utterances silently:
+        issue 37), for the caller to print and report."""
+        reason = getattr(self, "_cut_reason", None)
+        if not by_eos and reason:
+            self.last_cut = (f"the utterance was cut after {frames} frames ({frames * 0.08:.2f} s): {reason}; "
+                             "split the text into shorter sentences")
 
     def use_backends(self, *, talker=None, code_predictor=None) -> None:
         """Run the talker and/or the code predictor on other backends (``backends`` interfaces)."""
@@ -363,6 +376,7 @@ class TTSModel(RequestChecks):
             logits[suppress] = float("-inf")
             token = choose_token(logits, opts.do_sample, opts.temperature, opts.top_k, opts.top_p, generator)
             if token == t.codec_eos_token_id or step == steps - 1:
+                self._ended(step, token == t.codec_eos_token_id)
                 return
             history.append(token)
             first = talker.codec([token])

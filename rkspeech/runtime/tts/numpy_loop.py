@@ -295,6 +295,7 @@ class NumpyTTSModel(RequestChecks):
             logits[self._suppress] = NEG_INF
             token = choose_token(logits, opts.do_sample, opts.temperature, opts.top_k, opts.top_p, rng)
             if token == t.codec_eos_token_id or step == steps - 1:
+                self._ended(step, token == t.codec_eos_token_id)
                 return
             history.append(token)
             first = w.codec_embedding[token]
