@@ -37,6 +37,10 @@ from rkspeech.core.child import (POLL_SECONDS, ChildWatch, death_message, kill_t
 from rkspeech.core.errors import RkspeechError
 from rkspeech.core.targets import TARGETS
 
+#: The converter's log beside each FILE.rknn (FILE.rknn.build.log): its layer table is what
+#: ``rkspeech estimate`` reads, so it travels with the graph (``plan.bundle``).
+BUILD_LOG_SUFFIX = ".build.log"
+
 #: ``int16-hybrid``: w16a16i_dfp with the layers int16 cannot take in fp16 (``convert.hybrid_int16``)
 DTYPES = ("fp16", "int8", "int16-hybrid")
 #: the dtypes whose build needs a calibration dataset
@@ -184,8 +188,8 @@ def convert(onnx_path, output_path, *, target: str, dtype: str = "fp16", dataset
     _validate(onnx_path, target, dtype, dataset, custom_string)
     out_dir = output_path.parent
     check_writable(output_path, what="output .rknn")
-    check_writable(str(output_path) + ".build.log", what="build log")
-    log_path = Path(str(output_path) + ".build.log")
+    check_writable(str(output_path) + BUILD_LOG_SUFFIX, what="build log")
+    log_path = Path(str(output_path) + BUILD_LOG_SUFFIX)
     from rkspeech.core import progress
 
     # the temp folder and the child are recorded in core.child: a signal to this process (the

@@ -67,6 +67,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from rkspeech.convert.conversion import BUILD_LOG_SUFFIX
 from rkspeech.core.errors import RkspeechError
 from rkspeech.estimate.layers import (  # noqa: F401 - attention_cycles, block_of: re-exported
     CLASSES,
@@ -76,7 +77,7 @@ from rkspeech.estimate.layers import (  # noqa: F401 - attention_cycles, block_o
     classify,
 )
 
-LOG_SUFFIX = ".build.log"
+LOG_SUFFIX = BUILD_LOG_SUFFIX
 OVERLAPS = ("max", "sum")
 @dataclass(frozen=True)
 class Assumptions:

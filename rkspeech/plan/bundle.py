@@ -32,7 +32,9 @@ def import_plan(src_plan: str | os.PathLike, dest: str | os.PathLike) -> Path:
     for f in expected_files(raw, base):
         if not f.is_file():
             continue  # a file the plan does not have here is not had there either (the loaders say so)
-        _link_or_copy(f, dest / os.path.relpath(f, base))
+        for g in (f, *_companions(f)):
+            if g.is_file():
+                _link_or_copy(g, dest / os.path.relpath(g, base))
     plan = dest / src.name
     if not (plan.exists() and os.path.samefile(plan, src)):
         write_json(plan, raw)
@@ -45,18 +47,26 @@ def plan_name(path: str | os.PathLike, base: str | os.PathLike) -> str:
     own name, with its external data (``.data``) and golden replay, so the plan written is
     self-contained whatever its writer was handed (``plan.paths`` refuses names that leave the
     folder when a plan is read)."""
-    from rkspeech.plan.integrity import golden_path
     from rkspeech.plan.paths import inside
 
     root, p = Path(base).resolve(), Path(path).resolve()
     rel = os.path.relpath(p, root)
     if inside(root, rel):
         return rel
-    for extra in (p.with_name(p.name + ".data"), golden_path(p)):
+    for extra in _companions(p):
         if extra.is_file():
             _link_or_copy(extra, root / extra.name)
     _link_or_copy(p, root / p.name)
     return p.name
+
+
+def _companions(p: Path) -> tuple[Path, ...]:
+    """The files that travel with graph ``p``: its external data, its golden replay and (an .rknn)
+    its converter log, which ``check-board`` and ``estimate`` read for its step time."""
+    from rkspeech.convert.conversion import BUILD_LOG_SUFFIX
+    from rkspeech.plan.integrity import golden_path
+
+    return (p.with_name(p.name + ".data"), golden_path(p), p.with_name(p.name + BUILD_LOG_SUFFIX))
 
 
 def _link_or_copy(src: Path, dst: Path) -> None:
