@@ -196,21 +196,21 @@ def test_numpy_sampler_draws_from_the_torch_samplers_distribution():
     a token the warpers removed."""
     torch = pytest.importorskip("torch")
     from rkspeech.models.qwen3_tts import sampling
-    from rkspeech.runtime.tts import numpy_loop
+    from rkspeech.models.qwen3_tts import numpy_host
 
     rng = np.random.default_rng(11)
     logits = (rng.standard_normal(96) * 2).astype(np.float32)
     history = [3, 5, 5, 40]
     N = 20000
     for temperature, top_k, top_p in ((0.9, 50, 1.0), (0.7, 20, 0.8), (1.0, 0, 0.95)):
-        lg = numpy_loop.penalize(logits, history, 1.05)
+        lg = numpy_host.penalize(logits, history, 1.05)
         lt = sampling.penalize(torch.from_numpy(logits), history, 1.05)
         np.testing.assert_array_equal(lg, lt.numpy())  # the penalty is exact
-        p = numpy_loop.warped_probs(lg, temperature, top_k, top_p).astype(np.float64)
+        p = numpy_host.warped_probs(lg, temperature, top_k, top_p).astype(np.float64)
         assert abs(p.sum() - 1) < 1e-5 and (p > 0).sum() <= (top_k or 96)
         r = np.random.default_rng(0)
         g = torch.Generator().manual_seed(0)
-        ours = np.array([numpy_loop.choose_token(lg, True, temperature, top_k, top_p, r) for _ in range(N)])
+        ours = np.array([numpy_host.choose_token(lg, True, temperature, top_k, top_p, r) for _ in range(N)])
         theirs = np.array([sampling.choose_token(lt, True, temperature, top_k, top_p, g) for _ in range(N)])
         assert not (ours != theirs).sum() == 0  # different streams (documented): not draw-for-draw equal
         sigma = np.sqrt(p * (1 - p) / N) + 1e-12
@@ -221,10 +221,10 @@ def test_numpy_sampler_draws_from_the_torch_samplers_distribution():
             assert z.max() < 5, (name, temperature, top_k, top_p, z.max())
         # the same seed, the same draws: the numpy stream is reproducible
         r1, r2 = np.random.default_rng(5), np.random.default_rng(5)
-        a = [numpy_loop.choose_token(lg, True, temperature, top_k, top_p, r1) for _ in range(50)]
-        assert a == [numpy_loop.choose_token(lg, True, temperature, top_k, top_p, r2) for _ in range(50)]
+        a = [numpy_host.choose_token(lg, True, temperature, top_k, top_p, r1) for _ in range(50)]
+        assert a == [numpy_host.choose_token(lg, True, temperature, top_k, top_p, r2) for _ in range(50)]
     # greedy is argmax, as torch's
-    assert numpy_loop.choose_token(logits, False, 1, 0, 1, None) == int(torch.argmax(torch.from_numpy(logits)))
+    assert numpy_host.choose_token(logits, False, 1, 0, 1, None) == int(torch.argmax(torch.from_numpy(logits)))
 
 
 def test_sampled_generation_on_the_step_graph(tts_custom_ckpt, plans):
