@@ -7,14 +7,30 @@ from __future__ import annotations
 from rkspeech.core.errors import RkspeechError
 
 
+def open_numpy_talker(artifacts: dict, backend: str, *, model, **runner_kw):
+    """``open_stages.open_talker`` for the numpy loop of ``model`` (``NumpyTTSModel``): the numpy
+    RoPE recipe, the decode graph's contract checked against the numpy weights (closed again when
+    it does not match)."""
+    from rkspeech.runtime.tts.open_stages import open_talker
+    from rkspeech.runtime.tts.talker_backend import check_stack_contract
+
+    talker = open_talker(artifacts, backend, rope=model.ops.rope, **runner_kw)
+    try:
+        check_stack_contract(talker.contract, model.cfg.talker, model.weights.talker_fingerprint,
+                             "the talker decode graph")
+    except BaseException:
+        talker.close()
+        raise
+    return talker
+
+
 def open_numpy_stages(plan, backend: str, *, model, threads: int | None = None, target: str | None = None,
                       core_mask: str | None = None, spin: bool = True) -> dict:
     """``{"talker": GraphTalker, "code_predictor": ...}`` for a plan that places both stages,
     without torch (``runtime.tts.open_stages.open_stage_backends``' numpy twin; ``core_mask`` and
     ``spin`` as there)."""
     from rkspeech.core import progress
-    from rkspeech.runtime.tts.open_stages import describe_placement, open_talker, stage_threads
-    from rkspeech.runtime.tts.talker_backend import check_stack_contract
+    from rkspeech.runtime.tts.open_stages import describe_placement, stage_threads
 
     out: dict = {}
     caller_threads = threads
@@ -42,10 +58,8 @@ def open_numpy_stages(plan, backend: str, *, model, threads: int | None = None, 
         talker = plan.stages["talker"]
         be = talker.backend_for(backend)
         threads = stage_threads(talker, caller_threads)
-        out["talker"] = open_talker(talker.artifacts, be, threads=threads, target=target, rope="numpy", spin=spin,
-                                    core_mask=talker.core_mask or core_mask)
-        check_stack_contract(out["talker"].contract, model.cfg.talker, model.weights.talker_fingerprint,
-                             "the talker decode graph")
+        out["talker"] = open_numpy_talker(talker.artifacts, be, model=model, threads=threads, target=target,
+                                          spin=spin, core_mask=talker.core_mask or core_mask)
         progress.info(f"talker: graph {talker.paths(backend)['decode'].name}, {describe_placement(talker, be, threads)} "
                       "(numpy host loop)")
     except BaseException:
