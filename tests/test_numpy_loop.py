@@ -195,7 +195,7 @@ def test_numpy_sampler_draws_from_the_torch_samplers_distribution():
     ``warped_probs`` (temperature, top-k, top-p, after the repetition penalty), and neither draws
     a token the warpers removed."""
     torch = pytest.importorskip("torch")
-    from rkspeech.models.qwen3_tts import sampling
+    from rkspeech.models.qwen3_tts import torch_host
     from rkspeech.models.qwen3_tts import numpy_host
 
     rng = np.random.default_rng(11)
@@ -204,14 +204,14 @@ def test_numpy_sampler_draws_from_the_torch_samplers_distribution():
     N = 20000
     for temperature, top_k, top_p in ((0.9, 50, 1.0), (0.7, 20, 0.8), (1.0, 0, 0.95)):
         lg = numpy_host.penalize(logits, history, 1.05)
-        lt = sampling.penalize(torch.from_numpy(logits), history, 1.05)
+        lt = torch_host.penalize(torch.from_numpy(logits), history, 1.05)
         np.testing.assert_array_equal(lg, lt.numpy())  # the penalty is exact
         p = numpy_host.warped_probs(lg, temperature, top_k, top_p).astype(np.float64)
         assert abs(p.sum() - 1) < 1e-5 and (p > 0).sum() <= (top_k or 96)
         r = np.random.default_rng(0)
         g = torch.Generator().manual_seed(0)
         ours = np.array([numpy_host.choose_token(lg, True, temperature, top_k, top_p, r) for _ in range(N)])
-        theirs = np.array([sampling.choose_token(lt, True, temperature, top_k, top_p, g) for _ in range(N)])
+        theirs = np.array([torch_host.choose_token(lt, True, temperature, top_k, top_p, g) for _ in range(N)])
         assert not (ours != theirs).sum() == 0  # different streams (documented): not draw-for-draw equal
         sigma = np.sqrt(p * (1 - p) / N) + 1e-12
         for name, draws in (("numpy", ours), ("torch", theirs)):

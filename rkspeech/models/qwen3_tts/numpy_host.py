@@ -40,7 +40,7 @@ def softmax(x: np.ndarray) -> np.ndarray:
 
 
 def penalize(logits: np.ndarray, history: list[int], penalty: float) -> np.ndarray:
-    """``sampling.penalize`` in numpy: logits of tokens seen so far divided (positive) or
+    """``torch_host.penalize`` in numpy: logits of tokens seen so far divided (positive) or
     multiplied (negative) by ``penalty``."""
     if penalty == 1.0 or not history:
         return logits
@@ -53,7 +53,7 @@ def penalize(logits: np.ndarray, history: list[int], penalty: float) -> np.ndarr
 
 def warped_probs(logits: np.ndarray, temperature: float, top_k: int, top_p: float) -> np.ndarray:
     """The distribution ``choose_token`` samples from: HF's temperature, top-k, top-p warpers
-    (``sampling.choose_token``'s order), then softmax; float32 ``[V]``."""
+    (``torch_host.choose_token``'s order), then softmax; float32 ``[V]``."""
     scores = logits / np.float32(temperature) if temperature != 1.0 else logits.copy()
     if top_k:
         k = min(top_k, scores.shape[-1])

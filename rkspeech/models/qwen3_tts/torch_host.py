@@ -17,6 +17,36 @@ import numpy as np
 import torch
 
 
+def choose_token(logits, opts_sample: bool, temperature: float, top_k: int, top_p: float, generator) -> int:
+    """HF warpers (temperature, top-k, top-p) then multinomial, or argmax; ``logits [V]`` float32."""
+    if not opts_sample:
+        return int(torch.argmax(logits))
+    scores = logits / temperature if temperature != 1.0 else logits.clone()
+    if top_k:
+        k = min(top_k, scores.shape[-1])
+        kth = torch.topk(scores, k).values[-1]
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, sorted_idx = torch.sort(scores, descending=False)
+        cum = sorted_logits.softmax(-1).cumsum(-1)
+        remove = cum <= (1 - top_p)
+        remove[-1] = False
+        scores = scores.masked_fill(remove.scatter(0, sorted_idx, remove), float("-inf"))
+    probs = torch.softmax(scores, dim=-1)
+    return int(torch.multinomial(probs, 1, generator=generator))
+
+
+def penalize(logits, history: list[int], penalty: float):
+    """HF's repetition penalty: logits of tokens seen so far divided (positive) or multiplied
+    (negative) by ``penalty``."""
+    if penalty == 1.0 or not history:
+        return logits
+    idx = torch.tensor(history, dtype=torch.long)
+    score = logits.gather(0, idx)
+    score = torch.where(score < 0, score * penalty, score / penalty)
+    return logits.scatter(0, idx, score)
+
+
 class TorchHost:
     """``loop.HostOps`` over ``talker`` (``Talker``: its text projection, embeddings, codec head
     and code predictor's projection, embeddings and heads).  Rows are ``[n, H]`` tensors, logits
@@ -79,8 +109,6 @@ class TorchHost:
         return torch.from_numpy(np.asarray(x, np.float32).reshape(-1))
 
     def penalize(self, logits, history: list[int], penalty: float) -> torch.Tensor:
-        from rkspeech.models.qwen3_tts.sampling import penalize
-
         return penalize(logits, history, penalty)
 
     def ban(self, logits: torch.Tensor, ids) -> None:
@@ -95,8 +123,6 @@ class TorchHost:
         return generator
 
     def choose(self, logits, sample: bool, temperature: float, top_k: int, top_p: float, rng) -> int:
-        from rkspeech.models.qwen3_tts.sampling import choose_token
-
         return choose_token(logits, sample, temperature, top_k, top_p, rng)
 
 
