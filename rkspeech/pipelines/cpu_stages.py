@@ -158,8 +158,7 @@ def _check(model, talker, code_predictor, *, frames, texts, threads) -> dict:
     (``LazyTTSModel``) is loaded only for a stage whose reference is torch (no fp32 graph)."""
     from rkspeech.accuracy.gate import run_gate
     from rkspeech.runtime.tts.numpy_loop import NumpyTTSModel
-    from rkspeech.runtime.tts.numpy_stages import open_numpy_talker
-    from rkspeech.runtime.tts.open_stages import open_code_predictor
+    from rkspeech.runtime.tts.open_stages import open_code_predictor, open_talker_for
 
     tts = NumpyTTSModel.load(model.files.root)
     opened = []
@@ -169,7 +168,7 @@ def _check(model, talker, code_predictor, *, frames, texts, threads) -> dict:
         return backend
 
     def talker_graph(paths):
-        return keep(open_numpy_talker({r: {"onnx": p} for r, p in paths.items()}, "ort", model=tts, threads=threads))
+        return keep(open_talker_for(tts, {r: {"onnx": p} for r, p in paths.items()}, "ort", threads=threads))
 
     def cp_graph(role, path, heads=None, start=None):
         return keep(open_code_predictor(role, path, "ort", model=tts, threads=threads, heads=heads, start=start))

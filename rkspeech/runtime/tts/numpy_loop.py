@@ -7,7 +7,7 @@ embeddings and heads.  :class:`NumpyTTSModel` runs the one generation loop (``Re
 .NumpyHost`` on ``host_weights.HostWeights`` (only those tensors are read) and the ``tokenizers``
 text tokenizer, and calls the graph backends (``GraphTalker`` with the numpy RoPE recipe,
 ``CodebookCodePredictor`` over the code-predictor step graph, or ``GraphCodePredictor`` over the
-frame graph; opened by ``runtime.tts.numpy_stages.open_numpy_stages``).  torch is imported only
+frame graph; opened by ``runtime.tts.open_stages.open_stage_backends``).  torch is imported only
 for voice cloning's speaker encoder (``--ref-audio``), lazily, and a missing torch is one line
 saying so.
 
@@ -45,7 +45,7 @@ def blas_one_thread():
 # -- the model ------------------------------------------------------------------------------------
 class NumpyTTSModel(RequestChecks):
     """A Qwen3-TTS model root's host side in numpy; its talker and code predictor backends must be
-    graphs (``use_backends`` / ``numpy_stages.open_numpy_stages``).  The interface ``Speaker`` uses:
+    graphs (``use_backends`` / ``open_stages.open_stage_backends``).  The interface ``Speaker`` uses:
     ``generate_frames``, ``last_timing``, ``talker_backend``, ``code_predictor_backend``,
     ``speakers``, ``languages``, ``variant``, ``files``."""
 
