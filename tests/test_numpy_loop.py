@@ -351,3 +351,26 @@ def test_serve_without_torch_speaks_what_the_torch_loop_speaks(tts_custom_ckpt, 
     from rkspeech.serve.audio import wav_header
 
     assert len(want) > 0 and out.read_bytes() == wav_header(24000) + want
+
+
+def test_one_loop_over_either_host():
+    """The generation loop is written once (``models.qwen3_tts.loop``): both model classes inherit
+    the prompt and the frames from ``HostModel``, and each host implements the whole
+    ``HostOps`` interface, so a method added to one host only fails here."""
+    import inspect
+
+    from rkspeech.models.qwen3_tts.generate import HostModel, TTSModel
+    from rkspeech.models.qwen3_tts.loop import HostOps
+    from rkspeech.models.qwen3_tts.numpy_host import NumpyHost
+    from rkspeech.models.qwen3_tts.torch_host import TorchHost
+    from rkspeech.runtime.tts.numpy_loop import NumpyTTSModel
+
+    wanted = {n for n, v in vars(HostOps).items() if inspect.isfunction(v)} | {"name", "rope"}
+    assert len(wanted) > 15
+    for host in (NumpyHost, TorchHost):
+        missing = sorted(n for n in wanted if not hasattr(host, n))
+        assert not missing, (host.__name__, missing)
+    assert (NumpyHost.name, TorchHost.name) == ("numpy", "torch")
+    for cls in (TTSModel, NumpyTTSModel):
+        assert issubclass(cls, HostModel)
+        assert "prompt_rows" not in vars(cls) and "prompt_request" not in vars(cls)  # the prompt is HostModel's

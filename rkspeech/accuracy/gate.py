@@ -211,7 +211,7 @@ def run_gate(tts, *, reference: dict, variants: dict, texts=GATE_TEXTS, frames: 
            "prompt_form": "whole-text" if tts.cfg.default_text_in_prompt else "streaming",
            "requests": sorted({tuple(sorted(r.request.items())) for r in runs}).__len__(),
            "reference": {k: getattr(v, "name", str(v)) for k, v in reference.items()},
-           "host_loop": tts.ops.name,  # which host ran the generation loop (speak's report says the same)
+           "host_loop": tts.host,  # which host ran the generation loop (speak's report says the same)
            "reference_frames": ref_frames,
            "stopped_reference": sum(len(r.frames) < frames for r in runs),
            "thresholds": thresholds.to_dict(), "stages": {}}

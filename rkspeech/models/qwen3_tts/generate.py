@@ -5,7 +5,7 @@ frame at a time, a ``numpy.int64`` array of shape ``[num_code_groups]`` (codeboo
 the rest from the code predictor), ready for ``StreamingVocoder``; ``generate_codes`` returns all
 of them as ``[T, num_code_groups]``.
 
-:class:`RequestChecks` is what the two host loops share: the checks of a request, the prompt
+:class:`HostModel` is what the two host loops share: the checks of a request, the prompt
 (``prompt.prompt_rows``) and the frame loop (``loop.run_frames``), over the model's host backend
 ``self.ops``.  :class:`TTSModel` is that over torch (``torch_host.TorchHost``), the reference;
 ``runtime.tts.numpy_loop.NumpyTTSModel`` the same over numpy, without torch.
@@ -32,7 +32,7 @@ from rkspeech.models.qwen3_tts.prompt import PromptRequest, prompt_rows
 from rkspeech.models.qwen3_tts.sampling import GenerationOptions
 
 
-class RequestChecks:
+class HostModel:
     """What a loaded model root offers, the checks of a request, its prompt and its frames,
     torch-free: shared by ``TTSModel`` (torch host) and ``runtime.tts.numpy_loop.NumpyTTSModel``
     (numpy host).  Needs ``self.cfg`` (``TTSConfig``), ``self.tokenizer``, ``self.ops``
@@ -40,6 +40,11 @@ class RequestChecks:
     ``self.code_predictor_backend``."""
 
     # -- what the checkpoint offers ------------------------------------------------------------
+    @property
+    def host(self) -> str:
+        """Which host runs the loop: ``numpy`` or ``torch`` (``Speaker``'s and the gate's ``host_loop``)."""
+        return self.ops.name
+
     @property
     def variant(self) -> str:
         return self.cfg.variant
@@ -219,7 +224,7 @@ class RequestChecks:
         return np.stack(frames)
 
 
-class TTSModel(RequestChecks):
+class TTSModel(HostModel):
     """A loaded Qwen3-TTS model root (talker, code predictor, speaker encoder, text tokenizer)."""
 
     def __init__(self, cfg, net, tokenizer, files):
@@ -270,7 +275,7 @@ class TTSModel(RequestChecks):
 
     # -- generation ------------------------------------------------------------------------------
     def generate_frames(self, text: str, **kw) -> Iterator[np.ndarray]:
-        """``RequestChecks.generate_frames`` with the prompt and the frames under ``torch.no_grad``."""
+        """``HostModel.generate_frames`` with the prompt and the frames under ``torch.no_grad``."""
         import torch
 
         with torch.no_grad():

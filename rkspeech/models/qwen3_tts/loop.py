@@ -60,6 +60,7 @@ class HostOps(Protocol):
     def repeat(self, row, n: int) -> Any: ...
     def sum_codebooks(self, parts) -> Any: ...  # parts ``[n, H]`` each, summed as qwen-tts sums them
     def numpy(self, x) -> np.ndarray: ...
+    def inference(self): ...  # a context for a code predictor's frame (torch: no autograd graph)
 
     # heads, logit rules, sampling
     def codec_logits(self, hidden: np.ndarray) -> Any: ...
@@ -132,14 +133,15 @@ def predict_frame(stack, ops: HostOps, groups: int, hidden: np.ndarray, first_em
     x = ops.array(np.stack([np.asarray(hidden, np.float32).reshape(-1),
                             np.asarray(first_embed, np.float32).reshape(-1)]))
     codes: list[int] = []
-    stack.start(groups)
-    h = stack.forward(ops.cp_project(x))
-    for j in range(1, groups):
-        logits = ops.logits(heads.logits(j, h)) if heads is not None else ops.cp_logits(j, h)
-        code = int(choose(j, logits))
-        codes.append(code)
-        if j < groups - 1:
-            h = stack.forward(ops.cp_project(ops.cp_codec(j, [code])))
+    with ops.inference():
+        stack.start(groups)
+        h = stack.forward(ops.cp_project(x))
+        for j in range(1, groups):
+            logits = ops.logits(heads.logits(j, h)) if heads is not None else ops.cp_logits(j, h)
+            code = int(choose(j, logits))
+            codes.append(code)
+            if j < groups - 1:
+                h = stack.forward(ops.cp_project(ops.cp_codec(j, [code])))
     return codes
 
 

@@ -19,6 +19,8 @@ backend's; their distribution is the same (a statistical test compares the two s
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 NEG_INF = np.float32(-np.inf)
@@ -123,6 +125,9 @@ class NumpyHost:
 
     def numpy(self, x) -> np.ndarray:
         return np.asarray(x, dtype=np.float32)
+
+    def inference(self):
+        return contextlib.nullcontext()
 
     # -- heads, logit rules, sampling -----------------------------------------------------------
     def codec_logits(self, hidden: np.ndarray) -> np.ndarray:

@@ -92,16 +92,18 @@ class TorchHost:
     def numpy(self, x) -> np.ndarray:
         return x.detach().numpy()
 
+    def inference(self):
+        """``torch.no_grad()``: a code predictor's frame builds no autograd graph (one context a
+        frame, not one a call: 33 calls a frame)."""
+        return torch.no_grad()
+
     # -- heads, logit rules, sampling -----------------------------------------------------------
-    @torch.no_grad()
     def codec_logits(self, hidden: np.ndarray) -> torch.Tensor:
         return self.talker.codec_head(torch.from_numpy(hidden).view(1, 1, -1))[0, 0].float()
 
-    @torch.no_grad()
     def cp_project(self, x) -> np.ndarray:
-        return self.cp.small_to_mtp_projection(x).numpy()
+        return self.cp.small_to_mtp_projection(x).detach().numpy()
 
-    @torch.no_grad()
     def cp_logits(self, j: int, hidden: np.ndarray) -> torch.Tensor:
         return self.cp.lm_head[j - 1](torch.from_numpy(hidden)).float().reshape(-1)
 
@@ -140,6 +142,6 @@ class TorchStack:
         self.cache.reset()
 
     def forward(self, x: np.ndarray) -> np.ndarray:
-        with torch.no_grad():
-            return self.stack(torch.from_numpy(np.ascontiguousarray(x, np.float32)).unsqueeze(0),
-                              self.cache)[0, -1:].numpy()
+        """(Run under ``TorchHost.inference``, as ``loop.predict_frame`` runs it.)"""
+        return self.stack(torch.from_numpy(np.ascontiguousarray(x, np.float32)).unsqueeze(0),
+                          self.cache)[0, -1:].numpy()

@@ -1,8 +1,8 @@
-"""Text to codec frames without torch: ``models.qwen3_tts.generate.RequestChecks`` over the numpy host.
+"""Text to codec frames without torch: ``models.qwen3_tts.generate.HostModel`` over the numpy host.
 
 When a plan places both the talker and the code predictor as graphs, the host's work is the
 prompt, the codec head, the logit rules and sampling, and the code predictor's input projection,
-embeddings and heads.  :class:`NumpyTTSModel` runs the one generation loop (``RequestChecks``:
+embeddings and heads.  :class:`NumpyTTSModel` runs the one generation loop (``HostModel``:
 ``models.qwen3_tts.prompt`` and ``models.qwen3_tts.loop``) over ``models.qwen3_tts.numpy_host
 .NumpyHost`` on ``host_weights.HostWeights`` (only those tensors are read) and the ``tokenizers``
 text tokenizer, and calls the graph backends (``GraphTalker`` with the numpy RoPE recipe,
@@ -22,7 +22,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from rkspeech.core.errors import RkspeechError
-from rkspeech.models.qwen3_tts.generate import RequestChecks
+from rkspeech.models.qwen3_tts.generate import HostModel
 from rkspeech.models.qwen3_tts.sampling import GenerationOptions
 
 
@@ -43,13 +43,11 @@ def blas_one_thread():
 
 
 # -- the model ------------------------------------------------------------------------------------
-class NumpyTTSModel(RequestChecks):
+class NumpyTTSModel(HostModel):
     """A Qwen3-TTS model root's host side in numpy; its talker and code predictor backends must be
     graphs (``use_backends`` / ``open_stages.open_stage_backends``).  The interface ``Speaker`` uses:
     ``generate_frames``, ``last_timing``, ``talker_backend``, ``code_predictor_backend``,
     ``speakers``, ``languages``, ``variant``, ``files``."""
-
-    host = "numpy"
 
     def __init__(self, cfg, weights, tokenizer, files):
         from rkspeech.models.qwen3_tts.numpy_host import NumpyHost
@@ -105,7 +103,7 @@ class NumpyTTSModel(RequestChecks):
 
     # -- generation ---------------------------------------------------------------------------
     def generate_frames(self, text: str, **kw) -> Iterator[np.ndarray]:
-        """``RequestChecks.generate_frames`` (frames ``int64 [G]``) once both stages are graphs."""
+        """``HostModel.generate_frames`` (frames ``int64 [G]``) once both stages are graphs."""
         if self.talker_backend is None or self.code_predictor_backend is None:
             raise RkspeechError("the numpy host loop runs the talker and the code predictor as graphs; open them "
                                 "first (a plan from rkspeech build qwen3-tts)")
