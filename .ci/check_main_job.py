@@ -1,9 +1,10 @@
 """What the main job (``scripts/demo.sh``) must leave, checked after it ran: ``check_main_job.py OUT``.
 
 OUT is the demo's output folder (``out/demo``).  Checked: one build folder with plan.json (loaded and
-validated by the runtime's own loader), every graph of the build report with 0 CPU ops and 0
-REGTASK lines, the simulator SNR against the full decode above its pass mark, and speech.wav (24 kHz,
-as many samples as the frames it was asked for, not silent).  Exit 1 with one line per failed check.
+validated by the runtime's own loader), the plan placing the talker and the code predictor on the
+CPU and the vocoder on the NPU, every vocoder graph with 0 CPU ops and 0 REGTASK lines, the
+simulator SNR against the full decode above its pass mark, and speech.wav (24 kHz, as many samples
+as the frames it was asked for, not silent).  Exit 1 with one line per failed check.
 """
 
 from __future__ import annotations
@@ -24,12 +25,17 @@ def main(out: Path, speech_frames: int = 25) -> list[str]:
     builds = sorted(out.glob("build-*/build-report.json"))
     if len(builds) != 1:
         return [f"expected one build report under {out}, found {len(builds)}"]
-    report = json.loads(builds[0].read_text())
+    whole = json.loads(builds[0].read_text())
+    report = whole.get("vocoder") or {}
     plan_path = builds[0].parent / "plan.json"
     try:
         load_plan(plan_path, backend="ort")
     except Exception as exc:  # noqa: BLE001 - reported as a failed check
         failed.append(f"plan {plan_path}: {exc}")
+    places = whole.get("placements") or {}
+    if not (str(places.get("talker", "")).startswith("cpu-") and str(places.get("code_predictor", "")).startswith("cpu-")
+            and places.get("vocoder") == "npu"):
+        failed.append(f"placements {places}: expected the talker and the code predictor on the CPU, the vocoder on the NPU")
     for role, conv in report.get("convert", {}).items():
         cpu, regtask = conv["placement"]["cpu_ops"], conv["build"]["regtask_overflow_lines"]
         if cpu:
@@ -49,7 +55,7 @@ def main(out: Path, speech_frames: int = 25) -> list[str]:
         want = speech_frames * report["export"]["samples_per_token"]
         if rate != report["export"]["sample_rate"] or len(pcm) != want or not np.abs(pcm).max():
             failed.append(f"{wav}: {len(pcm)} samples at {rate} Hz (want {want}), peak {np.abs(pcm).max()}")
-    print(f"main job: {builds[0].parent.name}: "
+    print(f"main job: {builds[0].parent.name}: {places}; vocoder "
           + ", ".join(f"{r} {c['placement']['npu_ops']} NPU / {c['placement']['cpu_ops']} CPU ops"
                       for r, c in report.get("convert", {}).items())
           + f"; simulator {sim} dB; {wav.name} {'ok' if wav.is_file() else 'missing'}")

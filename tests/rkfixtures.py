@@ -102,3 +102,26 @@ def session_rknn(tmp_path_factory) -> Path:
 def session_result(tmp_path_factory):
     session_rknn(tmp_path_factory)
     return _CACHE["result"]
+
+
+def kill_parent_expect_child_gone(parent, child, what: str, within_s: float = 5.0) -> None:
+    """SIGKILL ``parent`` (a Popen) and fail unless ``child`` (a psutil.Process) is gone or a
+    zombie within ``within_s``: a toolkit child must die with its parent."""
+    import os
+    import signal
+    import time
+
+    import psutil
+    import pytest
+
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            if child.status() == psutil.STATUS_ZOMBIE:
+                return
+        except psutil.NoSuchProcess:
+            return
+        time.sleep(0.1)
+    pytest.fail(f"{what} {child.pid} still runs {within_s:g} s after its parent was SIGKILLed")

@@ -44,13 +44,34 @@ def home(tmp_path_factory):
     return tmp_path_factory.mktemp("gate_build")
 
 
+#: what the honest build printed on stderr (its progress), for test_the_gate_says_where_it_is
+PRINTED: dict[str, str] = {}
+
+
 @pytest.fixture(scope="module")
 def honest(trained_tts_ckpt, placeholder_vocoder_plan, home):
+    import contextlib
+    import io
+
     from rkfixtures import run_relative
 
-    rc, _, _ = run_relative(home, _argv(trained_tts_ckpt[0], placeholder_vocoder_plan, home, "out"))
-    assert rc == 0
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        rc, _, _ = run_relative(home, _argv(trained_tts_ckpt[0], placeholder_vocoder_plan, home, "out"))
+    PRINTED["honest"] = err.getvalue()
+    assert rc == 0, PRINTED["honest"][-2000:]
     return home / "out"
+
+
+def test_the_gate_says_where_it_is(honest):
+    """The gate ran ~15 min (published size) with no progress: now a line per stage and the
+    progress of each part (fp32 reference, teacher forced, free running) for both stages."""
+    printed = " ".join(PRINTED["honest"].split())
+    assert "accuracy gate: stage 1/2: talker (20 utterances" in printed
+    assert "accuracy gate: stage 2/2: code predictor (20 utterances" in printed
+    for part in ("fp32 reference: 20/20", "talker, teacher forced: 20/20", "talker, free running: 20/20",
+                 "code predictor, teacher forced: 20/20", "code predictor, free running: 20/20"):
+        assert f"accuracy gate: {part}" in printed, part
 
 
 def test_honest_int8_stages_pass_the_gate(honest):

@@ -252,3 +252,26 @@ def test_doctor_off_a_board_says_so_and_checks_the_plan(reduced_vocoder_build, t
     printed = capsys.readouterr().out
     assert "not a Rockchip board" in printed
     assert printed.count("toolkit 2.5.0") == 2
+
+
+def test_doctor_names_every_missing_file_of_the_plan(reduced_vocoder_build, tmp_path, capsys):
+    """A plan folder copied without one .rknn: doctor used to leave it out of its list and exit 0
+    (issue 37); now an error naming it, exit 1.  A missing ONNX (a board copy may leave those
+    out) is a warning only."""
+    from rkspeech.cli import main
+
+    out, _ = reduced_vocoder_build
+    sd = json.loads((out / "plan.json").read_text())["speech_decoder"]
+    d = _mirror(out, tmp_path / "copy")
+    (d / sd["onnx"]["first"]).unlink()
+    main(["doctor", "--json", "--root", str(tmp_path / "no-board"), "--plan", str(d / "plan.json")])
+    missing = [f for f in json.loads(capsys.readouterr().out)["findings"] if f["id"] == "plan-file-missing"]
+    assert [(f["severity"], Path(f["message"].split()[0]).name) for f in missing] == \
+        [("warning", Path(sd["onnx"]["first"]).name)], missing
+    (d / sd["artifacts"]["main"]).unlink()
+    rc = main(["doctor", "--root", str(tmp_path / "no-board"), "--plan", str(d / "plan.json")])
+    printed = capsys.readouterr().out
+    assert rc == 1
+    line = next(x for x in printed.splitlines() if x.startswith("ERROR") and "plan-file-missing" in x)
+    assert Path(sd["artifacts"]["main"]).name in line and "a board runs it" in line, printed
+    assert printed.count("toolkit 2.5.0") == 1  # the .rknn that is there is still checked

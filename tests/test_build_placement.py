@@ -106,8 +106,9 @@ def test_plan_places_the_stages_on_the_cpu(built):
     # CPU stages are exported with per-layer cache inputs and grouped k/v (cpu_stages.CPU_EXPORT)
     for stage in (talker, cp):
         assert (stage.contract["cache_io"], stage.contract["kv_layout"]) == ("layers", "grouped")
-    # no .rknn for CPU stages (the vocoder's placeholders are outside the folder)
-    assert not list(built.rglob("*.rknn")), list(built.rglob("*.rknn"))
+    # no .rknn for CPU stages (the vocoder's placeholders are linked into vocoder/, as its plan names them)
+    assert sorted(p.relative_to(built).as_posix() for p in built.rglob("*.rknn")) == ["vocoder/first.rknn",
+                                                                                    "vocoder/main.rknn"]
     assert not (built / "code_predictor" / "calib").exists()
 
 
@@ -144,11 +145,25 @@ def test_summary_table_shows_the_cpu_stages(built):
 
 
 def test_speak_runs_the_cpu_variants(built, tts_custom_ckpt, tmp_path, capsys):
-    from rkfixtures import run_relative
+    """From a copy of the build folder alone, at another depth (as on a board): a --vocoder-plan
+    build pointed at ../../voc_plan/... and broke there (issue 37); its plan now names only
+    files inside its folder."""
+    import shutil
 
+    from rkfixtures import run_relative
+    from rkspeech.plan.integrity import expected_files
+    from rkspeech.plan.paths import inside
+
+    raw = json.loads((built / "plan.json").read_text())
+    names = [*raw["speech_decoder"]["artifacts"].values(), *raw["speech_decoder"]["onnx"].values(),
+             *raw["integrity"]["files"]]
+    assert names and all(inside(built, n) for n in names), names
+    board = tmp_path / "board" / "deeper" / "plan"
+    shutil.copytree(built, board)
+    assert all(f.is_file() for f in expected_files(raw, board))
     rc, err, new = run_relative(tmp_path, [
         "speak", "Hello from the board.", "--model-dir", os.path.relpath(tts_custom_ckpt, tmp_path), "--plan",
-        os.path.relpath(built / "plan.json", tmp_path), "--backend", "ort", "--speaker", "vivian", "--greedy",
+        os.path.relpath(board / "plan.json", tmp_path), "--backend", "ort", "--speaker", "vivian", "--greedy",
         "--max-frames", "6", "-o", "s.wav", "--report", "r.json"], capsys)
     assert rc == 0, err
     assert new == {"s.wav", "r.json"}, sorted(new)
@@ -290,3 +305,21 @@ def test_start_graph_is_two_step_calls_in_one(built, tts_custom_ckpt, tmp_path):
     assert np.allclose(h1, h2, atol=1e-4) and np.allclose(c1[:, :, :2], c2[:, :, :2], atol=1e-4)
     with pytest.raises(RkspeechError, match=r"B=1, not a code-predictor step \(.*B=2\)"):
         open_step_stack(step, "ort", 16, start=step)
+
+
+def test_an_utterance_cut_by_the_talker_capacity_says_so(built, tts_custom_ckpt, tmp_path, capsys):
+    """The random talker never ends an utterance: at --max-frames 200 the plan's capacity of 96
+    positions cuts it.  That used to be silent (issue 37); now one line on stderr and the report."""
+    from rkfixtures import run_relative
+
+    rc, err, _ = run_relative(tmp_path, [
+        "speak", "Hello.", "--model-dir", os.path.relpath(tts_custom_ckpt, tmp_path), "--plan",
+        os.path.relpath(built / "plan.json", tmp_path), "--backend", "ort", "--speaker", "vivian", "--greedy",
+        "--max-frames", "200", "-o", "s.wav", "--report", "r.json"], capsys)
+    assert rc == 0, err
+    report = json.loads((tmp_path / "r.json").read_text())
+    (cut,) = report["cut"]
+    assert cut.startswith(f"the utterance was cut after {report['frames']} frames") and report["frames"] < CAPACITY
+    assert f"the talker graph holds {CAPACITY} positions (rebuild with a larger --talker-capacity)" in cut
+    lines = [x for x in err.splitlines() if x.startswith("warning: the utterance was cut")]
+    assert len(lines) == 1 and cut in " ".join(err.split()), err

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rkspeech.cli import build_parser
+from rkspeech.cli import build_parser, vocabulary
 from rkspeech.cli.vocabulary import (
     ALIASES,
     PREFIXES,
@@ -31,12 +31,14 @@ REQUIRED = {
     "decode": (["c.npy"], {"--plan": "plan.json", "-o": "x.wav"}),
     "demo": ([], {}),
     "export qwen3-tts-vocoder": ([], {"-B": "4"}),
+    "healthcheck": ([], {}),
     "serve": ([], {}),
     "speak": (["hello"], {"--plan": "plan.json", "-o": "x.wav"}),
     "synth-checkpoint qwen3-tts": ([], {"--out-dir": "o"}),
     "synth-checkpoint qwen3-tts-vocoder": ([], {"--out-dir": "o"}),
     "transcribe": (["a.wav"], {"--model-dir": "m"}),
     "verify": ([], {"--onnx": "s.onnx"}),
+    "voices": ([], {}),
 }
 
 
@@ -71,7 +73,7 @@ def _value(action: argparse.Action) -> list[str]:
         return []
     if action.choices:
         return [list(action.choices)[0]]
-    return ["3"] if action.type in (int, float) else ["v"]
+    return ["3"] if action.type in (int, float) or isinstance(action.type, vocabulary.Number) else ["v"]
 
 
 def _argv(command: str, spelling: str, action: argparse.Action) -> list[str]:
@@ -144,7 +146,7 @@ def test_one_threads_flag_one_default():
             if action.dest == "threads" and action.help is not argparse.SUPPRESS:
                 assert action.option_strings == ["--asr-threads" if cmd == "serve" else "--threads"], cmd
                 assert action.default == threads_default(cmd), cmd
-                assert action.type is int and action.metavar == "N", cmd
+                assert action.type is vocabulary.number(int, None) and action.metavar == "N", cmd
                 seen[cmd] = action.default
     assert seen == {"accuracy": None, "build whisper-encoder": None, "check-board": None, "decode": None, "speak": None,
                     "transcribe": 1, "serve": 1}
@@ -175,3 +177,53 @@ def test_conventions_lists_the_vocabulary():
         assert f"`{word.spelling}`" in section, word.spelling
         for old in word.retired:
             assert f"`{old}`" in section, old
+
+
+def _one_value_flags():
+    """(command, spelling, action) of every flag of every command that takes one value."""
+    for cmd, parser in COMMANDS.items():
+        for action in parser._actions:
+            if action.option_strings and action.nargs is None and not action.choices and action.help is not argparse.SUPPRESS:
+                yield cmd, max(action.option_strings, key=len), action
+
+
+def test_no_flag_of_any_command_takes_nan_inf_or_a_meaningless_negative(capsys):
+    """Issue 37 item 11: ``float("nan")`` passes every later check (``--request-timeout nan``
+    made every request a 504; ``--memory-budget-mb nan``, ``--max-upload-mb inf``: tracebacks).
+    Every flag of every command is fed nan / inf / -inf: a number flag refuses each with
+    argparse's error line; any other flag keeps it as text.  A number flag refuses -1 too,
+    unless its type says negative values mean something (``low=None``: an SNR in dB)."""
+    parser = build_parser()
+    numbers = 0
+    for cmd, spelling, action in _one_value_flags():
+        positionals, required = {**REQUIRED, "inspect": (["m.rknn"], {}), "lint": (["m.onnx"], {})}.get(cmd, ([], {}))
+        base = cmd.split() + positionals + [x for f, v in required.items() if f != spelling for x in (f, v)]
+        for bad in ("nan", "inf", "-inf", "1e999"):
+            try:
+                ns = parser.parse_args(base + [f"{spelling}={bad}"])
+            except SystemExit as exc:
+                err = capsys.readouterr().err.strip().splitlines()[-1]
+                assert exc.code == 2 and re.search(rf"error: argument {spelling}\S*: '{bad}' is not (a finite number|an integer)",
+                                                   err), (cmd, spelling, err)
+                continue
+            value = getattr(ns, action.dest)
+            assert isinstance(value, str), f"{cmd} {spelling}={bad} parsed to {value!r}"
+        if isinstance(action.type, vocabulary.Number) or action.type in (int, float):
+            numbers += 1
+            if getattr(action.type, "low", 0) is not None:
+                with pytest.raises(SystemExit):
+                    parser.parse_args(base + [f"{spelling}=-1"])
+                assert re.search(rf"argument {spelling}\S*: must be >= 0, got -1", capsys.readouterr().err), (cmd, spelling)
+    assert numbers >= 80  # every command's number flags were walked (83 when written)
+
+
+def test_serve_options_refuse_non_finite_numbers():
+    """The library's own check (``ServeOptions``) refuses nan and inf too: a caller that builds
+    options without the CLI gets one line, not a 504 on every request."""
+    from rkspeech.core.errors import RkspeechError
+    from rkspeech.serve.options import ServeOptions
+
+    for field in ("request_timeout_s", "max_audio_s", "idle_timeout_s", "body_timeout_s"):
+        for bad in (float("nan"), float("inf")):
+            with pytest.raises(RkspeechError, match=rf"{field} must be a finite number"):
+                ServeOptions(**{field: bad})

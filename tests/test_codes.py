@@ -108,3 +108,33 @@ def test_load_codes_file_errors(tmp_path):
     (tmp_path / "x.txt").write_text("1 2 3")
     with pytest.raises(RkspeechError, match="unsupported codes file type"):
         load_codes_file(tmp_path / "x.txt")
+
+
+@pytest.mark.parametrize("suffix", [".npy", ".json"])
+def test_uint64_max_is_refused_not_dropped_as_padding(tmp_path, suffix):
+    """2**64-1 cast to int64 is -1: in the last token it read as end padding and vanished."""
+    c = codes().astype(np.uint64)
+    c[-1, 0] = np.iinfo(np.uint64).max
+    p = tmp_path / f"codes{suffix}"
+    if suffix == ".npy":
+        np.save(p, c)
+    else:
+        p.write_text(json.dumps(c.tolist()))
+    with pytest.raises(RkspeechError, match=rf"code {2**64 - 1} (at token {len(c) - 1}, codebook 0 )?is outside"):
+        normalize_codes(load_codes_file(p), Q, K)
+
+
+def test_utterances_round_trip_and_refusals():
+    from rkspeech.runtime.tts.codes import utterance_array, utterances
+
+    a, b = codes()[:7], codes()[3:5]
+    arr = utterance_array([a, b])
+    assert arr.shape == (2, 7, Q) and (arr[1, 2:] == -1).all()
+    for given in (arr, arr.transpose(0, 2, 1)):  # [N, T, Q] and the official [N, Q, T]
+        got = utterances(given, Q, K)
+        assert len(got) == 2 and np.array_equal(got[0], a) and np.array_equal(got[1], b)
+    assert [u.shape for u in utterances(a, Q, K)] == [a.shape]  # [T, Q]: one utterance
+    assert utterance_array([a]).shape == a.shape  # one sentence: the [T, 16] layout as before
+    arr[1, 0, 0] = K
+    with pytest.raises(RkspeechError, match=r"utterance 1 of 2: code 2048 at token 0, codebook 0"):
+        utterances(arr, Q, K)

@@ -137,3 +137,20 @@ def test_fuzz_only_rkspeech_error(rknn_bytes, mutation):
     # a hang guard (a loop over a lying length or offset), not a speed goal: a parse takes
     # milliseconds, and 0.5 s failed once on a loaded 2-core machine with a correct parser
     assert time.perf_counter() - start < 10.0
+
+
+@pytest.mark.parametrize("offset", [64, 65, 68, 71])  # the root offset, the flatbuffer identifier
+def test_inspect_refuses_a_damaged_blob_frame(rknn_bytes, tmp_path, capsys, offset):
+    """One flipped byte in the blob's root offset or identifier: ``inspect`` used to exit 0 with
+    "nodes: not read"; the file is corrupt (the runtime would not load it), so one line, exit 2."""
+    from rkspeech.cli import main
+
+    data = bytearray(rknn_bytes)
+    data[offset] ^= 0xFF
+    p = tmp_path / "flipped.rknn"
+    p.write_bytes(bytes(data))
+    assert main(["inspect", str(p)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "corrupt .rknn: the model blob" in err and str(p) in err
+    with pytest.raises(RkspeechError, match="corrupt .rknn"):
+        read_container(p)

@@ -5,7 +5,7 @@ import pytest
 from rkspeech.core.errors import RkspeechError
 from rkspeech.convert.conversion import convert
 
-from rkfixtures import conv_relu_sin, graph, session_result, vi
+from rkfixtures import conv_relu_sin, graph, kill_parent_expect_child_gone, session_result, vi
 
 pytestmark = pytest.mark.rknn
 
@@ -177,3 +177,48 @@ def test_layer_table_columns_by_chip():
     assert (t88[1].cycles, t88[1].rw_kb) == (4158, 64.0)
     assert [la.full_name for la in t76] == ["InputOperator:audio_codes", "Conv:/codebook/Conv_1_tile0_ConvAdd"]
     assert (t76[1].cycles, t76[1].rw_kb, t76[1].target) == (438956, 3184.0, "NPU")
+
+
+def test_sigkilled_parent_takes_its_converter_child_and_the_next_conversion_sweeps_its_folder(tmp_path):
+    """SIGKILL of a build (no ``finally`` runs) left the rknn-toolkit2 child converting and its
+    ``.tmp`` work folder behind (issue 37): the child now dies with its parent
+    (``core.child.die_with_parent``) and the next conversion into that folder removes the folder
+    (its owner lock is free: ``core.child.sweep_stale_workdirs``); a live owner's folder stays."""
+    import os
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    import psutil
+
+    from rkspeech.core.child import make_workdir, sweep_stale_workdirs
+
+    onnx_path = conv_relu_sin(tmp_path / "m.onnx")
+    code = ("import sys; from rkspeech.convert.conversion import convert; "
+            "convert(sys.argv[1], sys.argv[2], target='rk3588', show_progress=False)")
+    env = {**os.environ, "RKSPEECH_TEST_CHILD_SLEEP": "60",
+           "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    parent = subprocess.Popen([sys.executable, "-c", code, str(onnx_path), str(tmp_path / "m.rknn")], env=env)
+    try:
+        deadline, child = time.monotonic() + 60, None
+        while child is None and time.monotonic() < deadline:
+            kids = [c for c in psutil.Process(parent.pid).children() if "converter_child" in " ".join(c.cmdline())]
+            child = kids[0] if kids else None
+            time.sleep(0.1)
+        assert child is not None, "no converter child started"
+        time.sleep(0.5)  # let it get past its start
+        kill_parent_expect_child_gone(parent, child, "converter child")
+    finally:
+        parent.kill()
+        if child is not None and child.is_running():
+            child.kill()
+    stale = [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    assert len(stale) == 1 and stale[0].name.startswith(".m.rknn.")  # what SIGKILL leaves
+    live, lock = make_workdir(tmp_path, prefix=".live.")  # also sweeps: the stale one goes
+    try:
+        assert not stale[0].exists() and live.is_dir()
+        assert sweep_stale_workdirs(tmp_path) == []  # a live owner's folder stays
+    finally:
+        lock.close()
+    assert sweep_stale_workdirs(tmp_path) == [str(live)]

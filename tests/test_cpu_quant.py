@@ -309,3 +309,20 @@ def test_prefill_runs_on_the_default_threads_whatever_the_stage_has(graphs, monk
     finally:
         talker.close()
     assert threads == {"decode": 1, "prefill": 2}
+
+
+def test_a_scratch_folder_a_killed_build_left_is_swept(graphs, tmp_path):
+    """The quantizer's scratch folder sits in the build folder; a SIGKILL left it there for good
+    (issue 37): it is owner-locked now, and the next quantization into the folder sweeps it."""
+    from rkspeech.convert.cpu_quant import CpuQuantOptions, quantize_step_graph
+    from rkspeech.core.child import make_workdir
+
+    stale, lock = make_workdir(tmp_path, prefix=".cpu-quant.")
+    lock.close()  # its owner died (the kernel drops the lock)
+    live, live_lock = make_workdir(tmp_path, prefix=".other.")  # a live owner's folder stays
+    try:
+        quantize_step_graph(graphs["cp_step"], tmp_path / "s.onnx", CpuQuantOptions("int8"))
+        assert not stale.exists() and live.is_dir()
+    finally:
+        live_lock.close()
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".other.")) == ["s.onnx"]

@@ -94,20 +94,21 @@ def bad_files(tmp_path_factory, plan_dir) -> Path:
     (d / "afile").write_text("x")
     plan = json.loads((plan_dir / "plan.json").read_text())
 
+    import shutil
+
+    for role in ("first", "main"):  # the artifacts beside the variants: a plan names files in its folder only
+        shutil.copy(plan_dir / plan["speech_decoder"]["onnx"][role], d)
+
     def plan_variant(name, edit):
         p = json.loads(json.dumps(plan))
         edit(p["speech_decoder"])
-        for role in ("first", "main"):  # keep the artifacts reachable from the new folder
-            p["speech_decoder"]["onnx"][role] = p["speech_decoder"]["onnx"][role] \
-                if not isinstance(p["speech_decoder"]["onnx"][role], str) \
-                else str(plan_dir / p["speech_decoder"]["onnx"][role])
         (d / name).write_text(json.dumps(p))
 
     plan_variant("plan_number_path.json", lambda sd: sd["onnx"].__setitem__("main", 5))
     plan_variant("plan_N_abc.json", lambda sd: sd["contract"].__setitem__("N", "abc"))
     plan_variant("plan_rate.json", lambda sd: sd["contract"].__setitem__("sample_rate", 16000))
     edited = _tiny_step(d / "edited.onnx", _contract(16), graph_contract=_contract(8))
-    plan_variant("plan_edited_onnx.json", lambda sd: sd["onnx"].__setitem__("main", str(edited)))
+    plan_variant("plan_edited_onnx.json", lambda sd: sd["onnx"].__setitem__("main", edited.name))
 
     base = {"model_type": MODEL_TYPE, "decoder_config": CONFIGS["reduced"].to_dict()}
     for name, dec, top in [("kv0", {"num_key_value_heads": 0}, {}), ("hidden_str", {"hidden_size": "128"}, {}),
@@ -136,29 +137,29 @@ def _listing(folders) -> dict:
 # not change).  /proc stands for a read-only folder: it refuses new files even to root (these tests
 # run as root here), which a chmod'ed folder does not.
 TABLE = [
-    # outputs checked up front (3)
+    # outputs checked up front, by the CLI for every command (cli.outputs), naming the flag (3)
     ("decode-o-readonly", "decode --plan {plan}/plan.json {plan}/codes.npy -o /proc/x.wav",
-     r"cannot write output wav /proc/x\.wav: folder /proc is not writable", []),
+     r"cannot write --output /proc/x\.wav: folder /proc is not writable", []),
     ("decode-o-missing-folder", "decode --plan {plan}/plan.json {plan}/codes.npy -o {tmp}/nope/x.wav",
      r"folder .*nope does not exist", ["{tmp}"]),
     ("decode-o-directory", "decode --plan {plan}/plan.json {plan}/codes.npy -o {bad}/a_dir.wav",
-     r"output wav .*a_dir\.wav is a directory", ["{bad}"]),
+     r"--output .*a_dir\.wav is a directory", ["{bad}"]),
     ("decode-report-readonly", "decode --plan {plan}/plan.json {plan}/codes.npy -o {tmp}/x.wav --report /proc/r.json",
-     r"cannot write report /proc/r\.json", ["{tmp}"]),
+     r"cannot write --report /proc/r\.json", ["{tmp}"]),
     ("decode-report-directory", "decode --plan {plan}/plan.json {plan}/codes.npy -o {tmp}/x.wav --report {bad}/a_dir",
-     r"report .*a_dir is a directory", ["{tmp}", "{bad}"]),
+     r"--report .*a_dir is a directory", ["{tmp}", "{bad}"]),
     ("convert-o-directory", "convert {plan}/main.onnx --target rk3588 -o {bad}/a_dir",
-     r"output \.rknn .*a_dir is a directory", ["{bad}", "{plan}"]),
+     r"--output .*a_dir is a directory", ["{bad}", "{plan}"]),
     ("convert-report-readonly", "convert {plan}/main.onnx --target rk3588 -o {tmp}/m.rknn --report /proc/r.json",
-     r"cannot write report /proc/r\.json", ["{tmp}", "{plan}"]),
+     r"cannot write --report /proc/r\.json", ["{tmp}", "{plan}"]),
     ("build-out-is-file", "build qwen3-tts-vocoder --model-dir {ckpt} --out-dir {bad}/afile",
-     r"output folder .*afile is a file; pass a folder", ["{bad}"]),
+     r"--out-dir folder .*afile is a file; pass a folder", ["{bad}"]),
     ("build-out-readonly", "build qwen3-tts-vocoder --model-dir {ckpt} --out-dir /proc/b",
-     r"cannot write output /proc/b: folder /proc is not writable", []),
+     r"cannot write --out-dir /proc/b: folder /proc is not writable", []),
     ("synth-out-is-file", "synth-checkpoint qwen3-tts-vocoder --out-dir {bad}/afile",
-     r"output folder .*afile is a file", ["{bad}"]),
+     r"--out-dir folder .*afile is a file", ["{bad}"]),
     ("export-o-readonly", "export qwen3-tts-vocoder --model-dir {ckpt} -B 4 -o /proc/s.onnx",
-     r"cannot write output ONNX /proc/s\.onnx", []),
+     r"cannot write --output /proc/s\.onnx", []),
     # bad files (4)
     ("convert-missing-onnx", "convert {tmp}/missing.onnx --target rk3588", r"missing\.onnx: no such ONNX file", ["{tmp}"]),
     ("convert-text-onnx", "convert {bad}/text.onnx --target rk3588 -o {tmp}/t.rknn",

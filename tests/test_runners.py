@@ -8,7 +8,7 @@ from rkspeech.runtime.runners import open_runner
 from rkspeech.runtime.runners.onnxruntime import OnnxRuntimeRunner
 from rkspeech.runtime.runners.simulator import RknnSimulatorRunner
 
-from rkfixtures import conv_relu_sin, graph, save, vi
+from rkfixtures import conv_relu_sin, graph, kill_parent_expect_child_gone, save, vi
 
 
 def _snr_db(ref, x):
@@ -232,3 +232,58 @@ def test_whisper_encoder_on_the_simulator_child(tmp_path):
     assert _snr_db(ref, out) >= 40, _snr_db(ref, out)
     with pytest.raises(RkspeechError, match="build of encoder.onnx.*exceeded the memory limit of 50 MB"):
         open_encoder("sim", p, memory_limit_mb=50)
+
+
+@pytest.mark.rknn
+def test_a_sigkilled_parent_leaves_no_simulator_child_or_folder_for_long(tmp_path):
+    """A SIGKILLed build's simulator child goes with it (it watches its parent), and the work
+    folder it leaves is owner-locked, so the next one made sweeps it (issue 37, item 12)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import psutil
+
+    from rkspeech.core.child import sweep_stale_workdirs
+
+    p = conv_relu_sin(tmp_path / "m.onnx")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    code = ("import sys, time; from rkspeech.runtime.runners.sim_process import SimulatorProcess; "
+            "s = SimulatorProcess(sys.argv[1], target='rk3588'); print(s._proc.pid, s._workdir, flush=True); "
+            "time.sleep(60)")
+    env = {**os.environ, "TMPDIR": str(tmp), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    parent = subprocess.Popen([sys.executable, "-c", code, str(p)], env=env, stdout=subprocess.PIPE, text=True)
+    child = None
+    try:
+        pid, work = parent.stdout.readline().split()
+        child = psutil.Process(int(pid))
+        kill_parent_expect_child_gone(parent, child, "simulator child")
+    finally:
+        parent.kill()
+        if child is not None and child.is_running():
+            child.kill()
+    assert Path(work).is_dir() and Path(work).parent == tmp  # what SIGKILL leaves
+    assert sweep_stale_workdirs(tmp) == [work]
+
+
+def test_simulator_pieces_work_in_an_owner_locked_folder(tmp_path, monkeypatch):
+    """The pieces' folder (and the accuracy map's, the same way) is owner-locked in the temp
+    folder: removed on close, and one a SIGKILLed run left is swept by the next."""
+    import tempfile
+
+    from rkspeech.core.child import make_workdir
+    from rkspeech.runtime.runners.segmented import SegmentedSimulator
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    stale, lock = make_workdir(tmp_path, prefix="rkspeech-pieces-")
+    lock.close()  # its owner died
+    p = conv_relu_sin(tmp_path / "m.onnx")
+    pieces = SegmentedSimulator(p, parts=2)  # splits only; each piece is built when called
+    try:
+        (work,) = [d for d in tmp_path.iterdir() if d.name.startswith("rkspeech-pieces-")]
+        assert work != stale and not stale.exists() and len(pieces.paths) == 2
+    finally:
+        pieces.close()
+    assert not work.exists()

@@ -117,6 +117,50 @@ def test_wyoming_synthesize_is_what_speak_writes(server, cli_pcm):
     assert np.frombuffer(cli_pcm, "<i2").size == len(b"".join(chunks)) // 2
 
 
+def test_wyoming_streamed_sentences_are_what_the_engine_says_for_each(server):
+    """The real engine behind the streaming contract (issue 41): chunks that split words and
+    sentences, through the official client; each sentence's audio, framed alone, is what a plain
+    ``synthesize`` of that sentence gives (greedy: the same samples), ``synthesize-stopped`` last."""
+    from wyoming.client import AsyncTcpClient
+    from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeVoice
+
+    host, port = server.addresses["wyoming"].removeprefix("tcp://").rsplit(":", 1)
+    pieces = ("Good mor", "ning. The kitchen li", "ghts are on.")
+    voice = SynthesizeVoice(name="ryan")
+
+    async def until(client, last):
+        events = []
+        while not events or events[-1].type not in (last, "error"):
+            events.append(await client.read_event())
+        return events
+
+    async def go():
+        async with AsyncTcpClient(host, int(port), read_timeout=300) as client:
+            plain = []
+            for sentence in ("Good morning.", "The kitchen lights are on."):
+                await client.write_event(Synthesize(text=sentence, voice=voice).event())
+                plain.append(b"".join(e.payload for e in await until(client, "audio-stop") if e.type == "audio-chunk"))
+            await client.write_event(SynthesizeStart(voice=voice).event())
+            for piece in pieces:
+                await client.write_event(SynthesizeChunk(text=piece).event())
+            await client.write_event(Synthesize(text="".join(pieces), voice=voice).event())
+            await client.write_event(SynthesizeStop().event())
+            return plain, await until(client, "synthesize-stopped")
+
+    plain, streamed = asyncio.run(go())
+    types = [e.type for e in streamed]
+    assert types[-1] == "synthesize-stopped" and "error" not in types
+    per_sentence, current = [], None
+    for e in streamed:
+        if e.type == "audio-start":
+            current = b""
+        elif e.type == "audio-chunk":
+            current += e.payload
+        elif e.type == "audio-stop":
+            per_sentence.append(current)
+    assert all(plain) and per_sentence == plain
+
+
 def test_cli_bounds_the_speech_of_a_request(tts_custom_ckpt, plan, capsys):
     """``--max-speech-s``: a talker that never chooses to stop (synthetic weights) cannot hold the
     engine; the answer is that much audio, whole frames."""

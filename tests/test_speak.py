@@ -217,3 +217,60 @@ def test_empty_text_and_wrong_output_are_refused_before_loading(tmp_path, capsys
     assert rc == 2 and "must end in .wav" in cap.err
     rc, cap = _run(["speak", "Hi.", "--plan", "nowhere.json", "-o", str(tmp_path / "x.wav"), "--max-frames", "0"], capsys)
     assert rc == 2 and "--max-frames must be >= 1, got 0" in cap.err
+
+
+def test_decode_of_the_codes_of_several_sentences_is_the_spoken_wav(tts_custom_ckpt, plan, tmp_path, capsys):
+    """speak gives each sentence its own utterance (a fresh vocoder state); its codes file keeps
+    the sentences apart ([N, T, 16], -1 padded) and decode decodes them apart: the wav of the two
+    sentences is the spoken one (decoded as one stream it differed by up to 16,102 LSB, issue 37)."""
+    from rkspeech.models.qwen3_tts.generate import GenerationOptions
+    from rkspeech.runtime.tts.codes import utterance_array
+    from rkspeech.runtime.tts.long_text import stream_sentences
+    from rkspeech.runtime.tts.speak import Speaker, SpeechTiming
+    from rkspeech.runtime.wav import read_wav_int16, to_int16
+
+    caps = (FRAMES, 9)  # frames per sentence at most
+    with Speaker(tts_custom_ckpt, plan, threads=1) as sp:
+        codes, pcm = [], []
+        for frames, text in zip(caps, ("The quick brown fox.", "It jumps.")):  # speak's code path per sentence
+            pcm += list(stream_sentences(sp, text, options=GenerationOptions.greedy(max_new_tokens=frames + 1),
+                                         timing=SpeechTiming(), codes_out=codes, speaker="vivian"))
+    spoken = to_int16(np.concatenate(pcm))
+    lengths = [len(c) for c in codes]
+    assert len(lengths) == 2 and lengths[0] == FRAMES and 0 < lengths[1] < FRAMES, lengths
+    arr = utterance_array(codes)  # what speak --codes-out writes
+    assert arr.shape == (2, FRAMES, 16) and (arr[1, lengths[1]:] == -1).all()
+    np.save(tmp_path / "codes.npy", arr)
+    rc, cap = _run(["decode", "--plan", str(plan), str(tmp_path / "codes.npy"), "-o", str(tmp_path / "d.wav"),
+                    "--threads", "1", "--report", str(tmp_path / "r.json")], capsys)
+    assert rc == 0, cap.err
+    decoded, _ = read_wav_int16(tmp_path / "d.wav")
+    assert decoded.size == spoken.size == sum(lengths) * 1920
+    # speak's eager small steps vs decode's main steps: float rounding, at most one LSB (as for one sentence)
+    assert np.abs(decoded.astype(np.int32) - spoken).max() <= 1  # measured: 1
+    assert json.loads((tmp_path / "r.json").read_text())["utterances"] == 2
+    # with speak's step schedule (frame by frame, small steps): sample for sample
+    rc, cap = _run(["decode", "--plan", str(plan), str(tmp_path / "codes.npy"), "-o", str(tmp_path / "e.wav"),
+                    "--threads", "1", "--as-spoken"], capsys)
+    assert rc == 0, cap.err
+    assert np.array_equal(read_wav_int16(tmp_path / "e.wav")[0], spoken)
+    # the sentences' codes decoded as one stream are another signal (the fresh state matters)
+    np.save(tmp_path / "flat.npy", np.concatenate(codes))
+    rc, cap = _run(["decode", "--plan", str(plan), str(tmp_path / "flat.npy"), "-o", str(tmp_path / "f.wav"),
+                    "--threads", "1"], capsys)
+    assert rc == 0, cap.err
+    assert np.abs(read_wav_int16(tmp_path / "f.wav")[0].astype(np.int32) - spoken).max() > 100  # measured: 16,512
+
+
+def test_speak_prints_progress_as_it_goes(tts_custom_ckpt, plan, tmp_path, capsys, monkeypatch):
+    """A long text ran for minutes with nothing on stderr: now a line every few seconds (here
+    at every chunk) with the audio so far."""
+    from rkspeech.core import progress
+
+    monkeypatch.setattr(progress, "PERIODIC_SECONDS", 0)
+    rc, cap = _run(["speak", "Hi.", "--model-dir", str(tts_custom_ckpt), "--plan", str(plan), "-o",
+                    str(tmp_path / "a.wav"), "--speaker", "vivian", "--greedy", "--max-frames", "8",
+                    "--threads", "1"], capsys)
+    assert rc == 0, cap.err
+    lines = [x for x in cap.err.splitlines() if x.strip().startswith("speak: ")]
+    assert lines and "s of audio" in lines[-1] and "frames" in lines[-1], cap.err

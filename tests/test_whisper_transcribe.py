@@ -193,14 +193,19 @@ def test_transcribe_cli_compare_json(encoder_onnx, speech, capsys):
     assert abs(timing["host_s"] + timing["encoder_s"] + timing["decoder_s"] - timing["total_s"]) < 1e-3
 
 
-def test_transcribe_cli_prints_timing_split(encoder_onnx, speech, capsys):
+def test_transcribe_cli_prints_timing_split(encoder_onnx, speech, capsys, monkeypatch):
     from rkspeech.cli import main
+    from rkspeech.core import progress
 
+    monkeypatch.setattr(progress, "PERIODIC_SECONDS", 0)  # a progress line at every segment
     rc = main(["transcribe", speech["s0"], "--model-dir", str(TINY_EN), "--encoder", str(encoder_onnx),
                "--threads", "1", "--beam-size", "1"])
     out, err = capsys.readouterr()
     assert rc == 0 and "cloudy with a chance of rain" in out.lower()
     assert "timing: host" in err and "encoder" in err and "decoder" in err
+    # where the transcription is in the file, as it goes (a 2 h file printed nothing for its run)
+    flat = " ".join(err.split())
+    assert f"transcribe {speech['s0']}: " in flat and " s of audio transcribed (" in flat, err
 
 
 def test_transcribe_refuses_wrong_encoder_kinds(encoder_onnx, speech, tmp_path):

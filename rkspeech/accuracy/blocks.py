@@ -102,7 +102,10 @@ def map_pieces(o: AccuracyOptions, feed: dict[str, np.ndarray]) -> dict:
     if work is None:
         from rkspeech.core.child import own
 
-        work = Path(tempfile.mkdtemp(prefix="rkspeech-accuracy-"))
+        from rkspeech.core.child import make_workdir
+
+        # owner-locked: one a SIGKILLed run left is swept by the next (core.child.make_workdir)
+        work, lock = make_workdir(tempfile.gettempdir(), prefix="rkspeech-accuracy-")
         owned_tmp = own(paths=[work])
     try:
         with progress.stage(f"cut the graph into {o.pieces} piece(s)"):
@@ -125,6 +128,7 @@ def map_pieces(o: AccuracyOptions, feed: dict[str, np.ndarray]) -> dict:
             from rkspeech.core.child import release
 
             shutil.rmtree(work, ignore_errors=True)
+            lock.close()
             release(owned_tmp)
 
 

@@ -94,7 +94,7 @@ def record_reference(tts, *, talker, code_predictor, texts, requests, frames: in
     from rkspeech.accuracy.quantized_stage import record_greedy_reference
 
     runs = []
-    for text, request in progress.track(list(zip(texts, requests)), "fp32 reference"):
+    for text, request in progress.track(list(zip(texts, requests)), "accuracy gate: fp32 reference"):
         run, = record_greedy_reference(tts, talker=talker, code_predictor=code_predictor, texts=(text,),
                                        frames=frames, request=request)
         run.request = request
@@ -120,15 +120,16 @@ def _compare(ref: np.ndarray, got: np.ndarray, cap: int) -> dict:
             "codes_equal": round(equal, 4)}
 
 
-def free_running(tts, runs, *, talker, code_predictor, frames: int) -> dict:
-    """Greedy generation of every reference text with these backends, against the reference."""
+def free_running(tts, runs, *, talker, code_predictor, frames: int, label: str = "stage") -> dict:
+    """Greedy generation of every reference text with these backends, against the reference
+    (``label``: the stage under test, for the progress lines)."""
     from rkspeech.models.qwen3_tts.generate import GenerationOptions
 
     saved = (tts.talker_backend, tts.code_predictor_backend)
     rows = []
     try:
         tts.use_backends(talker=talker, code_predictor=code_predictor)
-        for run in progress.track(runs, "free running"):
+        for run in progress.track(runs, f"accuracy gate: {label}, free running"):
             got = tts.generate_codes(run.text, options=GenerationOptions.greedy(max_new_tokens=frames + 1),
                                      **run.request)
             rows.append({"text": run.text, **_compare(np.asarray(run.frames), got, frames)})
@@ -158,7 +159,7 @@ def measure_stage(tts, runs, name: str, variant, *, reference: dict, frames: int
     else:
         tf = code_predictor_agreement(runs, variant)
         backends = {"talker": reference["talker"], "code_predictor": variant}
-    free = free_running(tts, runs, frames=frames, **backends)
+    free = free_running(tts, runs, frames=frames, label=name.replace("_", " "), **backends)
     return {"teacher_forced": tf, "free_running": free, "seconds": round(time.perf_counter() - t0, 2)}
 
 
@@ -215,7 +216,11 @@ def run_gate(tts, *, reference: dict, variants: dict, texts=GATE_TEXTS, frames: 
            "reference_frames": ref_frames,
            "stopped_reference": sum(len(r.frames) < frames for r in runs),
            "thresholds": thresholds.to_dict(), "stages": {}}
-    for name, backend in variants.items():
+    for i, (name, backend) in enumerate(variants.items(), 1):
+        # the gate runs for minutes (~15 on a published-size root): a line per part, and the
+        # parts' own progress lines (core.progress.track), so it never sits silent (issue 37)
+        progress.info(f"accuracy gate: stage {i}/{len(variants)}: {name.replace('_', ' ')} ({len(runs)} utterances, "
+                      f"{ref_frames} fp32 frames; {time.perf_counter() - t0:.0f} s so far)")
         out["stages"][name] = {"backend": getattr(backend, "name", str(backend)),
                                **measure_stage(tts, runs, name, backend, reference=reference, frames=frames)}
     out["seconds"] = round(time.perf_counter() - t0, 2)

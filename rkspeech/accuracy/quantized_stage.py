@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from rkspeech.core import progress
 from rkspeech.core.errors import RkspeechError
 
 DEFAULT_TEXTS = ("Hello there, this is a check of the quantized stages.",
@@ -178,7 +179,7 @@ def talker_agreement(tts, runs: list[ReferenceRun], talker) -> dict:
     def logits(hidden) -> np.ndarray:
         return ops.numpy(ops.codec_logits(np.asarray(hidden, np.float32).reshape(-1)))
 
-    for run in runs:
+    for run in progress.track(runs, "accuracy gate: talker, teacher forced"):
         talker.start(sum(e.shape[0] for e, _ in run.talker_calls))
         ref = np.stack([logits(h) for _, h in run.talker_calls])
         got = np.stack([logits(talker.forward(e)) for e, _ in run.talker_calls])
@@ -217,7 +218,7 @@ def code_predictor_agreement(runs: list[ReferenceRun], code_predictor) -> dict:
     margins: list[float] = []
     identical_frames = frames = 0
     per_text = []
-    for run in runs:
+    for run in progress.track(runs, "accuracy gate: code predictor, teacher forced"):
         first_div = None
         for f, ((hidden, first), ref) in enumerate(zip(run.cp_inputs, run.cp_logits)):
             codes = [int(c) for c in run.frames[f, 1:]]

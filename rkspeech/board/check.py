@@ -54,8 +54,10 @@ def plan_graphs(raw: dict, base: Path) -> list[BoardGraph]:
     """Every NPU graph of the plan ``raw`` (read through ``plan.plan.read_plan``), in run order."""
     from rkspeech.plan.integrity import golden_path
 
+    from rkspeech.plan.paths import plan_file
+
     def path(v):
-        return None if not isinstance(v, str) else (Path(v) if os.path.isabs(v) else base / v)
+        return None if not isinstance(v, str) else plan_file(base, v, f"plan in {base}")
 
     def golden_of(rknn, onnx):
         for p in (rknn, onnx):

@@ -112,16 +112,33 @@ def _clock_finding(kind: str, reading: dict | None) -> dict | None:
 
 
 def plan_rknn_files(plan_path: str | os.PathLike) -> tuple[list[Path], list[dict]]:
-    """The .rknn files a plan names (after its integrity check); a damaged file is a finding."""
+    """The .rknn files a plan names that are there (after its integrity check), and findings: a
+    damaged file, and each file the plan names (or its integrity record lists) that is missing:
+    an error when a board runs it (``plan.integrity.board_files``: .rknn graphs, CPU stages'
+    ONNX), a warning otherwise (ONNX for ort/sim; golden replays for check-board).  A missing
+    .rknn used to be left out of the list silently, and doctor exited 0 (issue 37)."""
     from rkspeech.board.check import plan_graphs
+    from rkspeech.plan.integrity import board_files, expected_files
     from rkspeech.plan.plan import read_plan
 
     p = Path(plan_path)
     try:
         raw = read_plan(p)
+        board, expected = board_files(raw, p.parent), expected_files(raw, p.parent)
+        graphs = plan_graphs(raw, p.parent)
     except RkspeechError as exc:
         return [], [{"id": "plan-unreadable", "severity": "error", "message": str(exc), "source": "plan.json integrity"}]
-    return [g.rknn for g in plan_graphs(raw, p.parent) if g.rknn is not None and g.rknn.is_file()], []
+    findings = []
+    for f in expected:
+        if f.is_file():
+            continue
+        needed = f in board or (f.suffix == ".data" and f.with_suffix("") in board)
+        findings.append({"id": "plan-file-missing", "severity": "error" if needed else "warning",
+                         "message": f"{f} is missing (the plan names it"
+                                    + ("; a board runs it): copy the whole plan folder" if needed else
+                                       "; only ort/sim or check-board use it)"),
+                         "source": str(p)})
+    return [g.rknn for g in graphs if g.rknn is not None and g.rknn.is_file()], findings
 
 
 def board_report(*, root: str | os.PathLike = "/", plan: str | os.PathLike | None = None,

@@ -3,7 +3,8 @@
 Each sub-command lives in ``rkspeech/cli/<name>.py`` with ``register(subparsers)``; those
 modules import only argparse at load time so ``rkspeech --help`` stays fast and works on a
 runtime-only install.  ``RkspeechError`` is printed on one line and exits 2; anything else is
-a bug and keeps its traceback.  SIGINT, SIGTERM and SIGHUP all end in one path: the running
+a bug and keeps its traceback.  Every output flag's location is checked before the command runs
+(``cli.outputs``).  SIGINT, SIGTERM and SIGHUP all end in one path: the running
 stage's ``finally`` blocks stop its children and remove its temp files, then
 ``core.child.cleanup_owned`` sweeps whatever is still recorded, and the command prints one line
 ("interrupted" / "terminated by SIGTERM") and exits 128 + the signal number.
@@ -31,8 +32,10 @@ COMMAND_MODULES = (
     "build",
     "decode",
     "speak",
+    "voices",
     "transcribe",
     "serve",
+    "healthcheck",
     "check_board",
     "doctor",
 )
@@ -57,11 +60,19 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from rkspeech.core import child
 
+    from rkspeech.cli.environment import ENVIRONMENT, explain
+
     previous = child.install_signal_handlers()
     try:
+        environment = getattr(args, ENVIRONMENT, None)
+        if environment is not None:  # RKSPEECH_* for the flags not on the command line
+            environment.apply(args)
+        from rkspeech.cli.outputs import check_outputs
+
+        check_outputs(args)  # every output location, before the command's work (cli.outputs)
         return int(args.func(args) or 0)
     except RkspeechError as exc:
-        print(f"rkspeech {args.command}: error: {exc}", file=sys.stderr)
+        print(f"rkspeech {args.command}: error: {explain(str(exc), args)}", file=sys.stderr)
         return 2
     except child.Terminated as exc:
         child.cleanup_owned()

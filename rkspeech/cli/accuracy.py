@@ -20,9 +20,9 @@ def register(subparsers) -> None:
           help="vocoder step graphs: feed step K of a stepwise onnxruntime decode of random codes "
                "(cache threaded), a state the model reaches")
     f.add(INPUT, "--seed", type=int, default=0, help="seed of the default random inputs")
-    f.add(OUTPUT, "--report", default=None, help="write the JSON report here")
-    f.add(OUTPUT, "--plot", default=None, help="write the PNG plot here")
-    f.add(OUTPUT, "--sim-log", default=None, help="append the toolkit's console output here")
+    f.add(OUTPUT, "--report", writes="file", default=None, help="write the JSON report here")
+    f.add(OUTPUT, "--plot", writes="file", default=None, help="write the PNG plot here")
+    f.add(OUTPUT, "--sim-log", writes="file", default=None, help="append the toolkit's console output here")
     f.add(NPU, "--target", default=DEFAULT_TARGET, choices=TARGETS, help="chip to simulate")
     f.add(NPU, "--pieces", type=int, default=4,
           help="cut the graph into N consecutive blocks, one simulator build each (default 4)")
@@ -30,7 +30,7 @@ def register(subparsers) -> None:
           help="fp32 and the fp16 storage model only (no simulator)")
     f.add(NPU, "--skip-whole", dest="no_whole", action="store_true",
           help="skip the whole-graph simulator check (one build fewer)")
-    f.add(NPU, "--min-snr", type=float, default=None,
+    f.add(NPU, "--min-snr", type=float, low=None, default=None,
           help="fail when a graph output's whole-graph simulator SNR is below this (dB)")
     f.threads(ADVANCED, "onnxruntime")
     p.set_defaults(func=run)

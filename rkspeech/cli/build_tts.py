@@ -21,7 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     f.add(INPUT, "--vocoder-plan", default=None,
           help="reuse this built qwen3-tts-vocoder plan.json (checked against the model) instead of "
                "building the vocoder; the vocoder flags below are then ignored")
-    f.add(OUTPUT, "--out-dir", dest="out", required=True, metavar="DIR",
+    f.add(OUTPUT, "--out-dir", writes="folder", dest="out", required=True, metavar="DIR",
           help="output folder (plan.json, build-report.json, graphs)")
     f.add(NPU, "--target", default=DEFAULT_TARGET, choices=TARGETS)
     f.add(NPU, "--codes-length", "-B", type=int, default=64, help="vocoder tokens per main step (default 64)")

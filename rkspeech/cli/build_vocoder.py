@@ -15,7 +15,7 @@ HELP = "Qwen3-TTS 12 Hz vocoder step graph -> .rknn"
 def add_arguments(p: argparse.ArgumentParser) -> None:
     f = Flags(p, "build qwen3-tts-vocoder")
     f.add(INPUT, "--model-dir", default=None, metavar="DIR", help="checkpoint (default $QWEN3_TTS_MODEL)")
-    f.add(OUTPUT, "--out-dir", dest="out", required=True, metavar="DIR", help="output folder")
+    f.add(OUTPUT, "--out-dir", writes="folder", dest="out", required=True, metavar="DIR", help="output folder")
     f.add(NPU, "--target", default=DEFAULT_TARGET, choices=TARGETS)
     f.add(NPU, "--codes-length", "-B", type=int, default=64, help="tokens per main step (default 64)")
     f.add(NPU, "--first-length", type=int, default=16,

@@ -15,7 +15,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     f.add(INPUT, "--model-dir", dest="model", required=True, metavar="DIR",
           help="CTranslate2/faster-whisper folder, transformers folder, or an openai-whisper .pt file")
     f.add(INPUT, "--verify-audio", default=None, help="audio file for the checks (default: synthetic)")
-    f.add(OUTPUT, "--out-dir", dest="out", required=True, metavar="DIR",
+    f.add(OUTPUT, "--out-dir", writes="folder", dest="out", required=True, metavar="DIR",
           help="output folder (encoder.onnx, encoder.rknn, build-report.json)")
     f.add(OUTPUT, "--json", action="store_true", help="print the report JSON on stdout")
     f.add(NPU, "--target", default=DEFAULT_TARGET, choices=TARGETS, help="Rockchip chip (default rk3588)")

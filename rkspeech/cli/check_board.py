@@ -18,7 +18,7 @@ def register(subparsers) -> None:
                                                   "outputs vs the simulator's, call times vs the estimate")
     f = Flags(p, "check-board")
     f.add(INPUT, "--plan", required=True, help="plan.json of a build (qwen3-tts, qwen3-tts-vocoder, whisper-encoder)")
-    f.add(OUTPUT, "-o", "--output", default=None, help="write the JSON report here (attach it to an issue)")
+    f.add(OUTPUT, "-o", "--output", writes="file", default=None, help="write the JSON report here (attach it to an issue)")
     f.add(NPU, "--backend", choices=BACKENDS, default="rknnlite",
           help="rknnlite = the .rknn on this board's NPU (default); sim = rknn-toolkit2 simulator (builds "
                "from the ONNX: one conversion per graph); ort = onnxruntime on the ONNX")

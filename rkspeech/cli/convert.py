@@ -15,8 +15,8 @@ def register(subparsers) -> None:
     f.add(INPUT, "--dataset", metavar="FILE", help="calibration list for int8 (rknn-toolkit2 format)")
     f.add(INPUT, "--custom-string", metavar="TEXT",
           help="custom string for the .rknn (default: the ONNX 'rkspeech.contract' metadata)")
-    f.add(OUTPUT, "--output", "-o", metavar="X.rknn", help="default: MODEL_<target>.rknn beside the ONNX")
-    f.add(OUTPUT, "--report", metavar="FILE.json", help="write the JSON report here")
+    f.add(OUTPUT, "--output", "-o", writes="file", metavar="X.rknn", help="default: MODEL_<target>.rknn beside the ONNX")
+    f.add(OUTPUT, "--report", writes="file", metavar="FILE.json", help="write the JSON report here")
     f.add(OUTPUT, "--json", action="store_true", help="print the JSON report on stdout")
     f.add(NPU, "--target", required=True, choices=TARGETS)
     f.add(NPU, "--dtype", default="fp16", choices=("fp16", "int8"))

@@ -8,7 +8,9 @@ or onnx (tested), so a runtime-only install decodes.  Codes are pushed one step 
 streaming caller would, so the time to first audio is the time of the first (small-B) step, and
 each step's audio goes straight to the wav (``runtime.wav.WavWriter``): memory stays flat with
 length.
-Every output location is checked before the plan loads.
+Every output location is checked before the plan loads.  A codes file of several utterances
+(``[N, T, 16]``, each padded with -1: what ``speak --codes-out`` writes for several sentences)
+decodes each from a fresh vocoder state, as speak spoke them, one after the other into the wav.
 """
 
 from __future__ import annotations
@@ -23,10 +25,11 @@ from rkspeech.runtime.runners import BACKENDS
 def register(subparsers) -> None:
     p = subparsers.add_parser("decode", help="decode codec tokens to a 24 kHz wav through a plan's step graphs")
     f = Flags(p, "decode")
-    f.add(INPUT, "codes", help="codes file: .npy, .json or .pt, [T,16] or [16,T] integers (-1 = end padding)")
+    f.add(INPUT, "codes", help="codes file: .npy, .json or .pt, [T,16] or [16,T] integers (-1 = end padding); "
+               "[N,T,16]: N utterances, each -1 padded, decoded apart (speak --codes-out of several sentences)")
     f.add(INPUT, "--plan", required=True, help="plan.json written by `rkspeech build qwen3-tts-vocoder`")
-    f.add(OUTPUT, "-o", "--output", required=True, help="output .wav (16-bit PCM)")
-    f.add(OUTPUT, "--report", default=None, help="write the timing report JSON here")
+    f.add(OUTPUT, "-o", "--output", writes="file", required=True, help="output .wav (16-bit PCM)")
+    f.add(OUTPUT, "--report", writes="file", default=None, help="write the timing report JSON here")
     f.add(NPU, "--backend", choices=BACKENDS, default="ort",
           help="ort = onnxruntime over the plan's exact host graphs (default); sim = rknn-toolkit2 "
                "simulator (builds from the NPU ONNX: slow); rknnlite = the .rknn on a board")
@@ -34,6 +37,9 @@ def register(subparsers) -> None:
     f.add(NPU, "--core-mask", default="auto", choices=CORE_MASKS,
           help="rknnlite NPU core(s): " + ", ".join(CORE_MASKS))
     f.threads(ADVANCED, "onnxruntime (intra-op)")
+    f.add(ADVANCED, "--as-spoken", action="store_true",
+          help="speak's step schedule (codes pushed frame by frame, small steps after the first): the wav "
+               "of speak's --codes-out sample for sample; default: main steps, speak's to one 16-bit step")
     p.set_defaults(func=run)
 
 
@@ -47,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     from rkspeech.core.reporting import print_table
     from rkspeech.core.targets import board_target
     from rkspeech.plan.plan import load_plan
-    from rkspeech.runtime.tts.codes import load_codes_file, normalize_codes
+    from rkspeech.runtime.tts.codes import load_codes_file, utterances
     from rkspeech.runtime.tts.pool import open_pool
     from rkspeech.runtime.wav import WavWriter
 
@@ -68,7 +74,9 @@ def run(args: argparse.Namespace) -> int:
         plan = load_plan(args.plan, backend=args.backend,
                          expect_target=target if args.backend == "rknnlite" else None)
         c = plan.contract
-        codes = normalize_codes(load_codes_file(args.codes), c.num_quantizers, c.codebook_size, allow_empty=False)
+        # [N, T, 16] (speak --codes-out of several sentences): N utterances, each from a fresh state
+        parts = utterances(load_codes_file(args.codes), c.num_quantizers, c.codebook_size)
+        tokens = sum(len(u) for u in parts)
         roles = ", ".join(f"{r} B={plan.contracts[r].codes_length}" for r in plan.roles())
         what = {"ort": "onnxruntime sessions", "sim": "simulator builds (one conversion per graph)",
                 "rknnlite": "rknn-lite contexts"}[args.backend]
@@ -76,25 +84,32 @@ def run(args: argparse.Namespace) -> int:
             pool = open_pool(plan, args.backend, size=1, threads=args.threads,
                              core_masks=[args.core_mask], target=target)
         try:
-            sv = pool.open_stream()
             first_B = plan.contracts["first"].codes_length if "first" in plan.contracts else 0
             B = c.codes_length
-            # (start, end) of each push: views into ``codes``, no copies held
-            bounds = ([(0, first_B)] if first_B else []) + [(j, j + B) for j in range(first_B, len(codes), B)]
-            first_audio = None
+            # (utterance, start, end) of each push: views into the codes, no copies held
+            if args.as_spoken:  # as speak pushes: one frame at a time into an eager stream
+                bounds = [(u, j, j + 1) for u, codes in enumerate(parts) for j in range(len(codes))]
+            else:
+                bounds = [(u, lo, hi) for u, codes in enumerate(parts)
+                          for lo, hi in ([(0, first_B)] if first_B else []) + [(j, j + B) for j in range(first_B, len(codes), B)]]
+            first_audio, timings, sv = None, [], None
             start = time.perf_counter()
+            what = f"decode {tokens} tokens" + (f" ({len(parts)} utterances)" if len(parts) > 1 else "")
             with WavWriter(out, c.sample_rate) as wav:
-                for lo, hi in progress.track(bounds, f"decode {len(codes)} tokens"):
-                    pcm = sv.push(codes[lo:hi])
+                for u, lo, hi in progress.track(bounds, what):
+                    if lo == 0:  # a new utterance: a new stream (cache from zero), as speak spoke it
+                        sv = pool.open_stream(eager=args.as_spoken)
+                    pcm = sv.push(parts[u][lo:hi])
                     if pcm.size and first_audio is None:
                         first_audio = time.perf_counter() - start
                     wav.write(pcm)
-                tail = sv.flush()
-                if tail.size and first_audio is None:
-                    first_audio = time.perf_counter() - start
-                wav.write(tail)
+                    if hi >= len(parts[u]):
+                        tail = sv.flush()
+                        if tail.size and first_audio is None:
+                            first_audio = time.perf_counter() - start
+                        wav.write(tail)
+                        timings += sv.timings
             seconds = time.perf_counter() - start
-            timings = list(sv.timings)
         finally:
             pool.close()
         samples = wav.frames
@@ -102,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
         engine_s = sum(t.engine_s for t in timings)
         report = {
             "plan": str(plan.path), "backend": args.backend, "output": str(out),
-            "tokens": int(len(codes)), "samples": int(samples), "sample_rate": c.sample_rate,
+            "tokens": int(tokens), "utterances": len(parts), "samples": int(samples), "sample_rate": c.sample_rate,
             "audio_seconds": round(audio_s, 4), "decode_seconds": round(seconds, 4),
             "realtime_factor": round(seconds / audio_s, 4) if audio_s else None,
             "time_to_first_audio_s": round(first_audio, 4) if first_audio is not None else None,

@@ -14,9 +14,9 @@ def register(subparsers) -> None:
     f = Flags(p, "estimate")
     f.add(INPUT, "path", metavar="FILE.rknn|BUILD_LOG", nargs="?",
           help="an .rknn (its FILE.rknn.build.log beside it is read) or a build log (or --plan)")
-    f.add(OUTPUT, "--report", metavar="R.json", help="write the JSON report (every layer) here")
+    f.add(OUTPUT, "--report", writes="file", metavar="R.json", help="write the JSON report (every layer) here")
     f.add(OUTPUT, "--json", action="store_true", help="print the JSON report (without layers) on stdout")
-    f.add(OUTPUT, "--top", type=int, default=8, help="op types to list (default 8)")
+    f.add(OUTPUT, "--top", writes=None, type=int, default=8, help="op types to list (default 8)")
     f.add(NPU, "--npu-mhz", type=float, default=1000.0, help="NPU clock (default 1000: RK3588)")
     f.add(NPU, "--ddr-gbps", type=float, default=17.0,
           help="DDR bandwidth the NPU gets, shared by its cores (default 17)")

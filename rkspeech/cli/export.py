@@ -17,8 +17,8 @@ def register(subparsers) -> None:
     f.add(INPUT, "--model-dir", default=None, metavar="DIR",
           help="model root, its speech_tokenizer/ folder, or a HF cache snapshot (default: $QWEN3_TTS_MODEL)")
     f.add(INPUT, "--seed", type=int, default=0, help="seed of the random check codes")
-    f.add(OUTPUT, "--output", "-o", default=None, help="ONNX path (default qwen3_tts_vocoder_step_B<B>.onnx)")
-    f.add(OUTPUT, "--report", default=None, help="write the report JSON here")
+    f.add(OUTPUT, "--output", "-o", writes="file", default=None, help="ONNX path (default qwen3_tts_vocoder_step_B<B>.onnx)")
+    f.add(OUTPUT, "--report", writes="file", default=None, help="write the report JSON here")
     f.add(OUTPUT, "--check-only", action="store_true", help="run the torch stepwise check, export nothing")
     f.add(NPU, "--codes-length", "-B", type=int, required=True, help="tokens per step (B); one graph per value")
     f.add(NPU, "--first-length", type=int, default=None,

@@ -6,9 +6,10 @@ Transcription with ``--asr-model-dir DIR [--asr-encoder FILE --asr-backend ort|s
 ``--asr-engines N`` models, each with its own encoder runner -- on a board one rknn-lite context
 per NPU core); speech with ``--tts-model-dir DIR --tts-plan plan.json``
 (``rkspeech.runtime.tts.speak.Speaker``).  Binds to 127.0.0.1 unless told otherwise;
-``--api-key`` (or the ``RKSPEECH_API_KEY`` environment variable, which keeps the key out of
-``ps``) protects the HTTP routes.  SIGINT/SIGTERM: stop accepting, refuse what waits, finish
-what runs, exit 0.  See docs/serve.md.
+``--api-key`` (or ``RKSPEECH_API_KEY`` / ``RKSPEECH_API_KEY_FILE``, which keep the key out of
+``ps``) protects the HTTP routes.  Every flag can come from ``RKSPEECH_<FLAG>`` or
+``RKSPEECH_<FLAG>_FILE`` (:mod:`rkspeech.cli.environment`; the command line wins).  SIGTERM, SIGHUP, SIGINT: stop accepting, refuse what waits,
+finish what runs, exit 0.  See docs/serve.md.
 """
 
 from __future__ import annotations
@@ -17,9 +18,13 @@ import argparse
 
 from rkspeech.cli.vocabulary import NPU, Flags
 from rkspeech.core.targets import CORE_MASKS, DEFAULT_TARGET
+from rkspeech.serve.discovery import DEFAULT_NAME as DEFAULT_ZEROCONF_NAME
+from rkspeech.serve.limits import FD_RESERVE
 from rkspeech.runtime.runners import BACKENDS
 
-API_KEY_ENV = "RKSPEECH_API_KEY"
+from rkspeech.cli.environment import variable
+
+API_KEY_ENV = variable("--api-key")
 
 #: serve's --help groups: one per engine (its flags carry its prefix), then the server's
 ASR, TTS = "transcription (ASR, --asr-*)", "speech (TTS, --tts-*)"
@@ -28,7 +33,7 @@ NETWORK, LIMITS = "network", "limits"
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("serve", help="Wyoming + OpenAI-compatible HTTP speech server over a pool of engines")
-    f = Flags(p, "serve")
+    f = Flags(p, "serve", environment=True)
     f.add(ASR, "--asr-model-dir", dest="whisper_model", metavar="DIR", help="CTranslate2/faster-whisper Whisper folder")
     f.add(ASR, "--asr-encoder", dest="encoder", metavar="FILE",
           help="offloaded encoder enc.onnx / enc.rknn (omit: CTranslate2's)")
@@ -60,10 +65,14 @@ def register(subparsers) -> None:
           help=f"chip of the .rknn files, both engines (default {DEFAULT_TARGET})")
     f.add(NETWORK, "--wyoming", default="tcp://127.0.0.1:10300", metavar="URI",
           help="Wyoming listener tcp://HOST:PORT or unix://PATH, or 'off' (default tcp://127.0.0.1:10300)")
+    f.add(NETWORK, "--zeroconf", nargs="?", const=DEFAULT_ZEROCONF_NAME, default=None, metavar="NAME",
+          help=f"announce the tcp:// Wyoming listener by zeroconf (mDNS) as NAME (default {DEFAULT_ZEROCONF_NAME}): "
+               "Home Assistant discovers it; needs the zeroconf package")
     f.add(NETWORK, "--http", default="127.0.0.1:8000", metavar="HOST:PORT",
           help="HTTP listener, or 'off' (default 127.0.0.1:8000)")
     f.add(NETWORK, "--api-key", default=None, metavar="KEY",
-          help=f"require 'Authorization: Bearer KEY' on HTTP (default: ${API_KEY_ENV} if set, else none)")
+          help=f"require 'Authorization: Bearer KEY' on HTTP (default: none; ${API_KEY_ENV} or "
+               f"${API_KEY_ENV}_FILE keep it out of ps)")
     f.add(LIMITS, "--max-queue", type=int, default=8, metavar="N",
           help="requests that may wait per engine kind; more are refused at once (default 8)")
     f.add(LIMITS, "--request-timeout", dest="timeout", type=float, default=300.0, metavar="S",
@@ -74,8 +83,9 @@ def register(subparsers) -> None:
     f.add(LIMITS, "--idle-timeout", type=float, default=300.0, metavar="S",
           help="close a Wyoming connection with no event for S seconds (default 300)")
     f.add(LIMITS, "--max-connections", type=int, default=256, metavar="N",
-          help="connections open at once, HTTP and Wyoming together; one more is refused at once "
-               "(default 256; kept 128 below the open-files limit)")
+          help="connections open at once, split evenly between the front ends served (each its own "
+               "share: idle Wyoming sockets cannot lock HTTP out); one more is refused at once "
+               f"(default 256; kept {FD_RESERVE} below the open-files limit)")
     f.add(LIMITS, "--header-timeout", type=float, default=10.0, metavar="S",
           help="HTTP: a request head must arrive within S seconds of connecting (default 10)")
     f.add(LIMITS, "--body-timeout", type=float, default=60.0, metavar="S",
@@ -88,6 +98,7 @@ def register(subparsers) -> None:
     f.add(LIMITS, "--max-speech-s", type=float, default=120.0,
           help="speech generated per request at most (default 120 s): a talker that never chooses "
                "to stop (synthetic weights; a bad prompt) cannot hold an engine for long")
+    p.epilog = f.environment.help()
     p.set_defaults(func=run)
 
 
@@ -98,8 +109,8 @@ def options_from_args(args: argparse.Namespace):
 
     off = ("off", "none", "")
     # an explicit --api-key "" is a mistake (it once turned auth off silently); an empty
-    # $RKSPEECH_API_KEY means unset, as before (tests and env files clear it that way)
-    api_key = args.api_key if args.api_key is not None else (os.environ.get(API_KEY_ENV) or None)
+    # $RKSPEECH_API_KEY means unset (cli.environment: every empty variable does)
+    api_key = args.api_key
     return ServeOptions(
         wyoming=None if args.wyoming.lower() in off else args.wyoming,
         http=None if args.http.lower() in off else args.http,
@@ -111,7 +122,7 @@ def options_from_args(args: argparse.Namespace):
         body_timeout_s=args.body_timeout, keep_alive_timeout_s=args.keep_alive_timeout,
         memory_budget_bytes=int(args.memory_budget_mb * 1024 * 1024), beam_size=args.beam_size,
         language=None if args.language in ("auto", "") else args.language, vad=args.vad,
-        hotwords_file=_hotwords_file(args.hotwords_file),
+        hotwords_file=_hotwords_file(args.hotwords_file), zeroconf=args.zeroconf,
         model_name=os.path.basename(os.path.normpath(args.whisper_model)) if args.whisper_model else "whisper",
         speech_model_name=os.path.basename(os.path.normpath(args.tts_model)) if args.tts_model else "speech")
 

@@ -7,7 +7,9 @@ wav, or with ``-o -`` to stdout as raw 16-bit little-endian mono PCM while gener
 (``| aplay -f S16_LE -r 24000 -c 1``).  Progress and the summary table go to stderr then.
 A text of several sentences is spoken one sentence at a time (``runtime.tts.long_text``: memory
 stays that of one sentence however long the text).
-``--codes-out`` saves the frames as ``[T, 16]`` int64, the layout ``rkspeech decode`` reads.
+``--codes-out`` saves the frames as ``[T, 16]`` int64, the layout ``rkspeech decode`` reads; a
+text of several sentences as ``[N, T, 16]``, one row per sentence padded with -1 (the official
+batched layout): decode gives each sentence a fresh vocoder state, as speak did.
 """
 
 from __future__ import annotations
@@ -31,9 +33,10 @@ def register(subparsers) -> None:
           help="Qwen3-TTS model root or HF cache snapshot (default $QWEN3_TTS_MODEL)")
     f.add(INPUT, "--plan", required=True, help="plan.json from `rkspeech build qwen3-tts` (talker, code predictor "
                                                "and vocoder graphs) or `build qwen3-tts-vocoder` for this model")
-    f.add(OUTPUT, "-o", "--output", required=True, help="output .wav, or - for raw s16le PCM on stdout")
-    f.add(OUTPUT, "--codes-out", default=None, help="save the generated codes here ([T,16] int64 .npy)")
-    f.add(OUTPUT, "--report", default=None, help="write the timing report JSON here")
+    f.add(OUTPUT, "-o", "--output", writes="file", required=True, help="output .wav, or - for raw s16le PCM on stdout")
+    f.add(OUTPUT, "--codes-out", writes="file", default=None,
+          help="save the generated codes here ([T,16] int64 .npy; several sentences: [N,T,16], -1 padded)")
+    f.add(OUTPUT, "--report", writes="file", default=None, help="write the timing report JSON here")
     f.add(VOICE, "--speaker", default=None, help="a named speaker (custom-voice models)")
     f.add(VOICE, "--instruct", default=None, help="a description of the voice (voice-design models; "
                                                   "with --speaker on 1.7B custom-voice models)")
@@ -145,19 +148,28 @@ def run(args: argparse.Namespace) -> int:
                                   max_frames=args.max_frames, speaker=args.speaker, language=args.language,
                                   instruct=args.instruct, ref_audio=ref)
         start = time.perf_counter()
+        tick = progress.periodic("speak")
+
+        def shown(chunks):  # a line every few seconds: audio so far (a long text runs for minutes)
+            for pcm in chunks:
+                yield pcm
+                tick(f"{timing.samples / rate:.1f} s of audio, {timing.frames} frames")
+
         if to_stdout:
             sink = sys.stdout.buffer
-            for pcm in chunks:
+            for pcm in shown(chunks):
                 sink.write(to_int16(pcm).astype("<i2").tobytes())
                 sink.flush()
         else:
             with WavWriter(out, rate) as wav:
-                for pcm in chunks:
+                for pcm in shown(chunks):
                     wav.write(pcm)
         seconds = time.perf_counter() - start
-        if args.codes_out:
+        if args.codes_out:  # one sentence: [T, 16]; several: [N, T, 16], each padded with -1 (decode: apart)
+            from rkspeech.runtime.tts.codes import utterance_array
+
             with atomic_path(args.codes_out, suffix=".npy") as tmp:
-                np.save(tmp, np.stack(codes).astype(np.int64))
+                np.save(tmp, utterance_array(codes))
     report = {"text": args.text, "backend": args.backend, "stage_backends": speaker.stage_names,
               "host_loop": speaker.host, "output": args.output,
               "sample_rate": rate,
@@ -173,6 +185,7 @@ def run(args: argparse.Namespace) -> int:
         *_stage_rows(timing.stages, speaker.stage_names),
         (f"vocoder ({args.backend})", f"{timing.vocoder_s:.2f} s"),
         ("host (rest)", f"{timing.host_s:.2f} s"),
+        *[("cut short", cut) for cut in timing.cuts],
     ]
     print_table("rkspeech speak", rows, stderr=to_stdout)
     return 0

@@ -14,7 +14,7 @@ def register(subparsers) -> None:
     f = Flags(v, "synth-checkpoint qwen3-tts-vocoder")
     f.add(None, "--config", choices=("published", "reduced"), default="reduced")
     f.add(None, "--seed", type=int, default=0)
-    f.add(None, "--out-dir", dest="out", required=True, metavar="DIR", help="model root to write (gets speech_tokenizer/)")
+    f.add(None, "--out-dir", writes="folder", dest="out", required=True, metavar="DIR", help="model root to write (gets speech_tokenizer/)")
     f.add(None, "--no-encoder-keys", action="store_true", help="write decoder keys only")
     v.set_defaults(func=run)
     t = models.add_parser("qwen3-tts", help="full Qwen3-TTS 12 Hz model root (talker, code predictor, speaker "
@@ -23,11 +23,15 @@ def register(subparsers) -> None:
     f.add(None, "--config", choices=("published", "reduced"), default="reduced")
     f.add(None, "--variant", choices=("base", "custom-voice", "voice-design"), default="custom-voice")
     f.add(None, "--seed", type=int, default=0)
-    f.add(None, "--out-dir", dest="out", required=True, metavar="DIR", help="model root to write")
+    f.add(None, "--out-dir", writes="folder", dest="out", required=True, metavar="DIR", help="model root to write")
     f.add(None, "--trained", action="store_true",
           help="train the reduced talker and code predictor for a few CPU minutes on a fixed text -> codes "
                "rule, so they are confident and stop by themselves (custom-voice; cached under "
                "~/.cache/rkspeech; docs/confident-checkpoint.md)")
+    f.add(None, "--massive-activations", action="store_true",
+          help="give the code predictor the published 0.6B's massive activation: a few ffn_down input "
+               "channels peak at ~2x the fp16 maximum on ordinary text, the fp32 model unchanged "
+               "(combinable with --trained; docs/massive-activations.md)")
     t.set_defaults(func=run_tts)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
@@ -54,8 +58,22 @@ def run_tts(args: argparse.Namespace) -> int:
         return _run_trained(args)
     with progress.stage(f"synthetic {args.config} {args.variant} Qwen3-TTS model (seed {args.seed})"):
         root = write_tts_checkpoint(args.out, args.config, args.variant, args.seed)
+    _massive(args, root)
     print(root)
     return 0
+
+
+def _massive(args: argparse.Namespace, root) -> None:
+    if not getattr(args, "massive_activations", False):
+        return
+    from rkspeech.core import progress
+    from rkspeech.models.qwen3_tts.massive_activations import write_massive_activations
+
+    with progress.stage("massive activations in the code predictor"):
+        r = write_massive_activations(root)
+    progress.info(f"code predictor layer {r['layer']} ffn_down input channels {r['channels']} scaled by "
+                  f"{', '.join(f'{s:.0f}' for s in r['scales'])} (the median calibration text peaks at "
+                  f"{r['ratio']}x 65504)")
 
 
 def _run_trained(args: argparse.Namespace) -> int:
@@ -68,5 +86,6 @@ def _run_trained(args: argparse.Namespace) -> int:
     how = f"from the cache {record['cached']}" if record.get("cached") else f"trained in {record['seconds']} s"
     progress.info(f"{how}; final losses: talker {record['talker_loss_last50']}, code predictor "
                   f"{record['code_predictor_loss_last50']}")
+    _massive(args, root)
     print(root)
     return 0

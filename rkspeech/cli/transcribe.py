@@ -37,9 +37,9 @@ def register(subparsers) -> None:
     f.add(INPUT, "--encoder", metavar="FILE", help="offloaded encoder: enc.onnx (ort, sim), enc.rknn (rknnlite), or "
           "the encoder-pieces.json a 'build whisper-encoder --pieces N' wrote (the pieces run in turn); "
           "omit to run CTranslate2's own CPU encoder")
-    f.add(OUTPUT, "--out-dir", dest="output_dir", default=None, metavar="DIR",
+    f.add(OUTPUT, "--out-dir", writes="folder", dest="output_dir", default=None, metavar="DIR",
           help="where output files go (default: .)")
-    f.add(OUTPUT, "--output-format", choices=FORMATS + ("all",), default=None,
+    f.add(OUTPUT, "--output-format", writes=None, choices=FORMATS + ("all",), default=None,
           help="write AUDIO-stem.<fmt> files (default with --out-dir: all)")
     f.add(OUTPUT, "--json", action="store_true", help="print the JSON report on stdout")
     f.add(OUTPUT, "--compare", action="store_true",
@@ -77,6 +77,10 @@ def _check_args(args) -> None:
             raise RkspeechError(f"{flag} must be >= {low}, got {value}")
     if args.backend and not args.encoder:
         raise RkspeechError(f"--backend {args.backend} needs --encoder FILE")
+    if args.output_format and not args.output_dir:  # an --out-dir was checked with every output (cli.outputs)
+        from rkspeech.core.atomic import check_writable
+
+        check_writable(".", what="--output-format's folder (the current one; --out-dir picks another)", folder=True)
     if args.output_dir or args.output_format:
         stems = Counter(Path(a).stem for a in args.audio)
         twice = [s for s, n in stems.items() if n > 1]
@@ -154,11 +158,12 @@ def run(args: argparse.Namespace) -> int:
         for index, (path, audio) in enumerate(zip(args.audio, audios), 1):
             if streamed:
                 progress.info(f"[{index}/{len(audios)}] {path}")
-                result = transcribe_file(runner, path, sample_rate=SAMPLE_RATE, seed=args.seed, **options)
+                result = transcribe_file(runner, path, sample_rate=SAMPLE_RATE, seed=args.seed,
+                                         progress=f"transcribe {path}", **options)
             else:
                 progress.info(f"[{index}/{len(audios)}] {path} ({len(audio) / SAMPLE_RATE:.1f} s)")
                 result = transcribe_audio(runner, audio, batch_size=args.batch_size or None, seed=args.seed,
-                                          **options)
+                                          progress=f"transcribe {path}", **options)
             entry = {"audio": path, **result.to_dict()}
             if stock is not None:
                 ref = transcribe_audio(stock, audio, batch_size=args.batch_size or None, seed=args.seed,

@@ -24,17 +24,17 @@ def register(subparsers) -> None:
           help="the converted .rknn (supplies target and contract; checked against the ONNX)")
     f.add(INPUT, "--first-onnx", default=None, help="optional small-B first-step ONNX")
     f.add(INPUT, "--first-rknn", default=None)
-    f.add(OUTPUT, "--report", default=None, help="write the report JSON here")
+    f.add(OUTPUT, "--report", writes="file", default=None, help="write the report JSON here")
     f.add(NPU, "--target", default=None, choices=TARGETS, help="chip to simulate (default: the .rknn's, else rk3588)")
     f.add(NPU, "--steps", type=int, default=3, help="main steps to run (the last one partial)")
     f.add(NPU, "--pieces", dest="sim_pieces", type=int, default=1, metavar="N",
           help="simulate the graph in N consecutive pieces, one child at a time: for graphs whose "
                "simulator does not fit in memory (npu B=64 on 24 GB: 4); each step costs N builds")
-    f.add(NPU, "--min-snr", type=float, default=SIM_MIN_SNR_DB,
+    f.add(NPU, "--min-snr", type=float, low=None, default=SIM_MIN_SNR_DB,
           help=f"fail below this simulator SNR (default {SIM_MIN_SNR_DB:g} dB)")
-    f.add(ACCURACY_MAP, "--plot", default=None, metavar="R.png",
+    f.add(ACCURACY_MAP, "--plot", writes="file", default=None, metavar="R.png",
           help="draw the main step's accuracy map (SNR along the graph, blocks labelled) here")
-    f.add(ACCURACY_MAP, "--accuracy-report", default=None, metavar="A.json",
+    f.add(ACCURACY_MAP, "--accuracy-report", writes="file", default=None, metavar="A.json",
           help="with --plot: draw this accuracy map (a build's accuracy-report.json) instead of mapping")
     f.add(ACCURACY_MAP, "--accuracy-pieces", type=int, default=4, metavar="N",
           help="with --plot and no --accuracy-report: map in N blocks, one simulator build each (default 4)")

@@ -13,6 +13,8 @@ Standard library only: every CLI module imports it at load time.
 from __future__ import annotations
 
 import argparse
+import functools
+import math
 import sys
 from dataclasses import dataclass
 
@@ -22,6 +24,10 @@ from rkspeech.core.threads import ENV as THREADS_ENV
 #: with ``rkspeech verify`` / ``rkspeech accuracy`` as groups of their own.
 INPUT, OUTPUT, NPU, ADVANCED = "input", "output", "NPU", "advanced"
 SIM_CHECK, ACCURACY_MAP = "simulator check", "accuracy map"
+#: what an output flag names (``Flags.add(..., writes=...)``), and the parsed-arguments field
+#: that lists a command's outputs as (dest, kind, flag) for ``cli.outputs.check_outputs``
+OUTPUT_KINDS = ("file", "folder")
+OUTPUTS_DEST = "_rkspeech_outputs"
 
 
 @dataclass(frozen=True)
@@ -129,6 +135,42 @@ def resolve_threads(value: int | None) -> int:
     return default_threads()
 
 
+class Number:
+    """An argparse ``type`` for a number flag: ``float`` or ``int``, finite, at least ``low`` (None:
+    any sign).  ``float("nan")`` passes every comparison a command makes afterwards (``nan < 0``
+    is False), so ``--request-timeout nan`` once made every request a 504 and ``--memory-budget-mb
+    nan`` / ``--max-upload-mb inf`` ended in ``int()`` tracebacks; refused here, such a value gets
+    argparse's error line (``argument --request-timeout: 'nan' is not a finite number``).
+    One instance per (kind, low) (:func:`number`), so two flags of one meaning have equal types."""
+
+    def __init__(self, kind: type, low: float | None):
+        self.kind, self.low = kind, low
+        self.__name__ = kind.__name__  # argparse names the type in its messages
+
+    def __call__(self, text: str):
+        try:
+            value = self.kind(text)
+        except (TypeError, ValueError):
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if self.kind is int else 'a number'}") \
+                from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+        if self.low is not None and value < self.low:
+            raise argparse.ArgumentTypeError(f"must be >= {self.low:g}, got {text}")
+        return value
+
+    def __repr__(self) -> str:
+        return f"number({self.kind.__name__}, low={self.low!r})"
+
+
+@functools.lru_cache(maxsize=None)
+def number(kind: type = float, low: float | None = 0) -> Number:
+    """The shared type of a number flag (:class:`Number`); ``Flags.add`` gives it to every
+    ``type=float`` / ``type=int`` flag, ``low=0`` unless the flag says ``low=`` (None: negative
+    values mean something, e.g. an SNR in dB)."""
+    return Number(kind, low)
+
+
 class Flags:
     """Adds one command's flags: ``add(group, *spellings, **add_argument kwargs)``.
 
@@ -138,14 +180,25 @@ class Flags:
     registered as further option strings of the same action, kept out of ``action.option_strings``:
     so ``--help``, usage and error messages show only the new spelling, an old one sets the same
     ``dest`` with the same type and choices (and satisfies ``required``), and prints one
-    deprecation line when used.
+    deprecation line when used.  A ``type=float`` or ``type=int`` flag gets :func:`number`
+    (finite; at least ``low=``, default 0), so no command takes nan, inf or a meaningless
+    negative number.  ``environment=True``: every flag may also come from ``RKSPEECH_<FLAG>`` /
+    ``RKSPEECH_<FLAG>_FILE`` (:mod:`rkspeech.cli.environment`; ``cli.main`` applies them, the
+    command line first).
     """
 
-    def __init__(self, parser: argparse.ArgumentParser, command: str):
+    def __init__(self, parser: argparse.ArgumentParser, command: str, *, environment: bool = False):
         self.parser = parser
         self.command = command
         self.aliases = ALIASES.get(command, {})
         self._groups: dict[str, object] = {}
+        self._outputs: list[tuple[str, str, str]] = []
+        self.environment = None
+        if environment:
+            from rkspeech.cli.environment import ENVIRONMENT, Environment
+
+            self.environment = Environment(command)
+            parser.set_defaults(**{ENVIRONMENT: self.environment})
 
     def group(self, title: str | None):
         if title is None:
@@ -154,8 +207,22 @@ class Flags:
             self._groups[title] = self.parser.add_argument_group(title)
         return self._groups[title]
 
-    def add(self, group: str | None, *flags: str, **kwargs) -> argparse.Action:
+    def add(self, group: str | None, *flags: str, low: float | None = 0, writes: str | None | bool = False,
+            **kwargs) -> argparse.Action:
+        """``writes``: what the flag's value names when the command writes it, ``"file"`` or
+        ``"folder"`` (None: it names no output); every flag of the OUTPUT group that takes a
+        value must say, so no output escapes the check before the work (``cli.outputs``)."""
+        if kwargs.get("type") in (float, int):
+            kwargs["type"] = number(kwargs["type"], low)
         action = self.group(group).add_argument(*flags, **kwargs)
+        if writes is False and group == OUTPUT and action.nargs != 0:
+            raise ValueError(f"{self.command}: output flag {flags[0]} must say writes='file', 'folder' or None")
+        if writes:
+            if writes not in OUTPUT_KINDS:
+                raise ValueError(f"{self.command}: {flags[0]}: writes={writes!r}, expected one of {OUTPUT_KINDS}")
+            action.writes = writes
+            self._outputs.append((action.dest, writes, max(flags, key=len)))
+            self.parser.set_defaults(**{OUTPUTS_DEST: tuple(self._outputs)})
         olds = [old for old, new in self.aliases.items() if new in flags]
         if olds:
             new = max(flags, key=len)  # the long spelling names it in the deprecation line
@@ -166,10 +233,16 @@ class Flags:
                 if old in table:
                     raise ValueError(f"{self.command}: old spelling {old} is also a flag of its own")
                 table[old] = action
+        if self.environment is not None:
+            from rkspeech.cli.environment import tracked
+
+            action.__class__ = tracked(type(action))  # given on the command line: beats the environment
+            self.environment.add(action)
         return action
 
     def threads(self, group: str | None, what: str) -> argparse.Action:
         """``--threads N``: one meaning, one default (``THREADS_DEFAULTS`` lists the exceptions)."""
         spelling = "--asr-threads" if self.command == "serve" else "--threads"
-        return self.add(group, spelling, dest="threads", type=int, default=threads_default(self.command), metavar="N",
-                        help=threads_help(self.command, what))
+        # low=None: each command says its own bound in one line (0 = the libraries' default in some)
+        return self.add(group, spelling, dest="threads", type=int, low=None, default=threads_default(self.command),
+                        metavar="N", help=threads_help(self.command, what))

@@ -20,8 +20,10 @@ single-op and small Conv/Sin/Mul graphs, cross-checked against the build's layer
 * node field 1 string: compiled op type (``ConvRelu``), field 2 string: FullName (``Conv:conv0``),
   field 3 u8: target (0 = CPU, default when absent; 2 = NPU)
 
-Everything read from the blob is bounds-checked and best effort: when it does not parse, the
-header/JSON information is still returned and ``node_error`` says why.  Any malformed input
+Everything read from the blob is bounds-checked.  Its FlatBuffer frame (identifier, root table)
+must be sound, else the file is refused as corrupt (``_check_root``); the fields inside are best
+effort: when they do not parse, the header/JSON information is still returned and ``node_error``
+says why.  Any malformed input
 raises :class:`~rkspeech.core.errors.RkspeechError` (one line), never another exception; all loops
 are bounded by the file size.
 """
@@ -308,12 +310,34 @@ def parse_buffer(buf, size: int, source: str = "<buffer>",
     return c
 
 
+def _check_root(fb: _Fb, buf) -> int:
+    """The blob's FlatBuffer frame, which any schema has: the ``RKNN`` file identifier, a root
+    offset inside the blob and 4-aligned (a table starts with an int32), and a root vtable whose
+    table and field offsets stay inside the blob.  A file that fails here is damaged (one flipped
+    byte at offset 64 or 68 did it), not of an unknown schema, so it is refused: the runtime
+    would not load it either.  Returns the root table's offset."""
+    if bytes(buf[HEADER_SIZE + 4:HEADER_SIZE + 8]) != MAGIC:
+        raise _FbError("lacks the RKNN flatbuffer identifier (bytes 68-71)")
+    root = fb.root()
+    if root % 4 or not 8 <= root < fb.len:
+        raise _FbError(f"has its root table at {root}, not a 4-aligned offset inside its {fb.len} bytes")
+    vtable = root - fb.i32(root)
+    vlen, tlen = fb.u16(vtable), fb.u16(vtable + 2)
+    if vlen < 4 or vlen % 2 or tlen < 4 or root + tlen > fb.len:
+        raise _FbError("has a root table whose vtable does not fit the blob")
+    for i in range((vlen - 4) // 2):
+        if fb.u16(vtable + 4 + 2 * i) >= tlen:
+            raise _FbError("has a root table whose fields lie outside it")
+    return root
+
+
 def _read_blob(c: RknnContainer, buf, model_len: int) -> None:
     fb = _Fb(buf, HEADER_SIZE, model_len)
     try:
-        if bytes(buf[HEADER_SIZE + 4:HEADER_SIZE + 8]) != MAGIC:
-            raise _FbError("model blob lacks the RKNN flatbuffer identifier")
-        root = fb.root()
+        root = _check_root(fb, buf)
+    except (_FbError, struct.error) as exc:
+        raise _err(c.path, f"corrupt .rknn: the model blob {exc}; rebuild or re-copy it") from None
+    try:
         c.compiler_version = fb.string(root, _F_VERSION, 4096)
         c.source_framework = fb.string(root, _F_FRAMEWORK, 4096)
         custom = fb.string(root, _F_CUSTOM)

@@ -26,7 +26,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -192,8 +191,8 @@ def convert(onnx_path, output_path, *, target: str, dtype: str = "fp16", dataset
     # the temp folder and the child are recorded in core.child: a signal to this process (the
     # CLI turns SIGTERM / SIGHUP into an exception) kills the child's group and removes the folder
     with owned() as ownership:
-        work = Path(tempfile.mkdtemp(prefix=f".{output_path.name}.", suffix=".tmp", dir=out_dir))
-        ownership.add_path(work)
+        # owner-locked: one left by a SIGKILLed build (no finally ran) is swept by the next conversion here
+        work = ownership.workdir(out_dir, prefix=f".{output_path.name}.")
         tmp_rknn = work / output_path.name
         spec = {
             "onnx_path": str(onnx_path), "export_path": str(tmp_rknn), "target": target, "dtype": dtype,
@@ -201,6 +200,7 @@ def convert(onnx_path, output_path, *, target: str, dtype: str = "fp16", dataset
             "custom_string": custom_string, "verbose_log": verbose_log,
             "result_path": str(work / "result.json"),
             "hybrid": hybrid.to_dict() if hybrid is not None else None,
+            "parent_pid": os.getpid(),  # the child dies with this process (core.child.die_with_parent)
         }
         (work / "spec.json").write_text(json.dumps(spec))
         env = dict(os.environ)

@@ -4,7 +4,9 @@ Run by :func:`rkspeech.convert.conversion.convert` with fd 1 and 2 pointing at t
 C-level layer table and REGTASK lines land in the log.  It writes a small JSON result to
 ``spec["result_path"]``; the parent reads it (a crash leaves none).
 
-Exit codes: 0 ok; 3 a toolkit step returned non-zero; 4 a Python exception.
+Exit codes: 0 ok; 3 a toolkit step returned non-zero; 4 a Python exception.  It dies with its
+parent (``spec["parent_pid"]``, :func:`rkspeech.core.child.die_with_parent`): a SIGKILLed build
+left it converting with nobody to read the result.
 
 Test hooks (environment, used only by tests): ``RKSPEECH_TEST_CHILD_SIGNAL=SIGKILL`` makes the child
 kill itself with that signal after ``load_onnx``; ``RKSPEECH_TEST_CHILD_SLEEP=S`` sleeps S seconds
@@ -117,6 +119,10 @@ def _run_hybrid(spec: dict, RKNN, config: dict, result: dict, start: float) -> i
 def main(argv: list[str]) -> int:
     with open(argv[1]) as f:
         spec = json.load(f)
+    if spec.get("parent_pid"):
+        from rkspeech.core.child import die_with_parent
+
+        die_with_parent(int(spec["parent_pid"]))
     return run(spec)
 
 

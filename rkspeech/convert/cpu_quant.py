@@ -39,7 +39,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -207,7 +206,9 @@ def quantize_step_graph(src: str | os.PathLike, dst: str | os.PathLike, options:
         else:
             import onnx
 
-            with tempfile.TemporaryDirectory(prefix=".cpu-quant.", dir=dst.parent) as scratch:
+            from rkspeech.core.child import scratch as work_folder
+
+            with work_folder(dst.parent, prefix=".cpu-quant.") as scratch:  # swept if a SIGKILL leaves it
                 try:
                     model = _quantize_model(src, options, Path(scratch))
                 except Exception as exc:  # noqa: BLE001 - the quantizers raise what they like

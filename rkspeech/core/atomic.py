@@ -3,12 +3,14 @@
 The content goes to a temporary name unique to this process and call, in the same folder (so the
 rename is atomic on one filesystem), and is renamed into place only when complete; on any error
 the temporary file is removed and an earlier file at ``path`` is untouched.  Two writers of the
-same path never share a temporary name.
+same path never share a temporary name.  A location that cannot be written (found when the folder,
+the temporary file or the rename fails, or a write runs out of room) is a one-line RkspeechError.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import tempfile
@@ -29,17 +31,46 @@ def atomic_path(path: str | os.PathLike, *, suffix: str = "") -> Iterator[Path]:
     ``suffix`` keeps the extension a writer may insist on (onnx, torch and soundfile look at it).
     """
     final = Path(path)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{final.name}.", suffix=f".tmp{suffix}", dir=final.parent)
+    with _write_errors(final):
+        final.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=f".{final.name}.", suffix=f".tmp{suffix}", dir=final.parent)
     os.close(fd)
     tmp = Path(name)
     try:
-        yield tmp
-        os.chmod(tmp, FILE_MODE)
-        os.replace(tmp, final)
+        try:
+            yield tmp
+        except OSError as exc:
+            if exc.errno in _DISK_ERRNOS:  # the writer's own write ran out of room
+                raise _write_error(final, exc) from None
+            raise
+        with _write_errors(final):
+            os.chmod(tmp, FILE_MODE)
+            os.replace(tmp, final)
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+#: errors of a write into the temporary file that say where it went, not what a writer did wrong
+_DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)
+
+
+def _write_error(final: Path, exc: OSError):
+    from rkspeech.core.errors import RkspeechError
+
+    return RkspeechError(f"cannot write {final}: {exc.strerror or exc}"
+                         f"{f' ({exc.filename})' if exc.filename and str(exc.filename) != str(final) else ''}")
+
+
+@contextlib.contextmanager
+def _write_errors(final: Path) -> Iterator[None]:
+    """Making the folder, the temporary file and the rename: an OSError there is a place that
+    cannot be written (a folder that became a file, a read-only or full disk), found at the end
+    of a long run; one line naming the output, not a traceback (issue 37)."""
+    try:
+        yield
+    except OSError as exc:
+        raise _write_error(final, exc) from None
 
 
 def write_text(path: str | os.PathLike, text: str) -> Path:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from typing import Iterable, Iterator, TypeVar
+from typing import Callable, Iterable, Iterator, TypeVar
 
 T = TypeVar("T")
 
@@ -44,6 +44,27 @@ def stage(description: str) -> Iterator[None]:
     info(f"done: {description} ({time.perf_counter() - start:.1f} s)")
 
 
+#: seconds between the lines of :func:`periodic` (and of :func:`track` off a terminal)
+PERIODIC_SECONDS = 5.0
+
+
+def periodic(description: str) -> Callable[[str], None]:
+    """``tick(text)``, called as work goes on, prints ``    DESCRIPTION: TEXT (N s)`` at most every
+    :data:`PERIODIC_SECONDS`: progress for work that is not a list of items (a long ``speak``:
+    seconds of audio so far; a long ``transcribe``: the position in the file), which printed
+    nothing for minutes (issue 37)."""
+    start = last = time.perf_counter()
+
+    def tick(text: str) -> None:
+        nonlocal last
+        now = time.perf_counter()
+        if now - last >= PERIODIC_SECONDS:
+            info(f"    {description}: {text} ({now - start:.0f} s)")
+            last = now
+
+    return tick
+
+
 def track(items: Iterable[T], description: str, total: int | None = None) -> Iterator[T]:
     """Iterate with a progress bar (rich on a terminal) or periodic plain lines."""
     console = _console()
@@ -62,6 +83,6 @@ def track(items: Iterable[T], description: str, total: int | None = None) -> Ite
     for i, item in enumerate(items, 1):
         yield item
         now = time.perf_counter()
-        if now - last > 5 or i == total:
+        if now - last > PERIODIC_SECONDS or i == total:
             info(f"    {description}: {i}/{total if total else '?'} ({now - start:.0f} s)")
             last = now

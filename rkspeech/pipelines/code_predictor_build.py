@@ -115,6 +115,27 @@ def torch_frame_logits(tts, captured) -> np.ndarray:
         return np.stack([step(h, f).numpy() for h, f, _ in captured])
 
 
+def check_torch_frame_graph(ref_logits, torch_codes) -> None:
+    """Refuse when the fp32 torch frame graph's greedy codes (``ref_logits [F, G-1, V]``) differ
+    from ``TTSModel``'s (``torch_codes [F, G-1]``): the verify stage's reference would then be
+    wrong.  The message names the first miss and the top-two gap of the codebook before it (the
+    graph feeds its choice back in, so a wrong feedback shows one codebook later: the seed-5
+    reduced root's near-tie of 9.5e-7, before ``ONEHOT_STAGES``)."""
+    ref = np.asarray(ref_logits)
+    codes = np.asarray(torch_codes)
+    bad = np.argwhere(ref.argmax(-1) != codes)
+    if not bad.size:
+        return
+    f, j = (int(x) for x in bad[0])
+    before = ""
+    if j > 0:
+        top2 = np.sort(ref[f, j - 1])[-2:]
+        before = f"; codebook {j}'s top-two logit gap {float(top2[1] - top2[0]):.3g}"
+    raise RkspeechError(f"the torch frame graph's codes differ from TTSModel's (export bug): {len(bad)} of "
+                        f"{codes.size} code decisions, first at frame {f} codebook {j + 1} (graph's code "
+                        f"{int(ref[f, j].argmax())}, TTSModel's {int(codes[f, j])}){before}")
+
+
 def build_code_predictor(stages, files, out: Path, *, target: str, verify_frames: int = 20,
                          skip_verify: bool = False, timeout: float | None = None, model=None,
                          dtype: str = "fp16", calibration_frames: int = 240, hybrid=None,
@@ -216,8 +237,7 @@ def build_code_predictor(stages, files, out: Path, *, target: str, verify_frames
             captured = capture_frames(tts, verify_frames)
             ref = torch_frame_logits(tts, captured)
             codes = np.stack([c[1:] for _, _, c in captured])
-            if not (ref.argmax(-1) == codes).all():
-                raise RkspeechError("the torch frame graph's codes differ from TTSModel's (export bug)")
+            check_torch_frame_graph(ref, codes)
             with shape.open(onnx_path, "sim", model=tts, target=target, dtype=dtype,
                             dataset=str(dataset) if i16 else None, hybrid=hybrid_key,
                             log_path=str(folder / "simulator.log")) as g:

@@ -11,7 +11,6 @@ code predictor with these heads (they are part of its variant).
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
@@ -45,7 +44,9 @@ def quantize_heads(stages, placement: str, files, folder: Path, *, int4: dict | 
         w = HostWeights(files.weights, cfg)
         folder.mkdir(parents=True, exist_ok=True)
         out = {}
-        with tempfile.TemporaryDirectory(prefix=".heads.", dir=folder) as tmp:
+        from rkspeech.core.child import scratch
+
+        with scratch(folder, prefix=".heads.") as tmp:  # owner-locked: swept if a SIGKILL leaves it
             for key, path in dst.items():
                 j = int(key)
                 contract = HeadContract(index=j, hidden=cp.hidden_size, vocab_size=cp.vocab_size,

@@ -12,7 +12,6 @@ resumable stage; the runtime runs it as the stack's prefill (``runtime.tts.talke
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
@@ -43,7 +42,9 @@ def build_start(stages, placement: str, files, model, folder: Path, *, int4: dic
 
         folder.mkdir(parents=True, exist_ok=True)
         cp = model.get().net.talker.code_predictor
-        with tempfile.TemporaryDirectory(prefix=".start.", dir=folder) as tmp:
+        from rkspeech.core.child import scratch
+
+        with scratch(folder, prefix=".start.") as tmp:  # owner-locked: swept if a SIGKILL leaves it
             step = code_predictor_step(cp, B=CODE_PREDICTOR_START_B, **CPU_EXPORT)
             src = export_talker_onnx(step, Path(tmp) / "start.onnx")
             return quantize_step_graph(src, dst, options)  # fp32: a byte copy

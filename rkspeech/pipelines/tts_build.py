@@ -259,6 +259,13 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
     started = time.perf_counter()
     if o.vocoder_plan is not None:
         vplan, vocoder = _reuse_vocoder(o, vfiles)
+        # into this folder (hard links): the plan must name files inside its folder only, so the
+        # folder alone runs where it is copied (it pointed at ../../tts/vocoder/...; issue 37)
+        from rkspeech.core import progress
+        from rkspeech.plan.bundle import import_plan
+
+        with progress.stage(f"link the vocoder plan's files into {out / 'vocoder'}"):
+            vplan = load_plan(import_plan(vplan.path, out / "vocoder"), backend="ort")
     else:
         (out / "vocoder").mkdir(parents=True, exist_ok=True)
         vo = VocoderBuildOptions(out=out / "vocoder", model_dir=files.root, target=o.target,

@@ -9,8 +9,11 @@ talker's and code predictor's ``artifacts`` (and the latter's ``heads`` and ``st
 golden replay (:func:`golden_path`).
 
 Checking is cheap: the size of every file always (one ``stat``), the hash once per file, cached
-by (absolute path, size, mtime) in :func:`hash_cache_path` (a small JSON file; a published-size
-plan's ~1 GB of graphs hashes in a few seconds, once).  Plans written before 2026-12-01 have no
+in :func:`hash_cache_path` (a small JSON file; a published-size plan's ~1 GB of graphs hashes in
+a few seconds, once) by absolute path and :func:`stat_key`: size, mtime, and also device, inode
+and ctime, because a same-size rewrite with its mtime put back (``os.utime``, ``cp -p``,
+``rsync -t``) kept a size+mtime key and its stale hash (issue 37); any write or ``utime`` sets
+ctime to now, and a user cannot set it.  Plans written before 2026-12-01 have no
 ``integrity`` and load as before (nothing to check against).  Standard library only.
 """
 
@@ -22,6 +25,7 @@ import os
 from pathlib import Path
 
 from rkspeech.core.errors import RkspeechError
+from rkspeech.plan.paths import plan_file
 
 INTEGRITY_KEY = "integrity"
 #: the golden replay file beside a graph: ``X.rknn`` -> ``X.golden.npz``
@@ -68,11 +72,47 @@ def plan_files(raw: dict, base: Path) -> list[Path]:
             named.append(start)
     out: dict[Path, None] = {}
     for v in named:
-        p = Path(v) if os.path.isabs(v) else base / v
+        p = plan_file(base, v, f"plan in {base}")
         out[p] = None
         for extra in (p.with_name(p.name + ".data"), golden_path(p)):
             if extra.is_file():
                 out[extra] = None
+    return list(out)
+
+
+def board_files(raw: dict, base: Path) -> set[Path]:
+    """The files of :func:`plan_files` a board runs (``rknnlite``): the vocoder's .rknn graphs,
+    each NPU-placed stage's .rknn, and each CPU-placed stage's ONNX (with its heads and start
+    graph).  The rest (the vocoder's ONNX sections, the ONNX an .rknn came from) serve ``ort``
+    and ``sim`` on a host; a board copy may leave them out."""
+    out: set[Path] = set()
+    sd = raw.get("speech_decoder")
+    arts = sd.get("artifacts") if isinstance(sd, dict) else None
+    if isinstance(arts, dict):
+        out |= {plan_file(base, v, f"plan in {base}") for v in arts.values() if isinstance(v, str)}
+    for name in _STAGE_SECTIONS:
+        sec = raw.get(name)
+        if not isinstance(sec, dict):
+            continue
+        key = "onnx" if sec.get("impl") == "onnx" else "rknn"
+        for files in (sec.get("artifacts") or {}).values():
+            if isinstance(files, dict) and isinstance(files.get(key), str):
+                out.add(plan_file(base, files[key], f"plan in {base}"))
+        if key == "onnx":
+            heads = sec.get("heads")
+            out |= {plan_file(base, v, f"plan in {base}") for v in (heads or {}).values() if isinstance(v, str)}
+            if isinstance(sec.get("start"), str):
+                out.add(plan_file(base, sec["start"], f"plan in {base}"))
+    return out
+
+
+def expected_files(raw: dict, base: Path) -> list[Path]:
+    """Every file the plan names (:func:`plan_files`) and every file its ``integrity`` record
+    lists (external data, golden replays), whether or not it is there now."""
+    out = dict.fromkeys(plan_files(raw, base))
+    files = (raw.get(INTEGRITY_KEY) or {}).get("files") if isinstance(raw.get(INTEGRITY_KEY), dict) else None
+    for rel in files if isinstance(files, dict) else ():
+        out[plan_file(base, rel, f"plan in {base}: integrity.files")] = None
     return list(out)
 
 
@@ -84,9 +124,16 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+def stat_key(st: os.stat_result) -> list[int]:
+    """What a cached hash is valid for: a file with this size, mtime, device, inode and ctime.
+    A rewrite in place changes ctime (the kernel sets it on every write and ``utime``); a
+    rewrite by rename changes the inode."""
+    return [st.st_size, st.st_mtime_ns, st.st_dev, st.st_ino, st.st_ctime_ns]
+
+
 class _HashCache:
-    """(absolute path, size, mtime_ns) -> sha256, kept in a small JSON file; unreadable or
-    unwritable cache files only cost a re-hash."""
+    """(absolute path, :func:`stat_key`) -> sha256, kept in a small JSON file; unreadable or
+    unwritable cache files only cost a re-hash (entries of the older size+mtime key never match)."""
 
     def __init__(self, path: Path):
         self.path = path
@@ -100,11 +147,11 @@ class _HashCache:
 
     def sha256(self, p: Path, st: os.stat_result) -> str:
         key = str(p.resolve())
-        hit = self.data.get(key)
-        if isinstance(hit, list) and len(hit) == 3 and hit[0] == st.st_size and hit[1] == st.st_mtime_ns:
-            return hit[2]
+        hit, want = self.data.get(key), stat_key(st)
+        if isinstance(hit, list) and len(hit) == len(want) + 1 and hit[:-1] == want:
+            return hit[-1]
         digest = sha256_file(p)
-        self.data[key] = [st.st_size, st.st_mtime_ns, digest]
+        self.data[key] = [*want, digest]
         self.dirty = True
         return digest
 
@@ -128,7 +175,8 @@ def record(raw: dict, base: Path) -> dict:
         if not p.is_file():
             continue
         st = p.stat()
-        files[os.path.relpath(p.resolve(), base.resolve())] = {"bytes": st.st_size, "sha256": cache.sha256(p, st)}
+        # as named, not through symlinks: a folder of links (a mirror) records its own names
+        files[os.path.relpath(p, base)] = {"bytes": st.st_size, "sha256": cache.sha256(p, st)}
     cache.save()
     return {"files": files}
 
@@ -149,7 +197,7 @@ def check(raw: dict, plan_path: Path) -> int:
     for rel, want in files.items():  # sizes first: one stat each, before any file is read
         if not isinstance(want, dict) or not isinstance(want.get("bytes"), int) or not isinstance(want.get("sha256"), str):
             raise RkspeechError(f"plan {plan_path}: integrity.files[{rel!r}] must hold bytes and sha256")
-        p = Path(rel) if os.path.isabs(rel) else base / rel
+        p = plan_file(base, rel, f"plan {plan_path}: integrity.files")
         try:
             st = p.stat()
         except OSError:

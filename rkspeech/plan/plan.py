@@ -2,7 +2,8 @@
 
 ``plan.json`` keeps the seed project's runtime shape (``{"speech_decoder": {"impl": "rknn",
 "artifacts": {"main": ..., "first": ...}}}``) and adds the ONNX artifacts and the contract.
-Paths are stored relative to the plan's folder so the folder can be copied to a board.
+Paths are stored relative to the plan's folder so the folder can be copied to a board; a name
+that leaves the folder is refused (``plan.paths``).
 
 The vocoder's step graphs come in up to three sections, role (``main``, ``first``) -> file:
 
@@ -36,6 +37,7 @@ from pathlib import Path
 from rkspeech.core.atomic import write_json
 from rkspeech.core.errors import RkspeechError
 from rkspeech.contracts.vocoder import VocoderContract
+from rkspeech.plan.paths import plan_file
 
 PLAN_FORMAT = "rkspeech-plan/1"
 IMPLS = ("rknn", "onnx")
@@ -93,11 +95,14 @@ def write_plan(path, *, impl: str, target: str | None, contracts: dict[str, Voco
     """``contracts``: of the ``onnx`` / ``rknn`` graphs; ``host_onnx`` (with ``host_contracts``):
     the exact host graphs, written with ``backends`` (default :data:`BUILD_BACKENDS`); ``stages``:
     stage name -> section (``plan.sections.stage_section``), written beside ``speech_decoder``."""
+    from rkspeech.plan.bundle import plan_name
+
     p = Path(path)
     base = p.parent.resolve()
+    base.mkdir(parents=True, exist_ok=True)
 
-    def rel(x: Path) -> str:
-        return os.path.relpath(Path(x).resolve(), base)
+    def rel(x: Path) -> str:  # inside the plan's folder (a file outside is linked in: plan.bundle)
+        return plan_name(x, base)
 
     data = {
         "format": PLAN_FORMAT,
@@ -219,7 +224,7 @@ def load_plan(path, *, backend: str | None = None, expect_target: str | None = N
             if section == "host_onnx" and not v.lower().endswith(".onnx"):
                 raise RkspeechError(f"plan {p}: speech_decoder.host_onnx.{role} must be an .onnx file "
                                     f"(onnxruntime runs it), got {v!r}")
-        return {role: (base / v if not os.path.isabs(v) else Path(v)) for role, v in entries.items()}
+        return {role: plan_file(base, v, f"plan {p}: speech_decoder.{section}.{role}") for role, v in entries.items()}
 
     rknn, onnx, host = paths("artifacts"), paths("onnx"), paths("host_onnx")
     backends = _backends(sd, p, bool(host))

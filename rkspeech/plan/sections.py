@@ -50,6 +50,7 @@ from pathlib import Path
 from rkspeech.core.errors import RkspeechError
 from rkspeech.core.placement import CPU_VARIANTS, PLACEMENTS
 from rkspeech.core.targets import CORE_MASKS
+from rkspeech.plan.paths import plan_file
 
 #: stage name -> the artifact role sets its section may hold (exactly one of them)
 STAGE_ROLES = {"talker": (("prefill", "decode"),), "code_predictor": (("step",), ("frame",))}
@@ -113,8 +114,10 @@ def stage_section(*, impl: str, target: str | None, artifacts: dict[str, dict[st
     stage's onnxruntime threads (None: not recorded); ``heads``: a code predictor's quantized head
     graphs, codebook (``"1"`` ...) -> ONNX (``pipelines.cpu_heads``); ``start``: its start graph
     (``pipelines.cpu_start``)."""
-    def rel(x) -> str:
-        return os.path.relpath(Path(x).resolve(), base.resolve())
+    from rkspeech.plan.bundle import plan_name
+
+    def rel(x) -> str:  # inside the plan's folder (a file outside is linked in: plan.bundle)
+        return plan_name(x, base)
 
     sec = {"impl": impl, "target": target, "placement": placement or ("npu" if impl == "rknn" else "cpu-fp32"),
            "contract": contract,
@@ -182,7 +185,7 @@ def _quantization(sec: dict, base: Path, where: str, need_files: bool, placement
                             "is placed npu; rebuild the plan")
     if not isinstance(q, dict) or q.get("dtype") not in STAGE_DTYPES or not isinstance(q.get("dataset"), str):
         raise RkspeechError(f"{where}.quantization must hold dtype (one of {STAGE_DTYPES}) and its dataset")
-    dataset = base / q["dataset"] if not os.path.isabs(q["dataset"]) else Path(q["dataset"])
+    dataset = plan_file(base, q["dataset"], f"{where}.quantization.dataset")
     if need_files and not dataset.is_file():
         raise RkspeechError(f"{where}: calibration list {dataset} is missing (the simulator needs it to build "
                             f"the {q['dtype']} graph)")
@@ -202,7 +205,7 @@ def _heads(sec: dict, base: Path, where: str, roles) -> dict[int, Path]:
     for key, v in raw.items():
         if not (isinstance(key, str) and key.isdigit() and int(key) >= 1 and isinstance(v, str)):
             raise RkspeechError(f"{where}.heads has entry {key!r}: {v!r}; rebuild the plan")
-        path = base / v if not os.path.isabs(v) else Path(v)
+        path = plan_file(base, v, f"{where}.heads.{key}")
         if not path.is_file():
             raise RkspeechError(f"{where}: head {key} graph {path} is missing")
         from rkspeech.contracts.head import CONTRACT_FORMAT as HEAD_FORMAT
@@ -225,7 +228,7 @@ def _start(sec: dict, base: Path, where: str, roles, impl: str) -> Path | None:
     if not isinstance(raw, str) or tuple(roles) != ("step",) or impl != "onnx":
         raise RkspeechError(f"{where}.start must name one ONNX graph, and only a code predictor placed on the CPU "
                             "in step form has one; rebuild the plan")
-    path = base / raw if not os.path.isabs(raw) else Path(raw)
+    path = plan_file(base, raw, f"{where}.start")
     if not path.is_file():
         raise RkspeechError(f"{where}: start graph {path} is missing")
     from rkspeech.contracts.read import contract_format
@@ -267,7 +270,7 @@ def load_stages(raw: dict, plan_path: Path, backend: str | None) -> dict[str, St
                 raise RkspeechError(f"{where}.artifacts.{role} must name its onnx file (and rknn when built)")
             if impl == "rknn" and not isinstance(files.get("rknn"), str):
                 raise RkspeechError(f"{where} is placed on the NPU but {role} has no rknn file")
-            artifacts[role] = {k: (base / v if not os.path.isabs(v) else Path(v))
+            artifacts[role] = {k: plan_file(base, v, f"{where}.artifacts.{role}.{k}")
                                for k, v in files.items() if k in ("onnx", "rknn") and isinstance(v, str)}
         placement = sec.get("placement", "npu" if impl == "rknn" else "cpu-fp32")
         if placement not in PLACEMENTS:

@@ -51,6 +51,19 @@ SPEECH = "speech"
 
 #: the end of a stream in ``ServePool.stream``'s queue
 _END = object()
+#: how often a request waiting for an engine checks that its client is still there (``gone``)
+GONE_POLL_S = 0.1
+
+
+async def _give_up(lane: _Lane, waiter: asyncio.Future) -> None:
+    """Take ``waiter`` (a ``lane.acquire``) out of the wait line; an engine it was handed just
+    now goes back."""
+    waiter.cancel()
+    try:
+        engine = await waiter
+    except BaseException:  # noqa: BLE001 - cancelled (or refused) as wanted
+        return
+    lane.release(engine)
 
 
 @runtime_checkable
@@ -150,13 +163,27 @@ class ServePool:
             raise TimedOut(self.timeout_s)
         return left
 
-    async def _acquire(self, kind: str, deadline: float, client=None) -> ServedEngine:
+    async def _acquire(self, kind: str, deadline: float, client=None,
+                       gone: Callable[[], bool] | None = None) -> ServedEngine:
+        """A free engine of ``kind``, waiting in its lane until the deadline (:class:`TimedOut`);
+        with ``gone``, checked every :data:`GONE_POLL_S` while waiting: a client that left is
+        out of the wait line within that (:class:`ClientGone`), its request never computed (a
+        Wyoming client's speech request once waited, then ran for nobody)."""
         lane = self._lane(kind)
         start = time.perf_counter()
+        waiter = asyncio.ensure_future(lane.acquire(client))
         try:
-            engine = await asyncio.wait_for(lane.acquire(client), self._left(deadline))
-        except asyncio.TimeoutError:
-            raise TimedOut(self.timeout_s) from None
+            while True:
+                left = self._left(deadline)  # TimedOut when the time is up
+                done, _ = await asyncio.wait({waiter}, timeout=left if gone is None else min(left, GONE_POLL_S))
+                if done:
+                    engine = waiter.result()
+                    break
+                if gone is not None and gone():
+                    raise ClientGone()
+        finally:
+            if not waiter.done():
+                await _give_up(lane, waiter)
         if self.metrics is not None:
             self.metrics.stage_seconds.labels(f"{kind}_queue").observe(time.perf_counter() - start)
         return engine
@@ -230,7 +257,7 @@ class ServePool:
                        queue: _RunAhead, client=None, gone: Callable[[], bool] | None = None) -> None:
         lane = self._lane(kind)
         try:
-            engine = await self._acquire(kind, deadline, client)
+            engine = await self._acquire(kind, deadline, client, gone)
         except Exception as exc:  # noqa: BLE001 - handed to the consumer
             queue.put_nowait(exc)
             return

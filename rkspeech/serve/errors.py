@@ -54,19 +54,19 @@ class TooLong(ServeError):
 
 class RequestTimeout(ServeError):
     status = 408
-    code = "request_timeout"
+    code = "request-timeout"
 
 
 class TooLarge(ServeError):
     status = 413
-    code = "too_large"
+    code = "too-large"
 
 
 class ClientGone(ServeError):
     """The client closed the connection: nothing to answer (its work is dropped or stopped)."""
 
     status = 499
-    code = "client_gone"
+    code = "client-gone"
 
     def __init__(self):
         super().__init__("the client closed the connection")

@@ -38,7 +38,7 @@ from rkspeech.serve.limits import Every, abort
 _REFUSED = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 2\r\n"
             b"connection: close\r\ncontent-length: %d\r\n\r\n%s")
 _REFUSED_BODY = (b'{"error": {"message": "too many open connections (--max-connections); retry later", '
-                 b'"type": "server_busy", "param": null, "code": "too_many_connections"}}')
+                 b'"type": "server_busy", "param": null, "code": "too-many-connections"}}')
 #: one log line per interval for connections aborted at the write deadline (not one per client)
 stalled = Every("aborted %d HTTP connection(s) whose client did not take the answer by the request's "
                  "deadline (--request-timeout) in the last interval")
@@ -69,7 +69,7 @@ def protocol_class(gate, header_timeout_s: float, request_timeout_s: float = 300
         def connection_lost(self, exc):
             if self._refused:
                 return
-            gate.leave()
+            gate.leave("http")
             self._disarm()
             self._disarm_write()
             super().connection_lost(exc)

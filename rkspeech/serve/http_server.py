@@ -113,7 +113,7 @@ def build_app(pool: ServePool, options: ServeOptions, metrics=None, limits=None)
 
     def count(endpoint: str, status) -> None:
         if metrics is not None:
-            metrics.requests.labels(endpoint, str(status)).inc()
+            metrics.count(endpoint, status)
 
     def peer(request):
         """The client a request counts for in the wait line (serve.lane): the peer's host."""
@@ -129,7 +129,7 @@ def build_app(pool: ServePool, options: ServeOptions, metrics=None, limits=None)
         given = request.headers.get("authorization", "")
         scheme, _, token = given.partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), options.api_key.encode()):
-            raise HttpError(401, "missing or wrong API key (send Authorization: Bearer KEY)", "invalid_api_key")
+            raise HttpError(401, "missing or wrong API key (send Authorization: Bearer KEY)", "invalid-api-key")
 
     def endpoint(name: str):
         """Auth, error mapping and counting around a handler."""
@@ -145,7 +145,7 @@ def build_app(pool: ServePool, options: ServeOptions, metrics=None, limits=None)
                 except ServeError as exc:
                     response = _error_response(exc)
                 except RkspeechError as exc:  # the engine refused the input (bad voice, language, ...)
-                    response = _error_response(HttpError(400, str(exc), "bad_request"))
+                    response = _error_response(HttpError(400, str(exc), "bad-request"))
                 except Exception as exc:
                     log.exception("%s failed", name)
                     response = _error_response(HttpError(500, f"internal error: {type(exc).__name__}", "internal"))
@@ -174,12 +174,12 @@ def build_app(pool: ServePool, options: ServeOptions, metrics=None, limits=None)
 
         ctype = request.headers.get("content-type", "")
         if not ctype.startswith("multipart/form-data"):
-            raise HttpError(400, "send the audio as multipart/form-data with a 'file' field", "bad_request")
+            raise HttpError(400, "send the audio as multipart/form-data with a 'file' field", "bad-request")
         try:
             return await InMemory(request.headers, stream(), max_files=1, max_fields=32,
                                   max_part_size=64 * 1024).parse()
         except MultiPartException as exc:
-            raise HttpError(400, f"malformed multipart body: {exc}", "bad_request") from None
+            raise HttpError(400, f"malformed multipart body: {exc}", "bad-request") from None
 
     @endpoint("/v1/audio/transcriptions")
     async def transcriptions(request):
@@ -190,23 +190,23 @@ def build_app(pool: ServePool, options: ServeOptions, metrics=None, limits=None)
         form = await parse_form(request, await read_body(request, options.max_upload_bytes))
         upload = form.get("file")
         if upload is None or isinstance(upload, str):
-            raise HttpError(400, "no 'file' field with the audio", "bad_request")
+            raise HttpError(400, "no 'file' field with the audio", "bad-request")
         data = await upload.read()
         await upload.close()
         fmt = str(form.get("response_format") or "json")
         if fmt not in transcription.RESPONSE_FORMATS:
             raise HttpError(400, f"response_format {fmt!r} is not one of {', '.join(transcription.RESPONSE_FORMATS)}",
-                            "bad_request")
+                            "bad-request")
         grains = form.getlist("timestamp_granularities[]") + form.getlist("timestamp_granularities")
         bad = [g for g in grains if g not in transcription.GRANULARITIES]
         if bad:
-            raise HttpError(400, f"timestamp_granularities {bad[0]!r} is not one of segment, word", "bad_request")
+            raise HttpError(400, f"timestamp_granularities {bad[0]!r} is not one of segment, word", "bad-request")
         stream = str(form.get("stream") or "false").lower()
         if stream not in ("true", "false"):
-            raise HttpError(400, f"stream {stream!r} is not true or false", "bad_request")
+            raise HttpError(400, f"stream {stream!r} is not true or false", "bad-request")
         if stream == "true" and fmt not in ("json", "text"):
             raise HttpError(400, f"stream=true answers with events; response_format {fmt!r} cannot be streamed "
-                                 "(use json or text)", "bad_request")
+                                 "(use json or text)", "bad-request")
         model = pool.first_model(TRANSCRIBE)
         req = transcription.TranscribeRequest(
             language=transcription.check_language(model, form.get("language") or options.language),
@@ -254,9 +254,9 @@ def build_app(pool: ServePool, options: ServeOptions, metrics=None, limits=None)
         try:
             spec = json.loads(body or b"{}")
         except (ValueError, RecursionError):
-            raise HttpError(400, "the body is not JSON (or nested too deep)", "bad_request") from None
+            raise HttpError(400, "the body is not JSON (or nested too deep)", "bad-request") from None
         if not isinstance(spec, dict):
-            raise HttpError(400, "the body must be a JSON object", "bad_request")
+            raise HttpError(400, "the body must be a JSON object", "bad-request")
         fmt, speed = check_format(spec.get("response_format")), check_speed(spec.get("speed", 1.0))
         sse = check_stream_format(spec.get("stream_format")) == "sse"
         voice = spec.get("voice")
@@ -293,7 +293,7 @@ def build_app(pool: ServePool, options: ServeOptions, metrics=None, limits=None)
     @endpoint("/metrics")
     async def metrics_route(request):
         if metrics is None:
-            raise HttpError(404, "metrics are off", "not_found")
+            raise HttpError(404, "metrics are off", "not-found")
         data, ctype = metrics.render()
         return Response(data, media_type=ctype)
 
@@ -333,7 +333,7 @@ class HttpServer:
         import uvicorn
 
         class _Server(uvicorn.Server):
-            def capture_signals(self):  # the serve command owns SIGINT/SIGTERM
+            def capture_signals(self):  # the serve command owns the ending signals (core.child.ENDING_SIGNALS)
                 import contextlib
 
                 return contextlib.nullcontext()

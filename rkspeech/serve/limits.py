@@ -1,12 +1,14 @@
 """Process-wide limits shared by both front ends: open connections and one memory budget.
 
-* :class:`ConnectionGate`: connections open at once over HTTP and Wyoming together (they share
-  the process's descriptors).  One more is accepted and closed at once with a clear answer (a
-  503 over HTTP, an ``error`` event over Wyoming) -- accepting and closing keeps the listen
-  queue draining, so no connection waits in it for a descriptor; refusals are logged once per
-  :data:`LOG_EVERY_S`, not per accept (1,100 idle connections once grew the log by 600 MB in
-  75 s of per-accept tracebacks).  :func:`connection_cap` keeps the cap below the descriptor
-  limit (``RLIMIT_NOFILE`` minus :data:`FD_RESERVE` for models, logs, threads, pipes).
+* :class:`ConnectionGate`: connections open at once, each front end within its own share of one
+  cap (they share the process's descriptors; with one shared count, 256 idle sockets to the
+  keyless Wyoming port once made every HTTP request a 503 for the idle timeout).  One more is
+  accepted and closed at once with a clear answer (a 503 over HTTP, an ``error`` event over
+  Wyoming) -- accepting and closing keeps the listen queue draining, so no connection waits in
+  it for a descriptor; refusals are logged once per :data:`LOG_EVERY_S` with their count, not
+  per accept (1,100 idle connections once grew the log by 600 MB in 75 s of per-accept
+  tracebacks).  :func:`connection_cap` keeps the cap below the descriptor limit
+  (``RLIMIT_NOFILE`` minus :data:`FD_RESERVE` for models, logs, threads, pipes).
 * :class:`MemoryBudget`: bytes held on behalf of clients -- bodies being read, decoded uploads,
   buffered Wyoming audio (and its float32 samples), streamed text, speech generated ahead of a
   slow client (at most :data:`RUN_AHEAD_BYTES` per stream) -- against one limit; work that would pass it is refused with
@@ -25,6 +27,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 
 from rkspeech.serve.errors import ServeError, TooLarge
 
@@ -70,17 +73,48 @@ class NeverFits(TooLarge):
 
 
 class Every:
-    """A counter logged at most once per ``LOG_EVERY_S`` (the first occurrence at once)."""
+    """A counter logged at most once per ``LOG_EVERY_S`` (the first occurrence at once); what
+    comes within the interval is logged with its count when the interval ends (a timer in the
+    running event loop) or at :func:`flush_all` (the server's stop).  Logged only at the next
+    hit, a burst of ~844 refusals once left one line that said 1."""
+
+    _all: weakref.WeakSet = weakref.WeakSet()
 
     def __init__(self, message: str):
         self.message, self.count, self.last = message, 0, -float("inf")
+        self.fields: dict = {}
+        self._timer = None
+        Every._all.add(self)
 
     def hit(self, **fields) -> None:
         self.count += 1
+        self.fields = fields
         now = time.monotonic()
         if now - self.last >= LOG_EVERY_S:
-            log.warning(self.message, self.count, *fields.values())
-            self.count, self.last = 0, now
+            self.flush()
+        elif self._timer is None:
+            import asyncio
+
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # no loop: the next hit or flush_all logs it
+                return
+            self._timer = loop.call_later(self.last + LOG_EVERY_S - now, self.flush)
+
+    def flush(self) -> None:
+        """Log what was counted since the last line (nothing when nothing was)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self.count:
+            log.warning(self.message, self.count, *self.fields.values())
+            self.count, self.last = 0, time.monotonic()
+
+
+def flush_all() -> None:
+    """Log every :class:`Every`'s pending count now (a server stopping)."""
+    for every in list(Every._all):
+        every.flush()
 
 
 def deepen(sock) -> None:
@@ -127,24 +161,35 @@ def connection_cap(wanted: int) -> int:
 
 
 class ConnectionGate:
-    """Open connections over both front ends; :meth:`admit` False = refuse this one."""
+    """Open connections, each front end within its own share of ``limit`` (``front_ends``: those
+    served; the cap split evenly, so no front end's clients -- idle sockets to the keyless
+    Wyoming port -- can lock the other out); :meth:`admit` False = refuse this one."""
 
-    def __init__(self, limit: int, metrics=None):
-        self.limit, self.metrics, self.open = limit, metrics, 0
-        self._refused = Every("refused %d connection(s) over the cap of %d open (--max-connections) "
-                               "in the last interval")
+    def __init__(self, limit: int, metrics=None, front_ends=("wyoming", "http")):
+        self.limit, self.metrics = limit, metrics
+        n = max(1, len(front_ends))
+        self.shares = {fe: max(1, limit // n + (i < limit % n)) for i, fe in enumerate(front_ends)}
+        self._open = dict.fromkeys(self.shares, 0)
+        self._refused = {fe: Every(f"refused %d {fe} connection(s) over its share of %d open "
+                                   f"(--max-connections {limit} over {n} front end(s)) in the last interval")
+                         for fe in self.shares}
+
+    @property
+    def open(self) -> int:
+        """Connections open over every front end."""
+        return sum(self._open.values())
 
     def admit(self, front_end: str) -> bool:
-        if self.open >= self.limit:
-            self._refused.hit(limit=self.limit)
+        if self._open[front_end] >= self.shares[front_end]:
+            self._refused[front_end].hit(share=self.shares[front_end])
             if self.metrics is not None:
-                self.metrics.requests.labels(f"{front_end} connect", "refused").inc()
+                self.metrics.count(f"{front_end} connect", "refused")
             return False
-        self.open += 1
+        self._open[front_end] += 1
         return True
 
-    def leave(self) -> None:
-        self.open -= 1
+    def leave(self, front_end: str) -> None:
+        self._open[front_end] -= 1
 
 
 class MemoryBudget:
@@ -239,5 +284,6 @@ class ServerLimits:
 
     @classmethod
     def from_options(cls, options, metrics=None) -> ServerLimits:
-        return cls(ConnectionGate(connection_cap(options.max_connections), metrics),
+        served = tuple(fe for fe in ("wyoming", "http") if getattr(options, fe) is not None) or ("wyoming", "http")
+        return cls(ConnectionGate(connection_cap(options.max_connections), metrics, served),
                    MemoryBudget(options.memory_budget_bytes))

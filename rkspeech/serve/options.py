@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from rkspeech.core.errors import RkspeechError
@@ -33,8 +34,9 @@ class ServeOptions:
     #: a Wyoming connection with no event for this long is closed (an idle client holds a
     #: descriptor; 1,100 idle ones once exhausted a systemd unit's 1024 and took both front ends down)
     idle_timeout_s: float = 300.0
-    #: connections open at once over both front ends (they share the descriptors; lowered to stay
-    #: ``limits.FD_RESERVE`` below RLIMIT_NOFILE); one more is answered and closed at once
+    #: connections open at once, split evenly between the front ends served (they share the
+    #: descriptors; lowered to stay ``limits.FD_RESERVE`` below RLIMIT_NOFILE); one more than a
+    #: front end's share is answered and closed at once
     max_connections: int = 256
     #: HTTP: a request head must arrive within this of connecting or of the last response
     header_timeout_s: float = 10.0
@@ -54,6 +56,8 @@ class ServeOptions:
     hotwords_file: str | None = None
     model_name: str = "whisper"
     speech_model_name: str = "speech"
+    #: announce the Wyoming listener by zeroconf under this name (serve.discovery); None: not announced
+    zeroconf: str | None = None
 
     def __post_init__(self):
         for name, low in (("max_queue", 0), ("request_timeout_s", 0.001), ("retry_after_s", 0),
@@ -61,14 +65,18 @@ class ServeOptions:
                           ("shutdown_grace_s", 0), ("beam_size", 1), ("idle_timeout_s", 0.001),
                           ("max_connections", 1), ("header_timeout_s", 0.001), ("body_timeout_s", 0.001),
                           ("keep_alive_timeout_s", 0.001), ("memory_budget_bytes", 1)):
-            if getattr(self, name) < low:
-                raise RkspeechError(f"{name} must be >= {low}, got {getattr(self, name)}")
+            value = getattr(self, name)
+            # nan passes every comparison (a nan time limit once made every request a 504)
+            if not (math.isfinite(value) and value >= low):
+                raise RkspeechError(f"{name} must be a finite number >= {low}, got {value}")
         if self.api_key is not None and not self.api_key.strip():
             raise RkspeechError("--api-key is empty: give a key, or leave the flag out to serve without one")
         if self.wyoming is not None and not self.wyoming.startswith(("tcp://", "unix://")):
             raise RkspeechError(f"--wyoming {self.wyoming!r}: use tcp://HOST:PORT or unix://PATH")
         if self.http is not None:
             split_host_port(self.http, flag="--http")
+        if self.zeroconf is not None and not (self.wyoming or "").startswith("tcp://"):
+            raise RkspeechError(f"--zeroconf announces a tcp:// Wyoming listener; --wyoming is {self.wyoming or 'off'}")
 
 
 def split_host_port(value: str, *, flag: str) -> tuple[str, int]:

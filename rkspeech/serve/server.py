@@ -4,7 +4,7 @@
 (``server.addresses`` says where, ports 0 resolved); ``await server.stop()`` shuts down
 gracefully: the listeners close, the pool refuses queued and new requests, running requests
 finish (up to ``options.shutdown_grace_s``), then connections close and owned models are
-released.  :func:`serve_forever` runs that until SIGINT/SIGTERM (the CLI);
+released.  :func:`serve_forever` runs that until SIGTERM, SIGHUP or SIGINT (the CLI);
 :class:`ServerThread` runs it in a background thread (tests, benchmarks).
 """
 
@@ -30,7 +30,7 @@ class Server:
         from rkspeech.serve.limits import ServerLimits
 
         self.limits = ServerLimits.from_options(options, metrics)  # one cap and one budget for both front ends
-        self.wyoming = self.http = None
+        self.wyoming = self.http = self.announcement = None
         self.addresses: dict[str, str] = {}
 
     async def start(self) -> None:
@@ -49,6 +49,8 @@ class Server:
                                              self.limits)
                 await self.wyoming.start()
                 self.addresses["wyoming"] = self.wyoming.address
+                if self.options.zeroconf is not None:
+                    await self._announce()
             if self.options.http is not None:
                 from rkspeech.serve.http_server import HttpServer
 
@@ -58,10 +60,25 @@ class Server:
         except OSError as exc:
             await self.stop()
             raise RkspeechError(f"cannot listen: {exc.strerror or exc}") from None
+        except RkspeechError:  # --zeroconf could not announce: nothing is left listening
+            await self.stop()
+            raise
+
+    async def _announce(self) -> None:
+        """Zeroconf for the Wyoming listener (serve.discovery), once it is bound (port 0 resolved)."""
+        from rkspeech.serve.discovery import SERVICE_TYPE, Announcement
+
+        host, port = self.wyoming.address.removeprefix("tcp://").rsplit(":", 1)
+        self.announcement = Announcement(self.options.zeroconf, host.strip("[]"), int(port))
+        await self.announcement.start()
+        name = self.announcement.name.removesuffix("." + SERVICE_TYPE)
+        self.addresses["zeroconf"] = f"{name!r} ({SERVICE_TYPE} -> {self.announcement.address}:{port})"
 
     async def stop(self) -> bool:
         """Graceful shutdown; True when every running request finished in time."""
         grace = self.options.shutdown_grace_s
+        if self.announcement is not None:
+            await self.announcement.stop()  # the goodbye first: no client is sent to a closing server
         if self.wyoming is not None:
             await self.wyoming.stop_listening()
         stop_http = asyncio.create_task(self.http.stop()) if self.http is not None else None
@@ -70,20 +87,27 @@ class Server:
             await self.wyoming.stop(grace_s=1.0)
         if stop_http is not None:
             await stop_http
+        from rkspeech.serve.limits import flush_all
+
+        flush_all()  # refusals counted since the last log line
         return finished
 
 
 async def serve_forever(server: Server, *, on_ready=None) -> bool:
-    """Start, call ``on_ready(addresses)``, run until SIGINT or SIGTERM, shut down gracefully."""
+    """Start, call ``on_ready(addresses)``, run until a signal of ``core.child.ENDING_SIGNALS``
+    (SIGTERM, SIGHUP, SIGINT: one handler for all), shut down gracefully."""
     import signal
+
+    from rkspeech.core.child import ENDING_SIGNALS
 
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    installed = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    installed = {}
+    for sig in ENDING_SIGNALS:
         try:
+            previous = signal.getsignal(sig)
             loop.add_signal_handler(sig, stop.set)
-            installed.append(sig)
+            installed[sig] = previous
         except (NotImplementedError, RuntimeError, ValueError):
             pass
     try:
@@ -93,8 +117,9 @@ async def serve_forever(server: Server, *, on_ready=None) -> bool:
         await stop.wait()
         return await server.stop()  # a second signal during the grace time changes nothing
     finally:
-        for sig in installed:
+        for sig, previous in installed.items():
             loop.remove_signal_handler(sig)
+            signal.signal(sig, previous if previous is not None else signal.SIG_DFL)  # the CLI's, not the default
 
 
 class ServerThread:

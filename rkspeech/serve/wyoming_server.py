@@ -4,7 +4,8 @@ Per connection (:class:`WyomingHandler`):
 
 * ``describe`` -> ``info``: an ASR program with one model (its languages) when transcription is
   served, a TTS program with one voice per speaker (the engine's languages, streaming
-  synthesis supported) when speech is.
+  synthesis supported) when speech is; built anew for every ``describe`` (Home Assistant
+  re-lists voices with one), so an engine's changed speakers show.
 * Speech to text: ``transcribe`` (optional: language; ``transcript_names`` / ``transcript_terms``
   become faster-whisper hotwords), ``audio-start``, ``audio-chunk``..., ``audio-stop`` ->
   ``transcript-start``, ``transcript-chunk`` per decoded segment, ``transcript-stop`` (streaming,
@@ -14,9 +15,16 @@ Per connection (:class:`WyomingHandler`):
   than ``max_audio_s`` is refused when the limit is crossed.
 * Text to speech: ``synthesize`` -> ``audio-start``, ``audio-chunk`` per decoded chunk (sent as
   the engine yields it), ``audio-stop``.  The streaming form ``synthesize-start``,
-  ``synthesize-chunk``..., ``synthesize-stop`` synthesizes each complete sentence as its text
-  arrives, then ends with ``synthesize-stopped``; a plain ``synthesize`` sent alongside a
-  streaming request (Home Assistant sends both) is ignored, as wyoming-piper does.
+  ``synthesize-chunk``... (text split anywhere, inside words too), ``synthesize-stop``
+  synthesizes each sentence as soon as its end arrives, each as its own ``audio-start`` ..
+  ``audio-stop`` (wyoming-piper's framing: a client learns the sentence ends; Home Assistant
+  reads every chunk up to ``synthesize-stopped`` either way), then the text after the last
+  sentence end at ``synthesize-stop``, then ``synthesize-stopped``; a stream of no text gets
+  ``synthesize-stopped`` alone.  A plain ``synthesize`` sent alongside a streaming request
+  (Home Assistant sends both) is ignored, as wyoming-piper does.  A refused sentence (a bad
+  voice, the text limit) is one ``error``; the rest of that stream is dropped and
+  ``synthesize-stop`` still gets ``synthesize-stopped``, so a client waiting for it is not left
+  hanging.
 * Anything wrong -- a line that is not JSON, an unknown event type, events out of order, a full
   queue, a time limit -- is answered with an ``error`` event (text, code) on that connection,
   which stays open; other connections are not affected.  A line longer than the reader's limit
@@ -50,11 +58,11 @@ log = logging.getLogger("rkspeech.serve")
 
 
 class WyomingHandler:
-    def __init__(self, reader, writer, pool: ServePool, options: ServeOptions, metrics, info_event,
+    def __init__(self, reader, writer, pool: ServePool, options: ServeOptions, metrics, describe,
                  limits: ServerLimits | None = None):
         self.reader, self.writer = reader, writer
         self.pool, self.options, self.metrics = pool, options, metrics
-        self.info_event = info_event
+        self.describe = describe  # () -> the info event, built per describe (wyoming_info.info_event)
         limits = limits or ServerLimits.from_options(options, metrics)
         # buffered audio and streamed text count against the server's memory budget
         self._audio_lease, self._text_lease = limits.budget.lease(), limits.budget.lease()
@@ -65,7 +73,8 @@ class WyomingHandler:
         self._audio: list = []
         self._audio_bytes = 0
         self._too_long = False
-        self._streaming = None  # while synthesize-start .. synthesize-stop: {"voice", "text"}
+        # while synthesize-start .. synthesize-stop: {"voice", "text" (a SentenceSplitter), "failed"}
+        self._streaming = None
         peer = writer.get_extra_info("peername")
         #: who this connection counts as in the wait line (serve.lane): the peer's host
         self.client = peer[0] if isinstance(peer, tuple) and peer else "local"
@@ -99,7 +108,7 @@ class WyomingHandler:
     def gone(self) -> bool:
         """The client closed the connection (end of stream read, or the transport lost): a
         transcription that has no partial to send yet never writes, so it checks this between
-        segments instead.  Events the client sent before closing still count as there: nothing
+        segments instead; a request waiting for an engine checks it too (``ServePool._acquire``).  Events the client sent before closing still count as there: nothing
         is dropped that it may wait for."""
         return self.reader.at_eof() or self.writer.transport.is_closing()
 
@@ -111,7 +120,7 @@ class WyomingHandler:
 
     def _count(self, endpoint: str, status: str) -> None:
         if self.metrics is not None:
-            self.metrics.requests.labels(endpoint, status).inc()
+            self.metrics.count(endpoint, status)
 
     async def run(self) -> None:
         try:
@@ -131,7 +140,8 @@ class WyomingHandler:
                 self.busy = True
                 try:
                     await self.handle(event)
-                except ClientGone:
+                except ClientGone:  # it left (while its request waited for an engine, or between segments)
+                    self._count(f"wyoming {event.type}", ClientGone.code)
                     break
                 except ServeError as exc:
                     await self.error(str(exc), exc.code, f"wyoming {event.type}")
@@ -165,7 +175,7 @@ class WyomingHandler:
         )
 
         if Describe.is_type(event.type):
-            await self.write(self.info_event)
+            await self.write(self.describe())
             self._count("wyoming describe", "ok")
         elif Transcribe.is_type(event.type):
             self.pool.first_model(TRANSCRIBE)  # Unavailable when not served
@@ -216,12 +226,15 @@ class WyomingHandler:
             self._count("wyoming synthesize", "ok")
         elif SynthesizeStart.is_type(event.type):
             self.pool.first_model(SPEECH)
-            self._streaming = {"voice": SynthesizeStart.from_event(event).voice, "text": SentenceSplitter()}
-            self._stream_started = False
+            self._streaming = {"voice": SynthesizeStart.from_event(event).voice, "text": SentenceSplitter(),
+                               "failed": False}
         elif SynthesizeChunk.is_type(event.type):
             if self._streaming is None:
                 raise ServeError("synthesize-chunk before synthesize-start")
-            splitter = self._streaming["text"]
+            state = self._streaming
+            if state["failed"]:
+                return  # this stream was refused once (one error): the rest is dropped until synthesize-stop
+            splitter = state["text"]
             sentences = splitter.feed(SynthesizeChunk.from_event(event).text)
             try:
                 if len(splitter.text) > self.options.max_text_chars:
@@ -229,15 +242,14 @@ class WyomingHandler:
                                      f"{self.options.max_text_chars} characters (--max-text-chars)")
                 self._text_lease.release()  # the text held is what is not yet a sentence
                 self._text_lease.add(len(splitter.text) + sum(map(len, sentences)), "this text stream")
-            except ServeError:
-                self._streaming = None
+                for sentence in sentences:
+                    if sentence.strip():
+                        await self._speak(sentence.strip(), state["voice"])  # audio-start .. audio-stop per sentence
+            except (ServeError, RkspeechError):
+                state["failed"] = True
+                splitter.rest()
                 self._text_lease.release()
-                if self._stream_started:
-                    await self._audio_stop()  # no audio-start is left without its audio-stop
                 raise
-            for sentence in sentences:
-                await self._speak(sentence, self._streaming["voice"], start=not self._stream_started, stop=False)
-                self._stream_started = True
         elif SynthesizeStop.is_type(event.type):
             if self._streaming is None:
                 raise ServeError("synthesize-stop before synthesize-start")
@@ -246,12 +258,16 @@ class WyomingHandler:
             state, self._streaming = self._streaming, None
             self._text_lease.release()
             rest = state["text"].rest()
-            if rest.strip() or not self._stream_started:
-                await self._speak(rest, state["voice"], start=not self._stream_started, stop=True)
-            else:
-                await self._audio_stop()
+            try:
+                if rest.strip() and not state["failed"]:
+                    await self._speak(rest.strip(), state["voice"])
+            except ClientGone:
+                raise
+            except (ServeError, RkspeechError) as exc:  # said before synthesize-stopped, which still follows
+                await self.error(str(exc), getattr(exc, "code", "bad-request"), "wyoming synthesize-stop")
             await self.write(SynthesizeStopped().event())
-            self._count("wyoming synthesize-stream", "ok")
+            if not state["failed"]:  # a refused stream was counted by its error
+                self._count("wyoming synthesize-stream", "ok")
         else:
             raise ServeError(f"unknown or unsupported event type {event.type!r}")
 
@@ -312,8 +328,9 @@ class WyomingHandler:
             self.metrics.stage_seconds.labels("request").observe(time.perf_counter() - start)
         self._count("wyoming transcribe", "ok")
 
-    async def _speak(self, text: str, voice, *, start: bool = True, stop: bool = True) -> None:
-        """Synthesize ``text``; audio-start first when ``start``, audio-stop at the end when ``stop``."""
+    async def _speak(self, text: str, voice) -> None:
+        """Synthesize ``text``: audio-start (after the engine's first chunk: a refusal comes before
+        any audio), audio-chunk..., audio-stop."""
         from wyoming.audio import AudioChunk, AudioStart
 
         from rkspeech.serve.audio import float_to_pcm16
@@ -326,8 +343,9 @@ class WyomingHandler:
         rate = engine.sample_rate
         began = time.perf_counter()
         deadline = self.pool.deadline()
-        chunks = self.pool.stream(SPEECH, request.open, deadline=deadline, client=self.client, budget=self._budget)
-        started = not start  # audio-start already sent (a streamed sentence after the first)
+        chunks = self.pool.stream(SPEECH, request.open, deadline=deadline, client=self.client, budget=self._budget,
+                                  gone=self.gone)
+        started = False
         try:
             async for chunk in chunks:
                 if not started:  # after the first chunk: an engine's refusal comes before any audio-start
@@ -342,17 +360,15 @@ class WyomingHandler:
         except Exception as exc:
             if started and not isinstance(exc, ConnectionError):
                 # an error mid-stream: close the audio first, so no audio-start lacks its audio-stop
-                self._streaming = None
                 await self._audio_stop()
             raise
         finally:
             await chunks.aclose()  # a client gone mid-stream stops the generation now, not at collection
-        if not started and start:
+        if not started:
             await self.write(AudioStart(rate=rate, width=2, channels=1).event(), deadline)
         if self.metrics is not None:
             self.metrics.stage_seconds.labels("speech_total").observe(time.perf_counter() - began)
-        if stop:
-            await self._audio_stop()
+        await self._audio_stop()
 
     async def _audio_stop(self) -> None:
         from wyoming.audio import AudioStop

@@ -27,8 +27,8 @@ Two ways to feed the greedy code back in the graph (``embed``):
 * ``gather`` - ArgMax + the embedding table's Gather (the model's own ops).  rk3588 fp16
   (reduced config): ArgMax x15 and Gather x14 on the CPU.
 * ``onehot`` (the NPU formulation) - the max by one global MaxPool over the logits viewed
-  ``[1, 1, rows, cols]``, ``onehot = 1 - clip((max - logits) * 65504, 0, 1)``, and
-  ``onehot @ table``: every op on the NPU.  ReduceMax and Equal ran on the CPU; so did the
+  ``[1, 1, rows, cols]``, ``onehot = 1 - clip(clip((max - logits) * 65504, 0, 1) * 65504, 0, 1)``
+  (two stages: ``ONEHOT_STAGES``), and ``onehot @ table``: every op on the NPU.  ReduceMax and Equal ran on the CPU; so did the
   Reshape of any small ``codes`` output (measured with 1-2 codebook graphs), hence no ``codes``
   output: the host's argmax of 15 x V logits is cheap.  An exact tie of the maximum (fp16
   logits tie where fp32 ones do not) keeps the first index, as argmax does: a second MaxPool
@@ -58,8 +58,18 @@ from rkspeech.contracts.talker import MASK_VALUE
 from rkspeech.core.errors import RkspeechError
 from rkspeech.models.qwen3_tts.vocoder_transformer import rotate_half
 
-#: One-hot sharpness of ``embed="onehot"``: fp16's largest finite value.
+#: One-hot sharpness of ``embed="onehot"``: fp16's largest finite value, applied in two clamped
+#: stages (``ONEHOT_STAGES``; 65504**2 in all, every product still finite in fp16).  One stage left a
+#: fractional one-hot in fp32 wherever the top two logits were closer than 1/65504: the reduced
+#: custom-voice root of seed 5, frame 17, codebook 3: gap 9.5e-7 (3.3331127 for code 1782,
+#: 3.3331118 for code 166) gave code 166 a one-hot of 0.94, its tie-break score 0.94 * (V - 166) =
+#: 1764 beat code 1782's 266, the graph fed back code 166's embedding and the next 12 codebooks
+#: differed from ``TTSModel``'s (the build's ``code_predictor_verify`` "export bug").  Two stages make
+#: it exactly 0/1 for any fp32 gap >= 1/65504**2 = 2.3e-10, i.e. for every pair of distinct fp32
+#: logits when the maximum's magnitude is >= 2**-7 (their spacing is >= 2**-31 there); in fp16 the
+#: first stage alone is already 0/1 (spacing >= 2**-15 above 2**-5), so the NPU's codes do not change.
 ONEHOT_GAIN = 65504.0
+ONEHOT_STAGES = 2
 #: ``int16_ready`` graph constants (see the module docstring): the prefill mask and the one-hot
 #: gain as two clamped stages (65536 in all, each product <= 16384)
 INT16_MASK = -20.0
@@ -179,7 +189,10 @@ class CodePredictorFrame(nn.Module):
             a = torch.clamp((m - logits) * INT16_GAINS[0], 0.0, 1.0)
             onehot = 1.0 - torch.clamp(a * INT16_GAINS[1], 0.0, 1.0)
         else:
-            onehot = 1.0 - torch.clamp((m - logits) * ONEHOT_GAIN, 0.0, 1.0)  # [1, V]
+            a = m - logits
+            for _ in range(ONEHOT_STAGES):
+                a = torch.clamp(a * ONEHOT_GAIN, 0.0, 1.0)
+            onehot = 1.0 - a  # [1, V]
         # ties (fp16 logits tie the top two in ~0.3% of codebooks; measured on the simulator)
         # would sum two rows: keep the first, as argmax does, with integer scores V - id
         # (exact in fp16 up to 2048) and a second MaxPool

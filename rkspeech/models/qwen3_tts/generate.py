@@ -51,11 +51,11 @@ class HostModel:
 
     @property
     def speakers(self) -> list[str]:
-        return sorted(self.cfg.talker.spk_id)
+        return self.cfg.speakers
 
     @property
     def languages(self) -> list[str]:
-        return ["auto"] + sorted(k for k in self.cfg.talker.codec_language_id if "dialect" not in k)
+        return self.cfg.languages
 
     @property
     def num_code_groups(self) -> int:
@@ -159,7 +159,20 @@ class HostModel:
         if prompt_len >= limit:
             raise RkspeechError(f"the text is too long: its prompt takes {prompt_len} positions, {where}; "
                                 "split it into shorter sentences")
-        return min(opts.max_new_tokens, limit - prompt_len)
+        steps = min(opts.max_new_tokens, limit - prompt_len)
+        # an utterance that runs to this limit is cut, not ended: said by _ended (last_cut)
+        self.last_cut, self._cut_reason = None, (
+            f"{where}, the prompt took {prompt_len}" if steps < opts.max_new_tokens else None)
+        return steps
+
+    def _ended(self, frames: int, by_eos: bool) -> None:
+        """The loop ended after ``frames`` frames; when the talker did not end the utterance but
+        the positions ran out, ``last_cut`` says so in one line (it cut utterances silently:
+        issue 37), for the caller to print and report."""
+        reason = getattr(self, "_cut_reason", None)
+        if not by_eos and reason:
+            self.last_cut = (f"the utterance was cut after {frames} frames ({frames * 0.08:.2f} s): {reason}; "
+                             "split the text into shorter sentences")
 
     def prompt_request(self, text: str, *, speaker=None, language=None, instruct=None, ref_audio=None,
                        ref_text: str | None = None, ref_codes: np.ndarray | None = None) -> PromptRequest:
@@ -205,9 +218,11 @@ class HostModel:
 
     def _frames(self, prompt, trailing, pad, steps: int, opts: GenerationOptions) -> Iterator[np.ndarray]:
         self.last_timing = timing = new_timing()
-        yield from run_frames(self.ops, self.talker_backend, self.code_predictor_backend,
-                              TalkerLogitRules.of(self.cfg.talker, opts.repetition_penalty), FrameSampler(self.ops, opts),
-                              prompt, trailing, pad, steps, timing)
+        frames, by_eos = yield from run_frames(
+            self.ops, self.talker_backend, self.code_predictor_backend,
+            TalkerLogitRules.of(self.cfg.talker, opts.repetition_penalty), FrameSampler(self.ops, opts),
+            prompt, trailing, pad, steps, timing)
+        self._ended(frames, by_eos)
 
     def use_backends(self, *, talker=None, code_predictor=None) -> None:
         """Run the talker and/or the code predictor on other backends (``backends`` interfaces)."""

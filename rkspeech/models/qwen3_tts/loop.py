@@ -30,7 +30,7 @@ Nothing here imports torch (the board runs this module).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -151,11 +151,12 @@ def new_timing() -> dict:
 
 
 def run_frames(ops: HostOps, talker, predictor, rules: TalkerLogitRules, sampler: FrameSampler,
-               prompt, trailing, pad, steps: int, timing: dict) -> Iterator[np.ndarray]:
+               prompt, trailing, pad, steps: int, timing: dict) -> Generator[np.ndarray, None, tuple[int, bool]]:
     """The frame loop: yield frames ``int64 [G]`` (codebook 0 from the talker, 1..G-1 from
     ``predictor``) for ``prompt [L, Ht]``, feeding ``trailing [n, Ht]`` one row a frame, then
     ``pad [1, Ht]``; at most ``steps`` talker steps.  ``timing`` (``new_timing()``) is filled as
-    the frames go."""
+    the frames go.  Returns ``(frames, ended by codec_eos)`` when it ends by itself (``yield
+    from``'s value: ``HostModel`` says when the positions ran out)."""
     clock = time.perf_counter
 
     def talk(x) -> np.ndarray:
@@ -171,7 +172,7 @@ def run_frames(ops: HostOps, talker, predictor, rules: TalkerLogitRules, sampler
     for step in range(steps):
         token = sampler.token(rules.apply(ops, ops.codec_logits(hidden), history, step))
         if token == rules.eos or step == steps - 1:
-            return
+            return step, token == rules.eos
         history.append(token)
         first = ops.codec([token])
         t0 = clock()
@@ -182,3 +183,4 @@ def run_frames(ops: HostOps, talker, predictor, rules: TalkerLogitRules, sampler
         embeds = [first] + [ops.cp_codec(j, [c]) for j, c in enumerate(codes, start=1)]
         text_in = trailing[step:step + 1] if step < trailing.shape[0] else pad
         hidden = talk(ops.sum_codebooks(embeds) + text_in)
+    return steps, False  # no step at all (steps < 1)

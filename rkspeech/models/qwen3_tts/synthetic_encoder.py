@@ -53,6 +53,11 @@ _PUBLISHED = {
     "num_quantizers": 32, "num_residual_layers": 1, "num_semantic_quantizers": 1, "residual_kernel_size": 3,
     "rope_theta": 10000.0, "sampling_rate": 24000, "sliding_window": 250, "upsample_groups": 512,
     "upsampling_ratios": [8, 6, 5, 4], "use_causal_conv": True, "use_conv_shortcut": False, "vector_quantization_hidden_dimension": 256,
+    # the rest of the published file's encoder_config (vox-serve's Qwen3TTSTokenizerV2EncoderConfig,
+    # built with cls(**encoder_config) from the downloaded file; the first five are also transformers
+    # 4.57 MimiConfig attributes with these defaults; vllm-omni PR #1664 quotes dtype "float32")
+    "initializer_range": 0.02, "pad_mode": "constant", "trim_right_ratio": 1.0, "use_cache": False,
+    "use_streaming": False, "normalize": False, "dtype": "float32", "transformers_version": "4.57.0.dev0",
 }
 #: ``encoder_config`` of ``speech_tokenizer/config.json``.  Reduced keeps the rates (1920 samples a
 #: code, 12.5 Hz), the 32 x 2048 codebooks and the projections around them (16 != 32, as 256 != 512);

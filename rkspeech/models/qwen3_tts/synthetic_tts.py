@@ -152,6 +152,12 @@ def write_text_tokenizer(root: Path, first_special: int | None) -> dict:
             "tts_bos": ids["<tts_text_bos>"], "tts_eos": ids["<tts_text_eod>"], "text_vocab": first + len(names)}
 
 
+#: Keys of qwen-tts 0.1.1's ``Qwen3TTSTalkerConfig`` / ``Qwen3TTSTalkerCodePredictorConfig`` that
+#: nothing reads at inference, at the classes' defaults (with ``max_window_layers`` 28, the code
+#: predictor's): every ``__init__`` key of those classes is in the file (``tests/test_synthetic_keys.py``).
+_UNREAD_DEFAULTS = {"initializer_range": 0.02, "tie_word_embeddings": False}
+
+
 def official_config_json(config: str, variant: str, special: dict) -> dict:
     c = copy.deepcopy(CONFIGS[config])
     t, cp = c["talker"], c["code_predictor"]
@@ -163,12 +169,13 @@ def official_config_json(config: str, variant: str, special: dict) -> dict:
     talker = {
         **t, **_CODEC_IDS, "model_type": "qwen3_tts_talker", "hidden_act": "silu", "attention_bias": False,
         "attention_dropout": 0.0, "use_sliding_window": False, "sliding_window": None, "use_cache": True,
-        "rope_scaling": {"interleaved": True, "mrope_section": mrope, "rope_type": "default"},
+        **_UNREAD_DEFAULTS, "rope_scaling": {"interleaved": True, "mrope_section": mrope, "rope_type": "default"},
         "position_id_per_seconds": 13, "codec_language_id": dict(_LANGUAGES), "spk_id": spk,
         "spk_is_dialect": {name: _DIALECT.get(name, False) for name in spk},
         "code_predictor_config": {**cp, "model_type": "qwen3_tts_talker_code_predictor", "hidden_act": "silu",
                                   "attention_bias": False, "attention_dropout": 0.0, "use_sliding_window": False,
                                   "sliding_window": None, "rope_scaling": None, "use_cache": True,
+                                  **_UNREAD_DEFAULTS, "max_window_layers": 28,
                                   "layer_types": ["full_attention"] * cp["num_hidden_layers"]},
     }
     return {
@@ -203,7 +210,7 @@ def write_tts_checkpoint(out_dir: str | os.PathLike, config: str = "reduced", va
                          seed: int = 0) -> Path:
     """Write a synthetic model root at ``out_dir``; returns it."""
     import torch
-    from safetensors.torch import save_file
+    from rkspeech.models.safetensors_file import save_file_stable
 
     from rkspeech.models.qwen3_tts.synthetic_vocoder import write_checkpoint
     from rkspeech.models.qwen3_tts.tts_checkpoint import TTSNet
@@ -223,7 +230,7 @@ def write_tts_checkpoint(out_dir: str | os.PathLike, config: str = "reduced", va
     dtype = torch.bfloat16 if config == "published" else torch.float32  # published files are bf16
     tensors = {k: v.detach().to(dtype).contiguous() for k, v in net.module.state_dict().items()}
     with atomic_path(root / "model.safetensors") as tmp:
-        save_file(tensors, str(tmp), metadata={"format": "pt", "rkspeech_synthetic": f"{config}/{variant}/seed={seed}"})
+        save_file_stable(tensors, tmp, metadata={"format": "pt", "rkspeech_synthetic": f"{config}/{variant}/seed={seed}"})
     write_json(root / "generation_config.json", GENERATION_CONFIG)
     write_checkpoint(root, config, seed)
     write_json(root / "config.json", raw)  # last: a root with config.json is complete

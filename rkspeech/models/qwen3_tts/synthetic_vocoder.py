@@ -137,12 +137,24 @@ def make_checkpoint_state(cfg: VocoderConfig, seed: int):
     return model.fold()
 
 
+#: ``decoder_config`` keys of the published file that rkspeech (and qwen-tts 0.1.1) never reads:
+#: the semantic codebook of the first quantizer and the VQ width.  Values from public parsers of
+#: the published ``speech_tokenizer/config.json`` (vox-serve ``vox_serve/tokenizer/qwen3_codec.py``
+#: ``Qwen3TTSTokenizerV2DecoderConfig``, a dataclass built with ``cls(**decoder_config)`` from the
+#: downloaded file; a Swift port's ``codecConfigJSON`` test fixture gives the same 24 keys):
+#: 1 semantic quantizer of 4096 codes, ``vector_quantization_hidden_dimension`` 512 = ``codebook_dim``
+#: (the reduced config keeps that relation).  Without them faster-qwen3-tts' GGML ``convert.py``
+#: stopped with a KeyError on ``num_semantic_quantizers`` (issue 39).
+SEMANTIC_QUANTIZERS = {"num_semantic_quantizers": 1, "semantic_codebook_size": 4096}
+
+
 def official_config_json(cfg: VocoderConfig, encoder_config: dict | None = None) -> dict:
     """config.json as the published speech tokenizer lays it out (``encoder_config``: the
-    published one unless given)."""
+    published one unless given); the key set is ``tests/test_synthetic_keys.py``'s."""
     dec = cfg.to_dict()
     dec.pop("sample_rate")
-    dec.update({"max_position_embeddings": 8000, "attention_dropout": 0.0})
+    dec.update({"max_position_embeddings": 8000, "attention_dropout": 0.0, **SEMANTIC_QUANTIZERS,
+                "vector_quantization_hidden_dimension": cfg.codebook_dim})
     return {
         "architectures": ["Qwen3TTSTokenizerV2Model"],
         "model_type": MODEL_TYPE,
@@ -167,7 +179,7 @@ def write_checkpoint(out_dir: str | os.PathLike, config: str = "reduced", seed: 
     generator (``seed + 2``).  Files are written under temporary names and renamed, so an
     interrupted run leaves no half-written checkpoint.
     """
-    from safetensors.torch import save_file
+    from rkspeech.models.safetensors_file import save_file_stable
 
     if config not in CONFIGS:
         raise RkspeechError(f"unknown synthetic config {config!r}; choose one of {', '.join(CONFIGS)}")
@@ -179,7 +191,7 @@ def write_checkpoint(out_dir: str | os.PathLike, config: str = "reduced", seed: 
     folder = Path(out_dir) / "speech_tokenizer"
     folder.mkdir(parents=True, exist_ok=True)
     with atomic_path(folder / "model.safetensors") as tmp:
-        save_file(tensors, str(tmp), metadata={"format": "pt", "rkspeech_synthetic": f"{config}/seed={seed}"})
+        save_file_stable(tensors, tmp, metadata={"format": "pt", "rkspeech_synthetic": f"{config}/seed={seed}"})
     write_json(folder / "preprocessor_config.json", {**PREPROCESSOR_CONFIG, "sampling_rate": cfg.sample_rate})
     write_json(folder / "config.json", official_config_json(cfg, ENCODER_CONFIGS[config]))
     return folder

@@ -330,13 +330,13 @@ def default_cache_dir() -> Path:
 
 def _save_weights(tts, path: Path, meta: dict) -> None:
     import torch
-    from safetensors.torch import save_file
 
     from rkspeech.core.atomic import atomic_path
+    from rkspeech.models.safetensors_file import save_file_stable
 
     tensors = {k: v.detach().to(torch.float32).contiguous() for k, v in tts.net.module.state_dict().items()}
     with atomic_path(path) as tmp:
-        save_file(tensors, str(tmp), metadata={"format": "pt", **{k: str(v) for k, v in meta.items()}})
+        save_file_stable(tensors, tmp, metadata={"format": "pt", **{k: str(v) for k, v in meta.items()}})
 
 
 def write_trained_tts_checkpoint(out_dir: str | os.PathLike, config: str = "reduced", variant: str = "custom-voice",

@@ -131,6 +131,22 @@ class TTSConfig:
         return VARIANTS[self.tts_model_type]
 
     @property
+    def speakers(self) -> list[str]:
+        """The named voices, sorted (custom-voice models; base and voice-design models have none)."""
+        return sorted(self.talker.spk_id)
+
+    @property
+    def languages(self) -> list[str]:
+        """``auto`` and the languages a request may name, sorted; a dialect is not one of them: it
+        is a speaker's (``dialects``), used when that speaker speaks chinese or auto."""
+        return ["auto"] + sorted(k for k in self.talker.codec_language_id if "dialect" not in k)
+
+    @property
+    def dialects(self) -> dict[str, str]:
+        """{speaker: its dialect} for the speakers that have one."""
+        return {name: d for name, d in self.talker.spk_is_dialect.items() if isinstance(d, str) and d}
+
+    @property
     def default_text_in_prompt(self) -> bool:
         """``GenerationOptions.text_in_prompt`` when the caller gives None: the recorded prompt form,
         else qwen-tts' default (the whole text in the prompt except for voice cloning)."""

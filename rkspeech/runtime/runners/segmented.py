@@ -23,6 +23,7 @@ anything runs.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 
 import numpy as np
@@ -120,11 +121,12 @@ class SegmentedSimulator(Runner):
         from rkspeech.export.split import split_onnx
 
         self._inputs, self._outputs = onnx_io_specs(os.fspath(onnx_path))
-        if work_dir is None:  # recorded in core.child: removed on an interrupt or SIGTERM too
-            from rkspeech.core.child import own
+        if work_dir is None:  # recorded in core.child: removed on an interrupt or SIGTERM too,
+            # and owner-locked: one a SIGKILL left is swept by the next (core.child.make_workdir)
+            from rkspeech.core.child import make_workdir, own
 
-            self._tmp = tempfile.TemporaryDirectory(prefix="rkspeech-pieces-")
-            work_dir = self._tmp.name
+            self._tmp = make_workdir(tempfile.gettempdir(), prefix="rkspeech-pieces-")
+            work_dir = str(self._tmp[0])
             self._owned = own(paths=[work_dir])
         self.paths = split_onnx(onnx_path, parts, work_dir)
 
@@ -156,6 +158,8 @@ class SegmentedSimulator(Runner):
         from rkspeech.core.child import release
 
         if self._tmp is not None:
-            self._tmp.cleanup()
+            work, lock = self._tmp
+            shutil.rmtree(work, ignore_errors=True)
+            lock.close()
             self._tmp = None
             release(self._owned)

@@ -29,6 +29,7 @@ from rkspeech.core.child import (
     ChildWatch,
     death_message,
     kill_tree,
+    make_workdir,
     own,
     release,
 )
@@ -53,12 +54,18 @@ def _one_line(exc: BaseException) -> str:
     return lines[-1] if lines[-1].startswith(kind + ":") else f"{kind}: {lines[-1]}"
 
 
-def _serve(conn, onnx_path: str, kwargs: dict[str, Any], workdir: str) -> None:
+def _serve(conn, onnx_path: str, kwargs: dict[str, Any], workdir: str, parent_pid: int | None = None) -> None:
     """Child: build the simulator, then answer ``("infer", arrays)`` until ``("close",)``.
 
     It works in ``workdir`` (its cwd and TMPDIR), which the parent removes: the toolkit drops
-    files in both (an ``audio_values.npy`` once appeared in the caller's cwd during a run)."""
+    files in both (an ``audio_values.npy`` once appeared in the caller's cwd during a run).
+    It dies with its parent (a SIGKILLed build left it building: issue 37)."""
     import tempfile
+
+    if parent_pid:
+        from rkspeech.core.child import die_with_parent
+
+        die_with_parent(parent_pid, kernel=False)
 
     os.chdir(workdir)
     os.environ["TMPDIR"] = workdir
@@ -109,15 +116,18 @@ class SimulatorProcess(Runner):
         self._conn, child_conn = ctx.Pipe()
         # the child works in a folder of its own: every path it is handed is absolute
         kwargs = {k: (os.path.abspath(v) if k in PATH_KWARGS and v else v) for k, v in kwargs.items()}
-        self._workdir = tempfile.mkdtemp(prefix="rkspeech-sim.")
+        # owner-locked: one left by a SIGKILLed run is swept by the next (core.child.make_workdir)
+        workdir, self._workdir_lock = make_workdir(tempfile.gettempdir(), prefix="rkspeech-sim.")
+        self._workdir = str(workdir)
         self._proc = ctx.Process(target=_serve, args=(child_conn, os.path.abspath(self.onnx_path),
                                                       {"target": target, "dtype": dtype, **kwargs},
-                                                      self._workdir),
+                                                      self._workdir, os.getpid()),
                                  daemon=True)
         try:
             self._proc.start()
         except BaseException:
             shutil.rmtree(self._workdir, ignore_errors=True)
+            self._workdir_lock.close()
             raise
         self._owned = own(self._proc.pid, paths=[self._workdir])
         child_conn.close()
@@ -171,6 +181,7 @@ class SimulatorProcess(Runner):
         if getattr(self, "_workdir", None):
             shutil.rmtree(self._workdir, ignore_errors=True)
             self._workdir = None
+            self._workdir_lock.close()
 
     def _death_message(self, phase: str) -> str:
         rc = self._proc.exitcode

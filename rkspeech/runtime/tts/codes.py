@@ -36,6 +36,10 @@ def normalize_codes(codes, num_quantizers: int, codebook_size: int, *, allow_emp
         raise RkspeechError(
             f"codes of shape {list(arr.shape)} have no axis of {num_quantizers} codebooks; expected [T, {num_quantizers}]"
         )
+    if tq.dtype.kind == "u":
+        # range-checked before the cast: uint64 2**64-1 cast to int64 is -1, end padding, and was
+        # silently dropped (issue 37); an unsigned array has no padding, every code must be in range
+        _refuse_out_of_range(tq, codebook_size)
     tq = tq.astype(np.int64, copy=False)
     if tq.shape[0] == 0:
         if not allow_empty:
@@ -47,17 +51,55 @@ def normalize_codes(codes, num_quantizers: int, codebook_size: int, *, allow_emp
     if length == 0 and not allow_empty:
         raise RkspeechError("no codes (every token is -1 end padding)")
     body = tq[:length]
-    bad = np.argwhere((body < 0) | (body >= codebook_size))
+    _refuse_out_of_range(body, codebook_size)
+    return np.ascontiguousarray(body)
+
+
+def _refuse_out_of_range(tq: np.ndarray, codebook_size: int) -> None:
+    """One line naming the first code of ``[T, Q]`` ``tq`` (any integer dtype) outside
+    ``[0, codebook_size)``."""
+    bad = np.argwhere((tq >= codebook_size) if tq.dtype.kind == "u" else ((tq < 0) | (tq >= codebook_size)))
     if bad.size:
         t, q = (int(x) for x in bad[0])
-        value = int(body[t, q])
+        value = int(tq[t, q])
         if value == -1:
             raise RkspeechError(
                 f"code -1 at token {t}, codebook {q}: -1 is only valid as end padding "
                 f"(codebook 0 = -1 on every token from some point to the end)"
             )
         raise RkspeechError(f"code {value} at token {t}, codebook {q} is outside [0, {codebook_size})")
-    return np.ascontiguousarray(body)
+
+
+def utterances(codes, num_quantizers: int, codebook_size: int) -> list[np.ndarray]:
+    """The utterances of a codes array, each validated ``[T, Q]`` int64 (:func:`normalize_codes`):
+    ``[N, T, Q]`` (or ``[N, Q, T]``) with N > 1 is N utterances, each padded at its end with -1
+    rows (the official batched ``decode(audio_codes)`` layout; what ``speak --codes-out`` writes
+    for a text of several sentences, :func:`utterance_array`); anything else is one utterance.
+    Each utterance starts from a fresh vocoder state, as ``speak`` spoke it (issue 37: decoding the
+    sentences' codes as one stream differed from speak's wav by up to 16,102 LSB)."""
+    arr = np.asarray(codes)
+    if arr.ndim == 3 and arr.shape[0] > 1:
+        out = []
+        for i in range(arr.shape[0]):
+            try:
+                out.append(normalize_codes(arr[i], num_quantizers, codebook_size, allow_empty=False))
+            except RkspeechError as exc:
+                raise RkspeechError(f"utterance {i} of {arr.shape[0]}: {exc}") from None
+        return out
+    return [normalize_codes(arr, num_quantizers, codebook_size, allow_empty=False)]
+
+
+def utterance_array(parts: list[np.ndarray]) -> np.ndarray:
+    """``[T, Q]`` for one utterance, else ``[N, max T, Q]`` int64 with each utterance padded by
+    -1 rows at its end: the layout :func:`utterances` reads back as the same utterances."""
+    parts = [np.asarray(p, dtype=np.int64) for p in parts]
+    if len(parts) == 1:
+        return parts[0]
+    q = parts[0].shape[1]
+    out = np.full((len(parts), max(len(p) for p in parts), q), -1, dtype=np.int64)
+    for i, p in enumerate(parts):
+        out[i, :len(p)] = p
+    return out
 
 
 def load_codes_file(path) -> np.ndarray:
@@ -81,6 +123,11 @@ def load_codes_file(path) -> np.ndarray:
             arr = np.asarray(data)
             if arr.dtype == object:
                 raise RkspeechError(f"{p}: codes are ragged (rows of different lengths)")
+            if arr.dtype.kind == "f":  # numpy reads whole numbers beyond int64 as floats
+                flat = np.asarray(data, dtype=object).reshape(-1)
+                big = next((x for x in flat if type(x) is int and not -2**63 <= x < 2**63), None)
+                if big is not None:
+                    raise RkspeechError(f"{p}: code {big} is outside [0, 2**63) (not a codebook index)")
             return arr
         if suffix in (".pt", ".pth"):
             import torch

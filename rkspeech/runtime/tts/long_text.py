@@ -22,7 +22,9 @@ def stream_sentences(engine, text: str, *, options, timing, codes_out: list | No
                      max_frames: int | None = None, **voice) -> Iterator[np.ndarray]:
     """PCM chunks of ``text`` spoken sentence by sentence by ``engine`` (a ``Speaker``; ``voice``:
     its ``speaker``, ``language``, ``instruct``, ``ref_audio`` ...); ``timing`` (a ``SpeechTiming``)
-    sums the sentences' (time to first audio: the first sentence's)."""
+    sums the sentences' (time to first audio: the first sentence's).  ``codes_out`` receives one
+    ``[T, 16]`` array per sentence: each sentence is its own utterance with a fresh vocoder state,
+    so its codes are decoded apart too (``runtime.tts.codes.utterance_array`` / ``utterances``)."""
     from rkspeech.core.sentences import sentences
     from rkspeech.runtime.tts.speak import SpeechTiming
 
@@ -34,14 +36,17 @@ def stream_sentences(engine, text: str, *, options, timing, codes_out: list | No
                 break
             # N frames of audio take N + 1 talker steps (speak's --max-frames)
             options = dataclasses.replace(options, max_new_tokens=left + 1)
-        part = SpeechTiming()
-        yield from engine.stream(piece, options=options, codes_out=codes_out, timing=part, **voice)
+        part, frames = SpeechTiming(), ([] if codes_out is not None else None)
+        yield from engine.stream(piece, options=options, codes_out=frames, timing=part, **voice)
+        if frames:
+            codes_out.append(np.stack(frames))
         if timing.first_audio_s is None and part.first_audio_s is not None:
             timing.first_audio_s = part.first_audio_s
         timing.frames += part.frames
         timing.samples += part.samples
         timing.generate_s += part.generate_s
         timing.vocoder_s += part.vocoder_s
+        timing.cuts += part.cuts
         for key, value in part.stages.items():
             timing.stages[key] = timing.stages.get(key, 0) + value
         timing.total_s = time.perf_counter() - start

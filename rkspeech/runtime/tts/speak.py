@@ -39,6 +39,8 @@ class SpeechTiming:
     total_s: float = 0.0
     first_audio_s: float | None = None
     stages: dict = field(default_factory=dict)  # per-stage split when the generator reports it
+    #: one line per utterance the talker's positions cut short (capacity or context), in order
+    cuts: list = field(default_factory=list)
 
     @property
     def host_s(self) -> float:
@@ -53,6 +55,7 @@ class SpeechTiming:
             "time_to_first_audio_s": None if self.first_audio_s is None else round(self.first_audio_s, 4),
             "realtime_factor": round(self.total_s / audio_s, 4) if audio_s else None,
             "stages": {k: round(v, 4) for k, v in self.stages.items()},
+            **({"cut": list(self.cuts)} if self.cuts else {}),
         }
 
 
@@ -208,6 +211,12 @@ class Speaker:
         stages = getattr(self.model, "last_timing", None)
         if stages:
             timing.stages = dict(stages)
+        cut = getattr(self.model, "last_cut", None)
+        if cut:  # the talker's positions ran out before it ended the utterance: one line, and the report
+            from rkspeech.core import progress
+
+            timing.cuts.append(cut)
+            progress.info(f"warning: {cut}")
         if timing.frames == 0:
             raise RkspeechError("the model generated no speech frames for this text (it ended at once)")
         tail = self._push(sv, None, timing)

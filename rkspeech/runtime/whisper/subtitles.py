@@ -54,6 +54,5 @@ def write_outputs(transcription, out_dir: str | Path, stem: str, formats, extra:
     """Write ``stem.<fmt>`` in ``out_dir`` for each format, each file atomically; returns the paths."""
     from rkspeech.core.atomic import write_text
 
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = Path(out_dir)  # write_text makes it (a place that cannot be written: one line, core.atomic)
     return [write_text(out_dir / f"{stem}.{fmt}", render(transcription, fmt, extra)) for fmt in formats]

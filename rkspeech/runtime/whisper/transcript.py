@@ -59,7 +59,7 @@ def _segment_dict(segment) -> dict:
 
 
 def transcribe_audio(model, audio, *, batch_size: int | None = None, seed: int | None = None,
-                     **options) -> Transcription:
+                     progress: str | None = None, **options) -> Transcription:
     """Run ``model.transcribe(audio, **options)`` to the end; ``model`` may be a
     ``BatchedInferencePipeline`` (then ``batch_size`` is passed on).  The timing split is read
     from the underlying rkspeech model when there is one.
@@ -68,9 +68,18 @@ def transcribe_audio(model, audio, *, batch_size: int | None = None, seed: int |
     whose compression ratio or log probability fails its threshold is decoded again at 0.2,
     0.4, ... 1.0) *samples*; two runs compared without the same seed draw different samples
     (measured on base, German speech translated greedily: fallback to 1.0, two different texts
-    from the same encoder output), so comparisons pass the same seed to both."""
+    from the same encoder output), so comparisons pass the same seed to both.
+
+    ``progress``: a description for a line every few seconds with the position reached in the
+    audio (``core.progress.periodic``; a 2 h file printed nothing for its whole run)."""
+    from rkspeech.core.progress import periodic
+    from rkspeech.models.whisper.window import SAMPLE_RATE
+
+    tick = periodic(progress) if progress else None
+    duration = len(audio) / SAMPLE_RATE if hasattr(audio, "__len__") else None
     for item in iter_transcription(model, audio, batch_size=batch_size, seed=seed, **options):
-        pass
+        if tick is not None and not isinstance(item, Transcription):
+            tick(f"{item.end:.0f} s" + (f" of {duration:.0f} s" if duration else "") + " of audio transcribed")
     return item
 
 
