@@ -113,7 +113,7 @@ def test_bad_values_are_one_line_errors(tmp_path, capsys):
     step = tmp_path / "step.onnx"  # never read: each mistake is caught before any work
     cases = [
         (("build", "qwen3-tts-vocoder", "--out-dir", tmp_path / "o", "--accuracy-pieces", -1),
-         "--accuracy-pieces must be >= 0 (0: no accuracy map), got -1"),
+         "argument --accuracy-pieces: must be >= 0, got -1"),
         (("build", "qwen3-tts-vocoder", "--out-dir", tmp_path / "o", "--accuracy-skip-sim"),
          "--accuracy-skip-sim applies to the accuracy map: give --accuracy-pieces N too"),
         (("verify", "--onnx", step, "--plot", tmp_path / "map.jpg"), "--plot writes a PNG"),

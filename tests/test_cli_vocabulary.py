@@ -227,3 +227,16 @@ def test_serve_options_refuse_non_finite_numbers():
         for bad in (float("nan"), float("inf")):
             with pytest.raises(RkspeechError, match=rf"{field} must be a finite number"):
                 ServeOptions(**{field: bad})
+
+
+def test_usage_mistakes_are_one_line(capsys):
+    """A flag argparse refuses (a bad choice, a number flag given nan, a missing argument) is one
+    line and exit 2 from ``main``, as every other user mistake is (argparse printed its usage
+    block first: 11 lines for ``build qwen3-tts-vocoder``)."""
+    from rkspeech.cli import main
+
+    for argv in (["build", "qwen3-tts-vocoder", "--out-dir", "o", "--target", "foo"],
+                 ["serve", "--request-timeout", "nan"], ["decode"]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and ": error: " in err[0], (argv, err)

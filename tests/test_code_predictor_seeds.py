@@ -35,12 +35,13 @@ def test_torch_frame_graph_codes_equal_generate(tmp_path, seed):
     check_torch_frame_graph(ref, np.stack([c[1:] for _, _, c in captured]))
 
 
-def test_onehot_pick_is_exact_on_an_fp32_near_tie(tts):
+@pytest.mark.parametrize("int16_ready", [False, True])
+def test_onehot_pick_is_exact_on_an_fp32_near_tie(tts, int16_ready):
     """The seed-5 logits' top two (gap 9.5e-7, below 1/65504): the embedding fed back is the
-    maximum's row, exactly (one stage gave code 166's row)."""
+    maximum's row, exactly (one stage gave code 166's row; so did the int16 graph's (1024, 64))."""
     from rkspeech.stepgraph.code_predictor_step import CodePredictorFrame
 
-    step = CodePredictorFrame(tts.net.talker.code_predictor, embed="onehot").eval()
+    step = CodePredictorFrame(tts.net.talker.code_predictor, embed="onehot", int16_ready=int16_ready).eval()
     v = step.vocab
     hi, lo = v - 266, v - 1882  # the seed-5 codes 1782 (maximum) and 166 (runner-up) at V = 2048
     logits = torch.linspace(-2.0, 2.0, v).view(1, v)

@@ -41,8 +41,18 @@ COMMAND_MODULES = (
 )
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse's parser with its usage mistakes on one line (``PROG: error: ...``, exit 2), as
+    every other user mistake is: argparse prints its usage block first,
+    11 lines for ``build qwen3-tts-vocoder`` before the line that says what was wrong.  Sub-
+    commands' parsers are made of this class too (``add_subparsers`` takes the parent's)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="rkspeech",
         description="Speech models onto the Rockchip NPU: export, check, convert, run.",
     )
@@ -54,7 +64,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # a usage mistake (one line, OneLineParser) or --help: its exit code
+        return exc.code if isinstance(exc.code, int) else 2
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
