@@ -266,7 +266,7 @@ def run_side(side: str, prep: dict, args) -> dict:
     load_s = time.perf_counter() - t0
     clock = GraphClock()
     for name, b in sp.stage_backends.items():
-        stack = getattr(b, "stack", b)  # NumpyCodebookCodePredictor holds a GraphTalker
+        stack = getattr(b, "stack", b)  # CodebookCodePredictor holds a GraphTalker
         for r in ([stack.decode[0]] + ([stack.prefill[0]] if stack.prefill else [])) if hasattr(stack, "decode") \
                 else [getattr(stack, "runner")]:
             clock.wrap(r, name)

@@ -81,6 +81,7 @@ def test_honest_int8_stages_pass_the_gate(honest):
     gate = report["accuracy_gate"]
     assert gate["mode"] == "refuse" and gate["passed"] is True and gate["failures"] == [], gate["failures"]
     assert gate["prompt_form"] == "streaming" and gate["texts"] == 20 and gate["requests"] == 20
+    assert gate["host_loop"] == "numpy"  # measured through the loop speak runs on this plan
     assert gate["reference_frames"] >= 300 and gate["stopped_reference"] == 20, gate
     for name in ("talker", "code_predictor"):
         s = gate["stages"][name]

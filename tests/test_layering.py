@@ -8,6 +8,11 @@ each to (importing top-level package, imported top-level package). The root modu
 UPWARD_ALLOWED is a ratchet: today's upward imports, each with its reason. The test fails on an
 upward import not in it, and on an entry that no longer exists, so the list only shrinks
 (CONVENTIONS.md, "Layers"; issue 25).
+
+The torch-free rule beside it (issue 38): the board path (``BOARD_PACKAGES`` and ``BOARD_MODULES``:
+what ``pip install .[board]`` runs, without torch) loads no torch when imported, imports at module
+level only board-path modules, and imports torch inside a function only where ``TORCH_DOORS``
+says why (a ratchet too).
 """
 
 from __future__ import annotations
@@ -145,3 +150,121 @@ def test_no_package_cycle_besides_allowed_edges():
         f"import cycle between packages {cyclic} (not counting the {len(UPWARD_ALLOWED)} "
         "allowed upward edges)"
     )
+
+
+# -- the torch-free rule: what the board path may import --------------------------------------------
+# The board path: what `pip install .[board]` runs (speak, serve, transcribe on a plan), which has no
+# torch (tests/test_board_extra.py): these packages whole, and the modules of other packages they
+# import at module level.
+BOARD_PACKAGES = ("core", "contracts", "plan", "runtime", "serve")
+BOARD_MODULES = (
+    "models.qwen3_tts.loop", "models.qwen3_tts.prompt", "models.qwen3_tts.numpy_host",
+    "models.qwen3_tts.generate", "models.qwen3_tts.sampling", "models.qwen3_tts.backends",
+    "models.qwen3_tts.tts_config", "models.qwen3_tts.tts_checkpoint", "models.qwen3_tts.text_tokenizer",
+    "models.qwen3_tts.vocoder_checkpoint", "models.qwen3_tts.vocoder_config", "models.whisper.window",
+    "stepgraph.host", "convert.conversion",
+)
+TORCH = ("torch", "torchaudio", "transformers")
+# Where a board-path module may import torch, inside a function only ("module:function" -> why).
+# A torch-only feature reached from the board path; the test fails on a torch import elsewhere, and
+# on an entry that no longer imports torch, so the list only shrinks.
+TORCH_DOORS: dict[str, str] = {
+    "models.qwen3_tts.backends:TorchTalker.forward": "the torch reference talker (host=torch)",
+    "models.qwen3_tts.backends:TorchCodePredictor.__init__": "the torch reference code predictor (host=torch)",
+    "models.qwen3_tts.generate:TTSModel.__init__": "TTSModel is the generation loop over the torch host",
+    "models.qwen3_tts.generate:TTSModel.speaker_embedding": "TTSModel's speaker encoder (torch)",
+    "models.qwen3_tts.generate:TTSModel.generate_frames": "TTSModel: the prompt under torch.no_grad",
+    "models.qwen3_tts.generate:TTSModel._frames": "TTSModel: the frames under torch.no_grad",
+    "models.qwen3_tts.tts_checkpoint:TTSNet.__init__": "the torch model of a checkpoint (host=torch)",
+    "models.qwen3_tts.tts_checkpoint:load_tts_net": "the torch model of a checkpoint (host=torch)",
+    "models.qwen3_tts.vocoder_checkpoint:read_decoder_state": "the vocoder's torch weights (build, reference)",
+    "models.qwen3_tts.vocoder_checkpoint:load_vocoder": "the vocoder's torch model (build, reference)",
+    "runtime.runners.torch_step:TorchStepRunner._infer": "the vocoder step in torch, a reference runner",
+    "runtime.tts.codes:load_codes_file": "codes saved as .pt are read with torch.load",
+    "runtime.tts.numpy_loop:NumpyTTSModel.speaker_embedding": "voice cloning's speaker encoder runs in torch; "
+                                                              "without torch it is refused in one line",
+    "runtime.tts.talker_backend:GraphTalker.__init__": "checking a talker graph against a torch module (host=torch)",
+    "stepgraph.host:torch_inverse_frequencies": "the torch host's RoPE recipe (bit-equal to the reference)",
+    "stepgraph.host:rope_cos_sin": "the torch host's RoPE recipe (bit-equal to the reference)",
+}
+
+
+def _module_name(path: Path) -> str:
+    return ".".join(_module_parts(path)[1:])
+
+
+def _on_board(module: str) -> bool:
+    return (module.split(".")[0] in BOARD_PACKAGES or module in BOARD_MODULES
+            or any(b.startswith(module + ".") for b in BOARD_MODULES))  # a board module's parent package
+
+
+def _resolve(parts: list[str]) -> str | None:
+    """The rkspeech module ``parts`` names (``from a.b import c``: a.b.c when it is a module, else a.b)."""
+    for n in range(len(parts), 1, -1):
+        p = PACKAGE.parent.joinpath(*parts[:n])
+        if p.with_suffix(".py").is_file() or (p / "__init__.py").is_file():
+            return ".".join(parts[1:n])
+    return None
+
+
+@lru_cache(maxsize=1)
+def torch_imports() -> tuple[dict, list]:
+    """``({module: rkspeech modules it imports at module level}, [(module, function or "", imported,
+    line)])``: every import of torch or of an rkspeech module, with the function it stands in."""
+    top: dict[str, set] = {}
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if len(path.relative_to(PACKAGE.parent).parts) < 3:
+            continue
+        name = _module_name(path)
+        top[name] = set()
+
+        def visit(node, scope):
+            for child in ast.iter_child_nodes(node):
+                inner = scope
+                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    inner = scope + [(child.name, not isinstance(child, ast.ClassDef))]
+                for target in _imported_modules(child, path):
+                    function = ".".join(n for n, _ in scope) if any(f for _, f in scope) else ""
+                    if target[0] in TORCH:
+                        found.append((name, function, target[0], child.lineno))
+                    elif target[0] == "rkspeech" and (module := _resolve(target)) is not None:
+                        found.append((name, function, module, child.lineno))
+                        if not function:  # importing a.b.c imports a.b and a.b.c
+                            parts = module.split(".")
+                            top[name].update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
+                visit(child, inner)
+
+        visit(ast.parse(path.read_text(encoding="utf-8")), [])
+    return top, found
+
+
+def _torch_at_import(top: dict) -> set[str]:
+    """Modules whose import loads torch: torch at module level, or a module (or package) that does."""
+    _, found = torch_imports()
+    heavy = {m for m, f, imported, _ in found if not f and imported in TORCH}
+    while more := {m for m, deps in top.items() if m not in heavy and deps & heavy}:
+        heavy |= more
+    return heavy
+
+
+def test_board_path_imports_no_torch():
+    top, found = torch_imports()
+    heavy = _torch_at_import(top)
+    board = sorted(m for m in top if _on_board(m))
+    assert set(BOARD_MODULES) <= set(top), f"BOARD_MODULES names no module: {sorted(set(BOARD_MODULES) - set(top))}"
+    loads_torch = [m for m in board if m in heavy]
+    assert not loads_torch, f"board-path modules that load torch when imported: {loads_torch}"
+    off_board = sorted({f"{m} -> {d}" for m in board for d in top[m] if not _on_board(d)})
+    assert not off_board, ("a board-path module imports at module level a module not on the board path; "
+                           "add it to BOARD_MODULES (then it must be torch-free too) or import it lazily:\n  "
+                           + "\n  ".join(off_board))
+    doors = defaultdict(list)
+    for module, function, imported, line in found:
+        if _on_board(module) and function and (imported in TORCH or imported in heavy):
+            doors[f"{module}:{function}"].append(f"{module.replace('.', '/')}.py:{line} imports {imported}")
+    new = {k: v for k, v in doors.items() if k not in TORCH_DOORS}
+    assert not new, ("a board-path module imports torch (or a module that loads it) where TORCH_DOORS does not "
+                     "say why:\n  " + "\n  ".join(w for v in new.values() for w in v))
+    gone = sorted(set(TORCH_DOORS) - set(doors))
+    assert not gone, f"these TORCH_DOORS no longer import torch; delete them (the list only shrinks): {gone}"

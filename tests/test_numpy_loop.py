@@ -195,23 +195,23 @@ def test_numpy_sampler_draws_from_the_torch_samplers_distribution():
     ``warped_probs`` (temperature, top-k, top-p, after the repetition penalty), and neither draws
     a token the warpers removed."""
     torch = pytest.importorskip("torch")
-    from rkspeech.models.qwen3_tts import sampling
-    from rkspeech.runtime.tts import numpy_loop
+    from rkspeech.models.qwen3_tts import torch_host
+    from rkspeech.models.qwen3_tts import numpy_host
 
     rng = np.random.default_rng(11)
     logits = (rng.standard_normal(96) * 2).astype(np.float32)
     history = [3, 5, 5, 40]
     N = 20000
     for temperature, top_k, top_p in ((0.9, 50, 1.0), (0.7, 20, 0.8), (1.0, 0, 0.95)):
-        lg = numpy_loop.penalize(logits, history, 1.05)
-        lt = sampling.penalize(torch.from_numpy(logits), history, 1.05)
+        lg = numpy_host.penalize(logits, history, 1.05)
+        lt = torch_host.penalize(torch.from_numpy(logits), history, 1.05)
         np.testing.assert_array_equal(lg, lt.numpy())  # the penalty is exact
-        p = numpy_loop.warped_probs(lg, temperature, top_k, top_p).astype(np.float64)
+        p = numpy_host.warped_probs(lg, temperature, top_k, top_p).astype(np.float64)
         assert abs(p.sum() - 1) < 1e-5 and (p > 0).sum() <= (top_k or 96)
         r = np.random.default_rng(0)
         g = torch.Generator().manual_seed(0)
-        ours = np.array([numpy_loop.choose_token(lg, True, temperature, top_k, top_p, r) for _ in range(N)])
-        theirs = np.array([sampling.choose_token(lt, True, temperature, top_k, top_p, g) for _ in range(N)])
+        ours = np.array([numpy_host.choose_token(lg, True, temperature, top_k, top_p, r) for _ in range(N)])
+        theirs = np.array([torch_host.choose_token(lt, True, temperature, top_k, top_p, g) for _ in range(N)])
         assert not (ours != theirs).sum() == 0  # different streams (documented): not draw-for-draw equal
         sigma = np.sqrt(p * (1 - p) / N) + 1e-12
         for name, draws in (("numpy", ours), ("torch", theirs)):
@@ -221,10 +221,10 @@ def test_numpy_sampler_draws_from_the_torch_samplers_distribution():
             assert z.max() < 5, (name, temperature, top_k, top_p, z.max())
         # the same seed, the same draws: the numpy stream is reproducible
         r1, r2 = np.random.default_rng(5), np.random.default_rng(5)
-        a = [numpy_loop.choose_token(lg, True, temperature, top_k, top_p, r1) for _ in range(50)]
-        assert a == [numpy_loop.choose_token(lg, True, temperature, top_k, top_p, r2) for _ in range(50)]
+        a = [numpy_host.choose_token(lg, True, temperature, top_k, top_p, r1) for _ in range(50)]
+        assert a == [numpy_host.choose_token(lg, True, temperature, top_k, top_p, r2) for _ in range(50)]
     # greedy is argmax, as torch's
-    assert numpy_loop.choose_token(logits, False, 1, 0, 1, None) == int(torch.argmax(torch.from_numpy(logits)))
+    assert numpy_host.choose_token(logits, False, 1, 0, 1, None) == int(torch.argmax(torch.from_numpy(logits)))
 
 
 def test_sampled_generation_on_the_step_graph(tts_custom_ckpt, plans):
@@ -351,3 +351,26 @@ def test_serve_without_torch_speaks_what_the_torch_loop_speaks(tts_custom_ckpt, 
     from rkspeech.serve.audio import wav_header
 
     assert len(want) > 0 and out.read_bytes() == wav_header(24000) + want
+
+
+def test_one_loop_over_either_host():
+    """The generation loop is written once (``models.qwen3_tts.loop``): both model classes inherit
+    the prompt and the frames from ``HostModel``, and each host implements the whole
+    ``HostOps`` interface, so a method added to one host only fails here."""
+    import inspect
+
+    from rkspeech.models.qwen3_tts.generate import HostModel, TTSModel
+    from rkspeech.models.qwen3_tts.loop import HostOps
+    from rkspeech.models.qwen3_tts.numpy_host import NumpyHost
+    from rkspeech.models.qwen3_tts.torch_host import TorchHost
+    from rkspeech.runtime.tts.numpy_loop import NumpyTTSModel
+
+    wanted = {n for n, v in vars(HostOps).items() if inspect.isfunction(v)} | {"name", "rope"}
+    assert len(wanted) > 15
+    for host in (NumpyHost, TorchHost):
+        missing = sorted(n for n in wanted if not hasattr(host, n))
+        assert not missing, (host.__name__, missing)
+    assert (NumpyHost.name, TorchHost.name) == ("numpy", "torch")
+    for cls in (TTSModel, NumpyTTSModel):
+        assert issubclass(cls, HostModel)
+        assert "prompt_rows" not in vars(cls) and "prompt_request" not in vars(cls)  # the prompt is HostModel's

@@ -3,7 +3,9 @@
 Each stage is measured against its fp32 graph over many utterances (``GATE_TEXTS``, speakers and
 languages cycled over the checkpoint's own lists), in the prompt form the checkpoint records
 (``TTSConfig.default_text_in_prompt``; the trained synthetic checkpoint is confident only in the
-streaming form):
+streaming form), through the generation loop of the model it is given: the build gives it
+``runtime.tts.numpy_loop.NumpyTTSModel`` with the stages opened for it (``pipelines.cpu_stages``),
+the loop ``speak`` runs on a stage plan (the numpy host, its RoPE recipe, its heads):
 
 * **reference**: greedy generation with the fp32 stages, recorded
   (``quantized_stage.record_greedy_reference``), at most ``frames`` frames per utterance;
@@ -198,7 +200,7 @@ def run_gate(tts, *, reference: dict, variants: dict, texts=GATE_TEXTS, frames: 
              thresholds: GateThresholds | None = None) -> dict:
     """The gate over ``texts``: ``reference`` the fp32 backends (``talker``, ``code_predictor``),
     ``variants`` the approximate backend of each stage to judge (by the same names).  Backends are
-    not closed here.  Returns ``{"texts", "frames_per_text", "prompt_form", "reference_frames",
+    not closed here.  Returns ``{"texts", "frames_per_text", "prompt_form", "host_loop", "reference_frames",
     "stopped_reference", "thresholds", "stages": {name: figures + "failures"}, "failures",
     "passed", "seconds"}``."""
     thresholds = thresholds or GateThresholds()
@@ -210,6 +212,7 @@ def run_gate(tts, *, reference: dict, variants: dict, texts=GATE_TEXTS, frames: 
            "prompt_form": "whole-text" if tts.cfg.default_text_in_prompt else "streaming",
            "requests": sorted({tuple(sorted(r.request.items())) for r in runs}).__len__(),
            "reference": {k: getattr(v, "name", str(v)) for k, v in reference.items()},
+           "host_loop": tts.host,  # which host ran the generation loop (speak's report says the same)
            "reference_frames": ref_frames,
            "stopped_reference": sum(len(r.frames) < frames for r in runs),
            "thresholds": thresholds.to_dict(), "stages": {}}

@@ -7,9 +7,10 @@ or torch) and records what each stage was fed and what it returned
 hidden states, and a difference at frame k is that frame's own:
 
 * talker (:func:`talker_agreement`): the recorded ``forward`` inputs replayed through the
-  quantized backend; ``codec_head`` on both hidden states gives the logits; the top-1 is taken as
-  the generation loop takes it (tail tokens suppressed, ``codec_eos`` banned for the first
-  frames, the repetition penalty over the reference's history).  ``stop_frame``: the first frame
+  quantized backend; the model's host (``tts.ops``: numpy for ``NumpyTTSModel``, the loop
+  ``speak`` runs) applies ``codec_head`` to both hidden states; the top-1 is taken by the
+  generation loop's own rules (``loop.TalkerLogitRules``: tail tokens suppressed, ``codec_eos``
+  banned for the first frames, the repetition penalty over the reference's history).  ``stop_frame``: the first frame
   whose top-1 is ``codec_eos`` (None: not within the recorded frames).
 * code predictor (:func:`code_predictor_agreement`): each recorded frame's (hidden, codebook 0
   embedding) through the quantized backend.  A backend that takes ``choose`` (the step form) is
@@ -158,53 +159,49 @@ def _top2_margin(x: np.ndarray) -> float:
 
 
 def talker_agreement(tts, runs: list[ReferenceRun], talker) -> dict:
-    """The quantized ``talker`` (a TalkerBackend; not closed here) against the recorded runs."""
-    import torch
+    """The quantized ``talker`` (a TalkerBackend; not closed here) against the recorded runs; the
+    logits and the top-1 of each are the loop's (``tts.ops``' codec head, ``loop.TalkerLogitRules``)."""
+    from rkspeech.models.qwen3_tts.loop import TalkerLogitRules
+    from rkspeech.models.qwen3_tts.sampling import GenerationOptions
 
-    from rkspeech.models.qwen3_tts.generate import MIN_NEW_TOKENS, SUPPRESSED_TAIL
-    from rkspeech.models.qwen3_tts.sampling import GenerationOptions, penalize
-
-    t = tts.cfg.talker
-    head = tts.net.talker.codec_head
-    penalty = GenerationOptions.greedy().repetition_penalty  # greedy keeps qwen-tts' talker penalty
-    suppress = [i for i in range(t.vocab_size - SUPPRESSED_TAIL, t.vocab_size) if i != t.codec_eos_token_id]
-    eos = t.codec_eos_token_id
+    ops = tts.ops
+    # greedy keeps qwen-tts' talker penalty
+    rules = TalkerLogitRules.of(tts.cfg.talker, GenerationOptions.greedy().repetition_penalty)
+    eos = rules.eos
     agree = total = 0
     sig = err = 0.0
     margins: list[float] = []
     per_text = []
+
+    def ruled(logits: np.ndarray, history: list[int], k: int) -> np.ndarray:
+        return ops.numpy(rules.apply(ops, ops.logits(logits.copy()), history[:k], k))
+
+    def logits(hidden) -> np.ndarray:
+        return ops.numpy(ops.codec_logits(np.asarray(hidden, np.float32).reshape(-1)))
+
     for run in progress.track(runs, "accuracy gate: talker, teacher forced"):
         talker.start(sum(e.shape[0] for e, _ in run.talker_calls))
-        ref_h = np.stack([h for _, h in run.talker_calls])
-        got_h = np.stack([np.asarray(talker.forward(e), np.float32) for e, _ in run.talker_calls])
-        with torch.no_grad():
-            ref_l = head(torch.from_numpy(ref_h)).float()
-            got_l = head(torch.from_numpy(got_h)).float()
+        ref = np.stack([logits(h) for _, h in run.talker_calls])
+        got = np.stack([logits(talker.forward(e)) for e, _ in run.talker_calls])
         history = [int(c) for c in run.frames[:, 0]]
         ref_top, got_top = [], []
-        for k in range(ref_l.shape[0]):
-            picks = []
-            for logits in (ref_l[k], got_l[k]):
-                x = penalize(logits.clone(), history[:k], penalty)
-                if k < MIN_NEW_TOKENS:
-                    x[eos] = float("-inf")
-                x[suppress] = float("-inf")
-                picks.append(x)
-            ref_top.append(int(picks[0].argmax()))
-            got_top.append(int(picks[1].argmax()))
-            margins.append(_top2_margin(picks[0].numpy()))
+        for k in range(ref.shape[0]):
+            ref_k = ruled(ref[k], history, k)
+            ref_top.append(int(ref_k.argmax()))
+            got_top.append(int(ruled(got[k], history, k).argmax()))
+            margins.append(_top2_margin(ref_k))
+        ref_l, got_l = ref.astype(np.float64), got.astype(np.float64)
         ref_top, got_top = np.array(ref_top), np.array(got_top)
         same = ref_top == got_top
         agree, total = agree + int(same.sum()), total + same.size
-        sig += float((ref_l.double() ** 2).sum())
-        err += float(((got_l.double() - ref_l.double()) ** 2).sum())
+        sig += float((ref_l ** 2).sum())
+        err += float(((got_l - ref_l) ** 2).sum())
         stop = [int(np.argmax(v == eos)) if (v == eos).any() else None for v in (ref_top, got_top)]
         per_text.append({"text": run.text, "frames": int(same.size),
                          "first_diverging_frame": None if same.all() else int(np.argmin(same)),
                          "stop_frame_reference": stop[0], "stop_frame_quantized": stop[1],
                          "same_stop": stop[0] == stop[1],
-                         "logit_snr_db": _snr_db(float((ref_l.double() ** 2).sum()),
-                                                 float(((got_l.double() - ref_l.double()) ** 2).sum()))})
+                         "logit_snr_db": _snr_db(float((ref_l ** 2).sum()), float(((got_l - ref_l) ** 2).sum()))})
     return {"stage": "talker", "decisions": total, "agreement": round(agree / total, 4) if total else None,
             "logit_snr_db": _snr_db(sig, err), "same_stop": all(p["same_stop"] for p in per_text),
             "first_diverging_frame": min((p["first_diverging_frame"] for p in per_text

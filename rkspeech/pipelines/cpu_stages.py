@@ -10,8 +10,10 @@ NPU stage is (its fp32 ONNX step graphs, checked against torch), never converted
   block size, symmetric, accuracy level / per channel, onnxruntime version) and per graph the
   source, sizes and quantized op counts.
 * :func:`check_cpu_stages`: one resumable stage (``accuracy_gate``) measuring each quantized
-  stage against its fp32 graph with ``accuracy.gate`` (issue 27): greedy generation of the gate's
-  20 utterances with the fp32 graphs on onnxruntime (torch for a stage that has no graph), then
+  stage against its fp32 graph with ``accuracy.gate`` (issue 27) through the loop ``speak`` runs
+  (``runtime.tts.numpy_loop.NumpyTTSModel``: the numpy host, its RoPE recipe and heads): greedy
+  generation of the gate's 20 utterances with the fp32 graphs on onnxruntime (torch for a stage
+  that has no graph), then
   each quantized stage teacher forced (top-1 agreement, logit SNR, the fp32 top-1 margin) and
   free running (first diverging frame, stop frame per utterance).  ``pipelines.tts_build``
   judges the figures (``accuracy.gate.apply_thresholds``) and refuses an unsafe placement.
@@ -141,19 +143,24 @@ def check_cpu_stages(stages, model, *, talker: dict | None, code_predictor: dict
             "gate_version": GATE_VERSION}
 
     def work():
-        return _check(model.get(), talker, code_predictor, frames=frames, texts=texts, threads=threads)
+        return _check(model, talker, code_predictor, frames=frames, texts=texts, threads=threads)
 
     return stages.run("accuracy_gate", args, [Path(p) for p in inputs], lambda: [], work)
 
 
 #: bump when what the gate measures changes (the resumable stage then runs again)
-GATE_VERSION = 3  # 2: a step-form code predictor's variant measured with its quantized heads; 3: and its start graph
+GATE_VERSION = 4  # 2: a step-form code predictor's variant measured with its quantized heads; 3: and its start
+# graph; 4: through the numpy host loop (the one speak runs), not the torch one
 
 
-def _check(tts, talker, code_predictor, *, frames, texts, threads) -> dict:
+def _check(model, talker, code_predictor, *, frames, texts, threads) -> dict:
+    """The gate through ``NumpyTTSModel`` (the loop ``speak`` runs on a stage plan); ``model``
+    (``LazyTTSModel``) is loaded only for a stage whose reference is torch (no fp32 graph)."""
     from rkspeech.accuracy.gate import run_gate
-    from rkspeech.runtime.tts.open_stages import open_code_predictor, open_talker
+    from rkspeech.runtime.tts.numpy_loop import NumpyTTSModel
+    from rkspeech.runtime.tts.open_stages import open_code_predictor, open_talker_for
 
+    tts = NumpyTTSModel.load(model.files.root)
     opened = []
 
     def keep(backend):
@@ -161,16 +168,17 @@ def _check(tts, talker, code_predictor, *, frames, texts, threads) -> dict:
         return backend
 
     def talker_graph(paths):
-        return keep(open_talker({r: {"onnx": p} for r, p in paths.items()}, "ort", model=tts.net.talker.model,
-                                threads=threads))
+        return keep(open_talker_for(tts, {r: {"onnx": p} for r, p in paths.items()}, "ort", threads=threads))
 
     def cp_graph(role, path, heads=None, start=None):
         return keep(open_code_predictor(role, path, "ort", model=tts, threads=threads, heads=heads, start=start))
 
     try:
-        ref = {"talker": talker_graph(talker["fp32"]) if talker and talker.get("fp32") else tts.talker_backend,
+        ref = {"talker": (talker_graph(talker["fp32"]) if talker and talker.get("fp32")
+                          else model.get().talker_backend),
                "code_predictor": (cp_graph(code_predictor["role"], code_predictor["fp32"])
-                                  if code_predictor and code_predictor.get("fp32") else tts.code_predictor_backend)}
+                                  if code_predictor and code_predictor.get("fp32")
+                                  else model.get().code_predictor_backend)}
         variants, placements = {}, {}
         if talker and talker.get("variant"):
             variants["talker"], placements["talker"] = talker_graph(talker["variant"]), talker["placement"]

@@ -1,6 +1,6 @@
 """The Qwen3-TTS code predictor as one fixed-shape graph per frame.
 
-Per frame ``TTSModel._loop`` resets the code predictor's cache, feeds positions 0-1 (the
+Per frame ``loop.predict_frame`` resets the code predictor's cache, feeds positions 0-1 (the
 talker's last hidden state and codebook 0's embedding, one 2-token pass), and then 14 single
 positions (codebook j's embedding, ``codec_embedding[j-1]``), reading codebook j from
 ``lm_head[j-1]`` of the last hidden state: at most 16 positions, and nothing carries over to the
@@ -238,7 +238,7 @@ def greedy_frames_with_inputs(tts, text: str, frames: int, **kw):
     the code predictor's inputs: ``[(talker_hidden [1, Ht], first_embed [1, Ht], frame codes [G])]``.
 
     Wraps ``talker.code_predictor.small_to_mtp_projection`` for the duration: its first call in a
-    frame receives ``cat(hidden, first)`` ``[1, 2, Ht]`` (``generate._loop``).
+    frame receives ``stack(hidden, first)`` ``[2, Ht]`` (``loop.predict_frame``).
     """
     from rkspeech.models.qwen3_tts.generate import GenerationOptions
 
@@ -252,8 +252,8 @@ def greedy_frames_with_inputs(tts, text: str, frames: int, **kw):
             self.inner = proj
 
         def forward(self, x):
-            if x.shape[1] == 2:
-                seen.append(x.detach().clone()[0])
+            if x.shape[-2] == 2:  # positions 0-1 of a frame (``loop.predict_frame``: ``[2, Ht]``)
+                seen.append(x.detach().reshape(2, -1).clone())
             return self.inner(x)
 
     cp.small_to_mtp_projection = Spy()

@@ -75,32 +75,24 @@ class TorchTalker:
 
 
 class TorchCodePredictor:
-    """The reference code predictor: 2-token prefill, then one position per codebook."""
+    """The reference code predictor: its stack (``torch_host.TorchStack``, 2-token prefill, then
+    one position per codebook) and its heads on the torch host, through ``loop.predict_frame``."""
 
     name = "torch"
     greedy_only = False
 
     def __init__(self, talker):
-        self.cp = talker.code_predictor
-        self.cache = self.cp.model.new_cache(self.cp.model.cfg.num_code_groups + 1)
+        from rkspeech.models.qwen3_tts.torch_host import TorchHost, TorchStack
+
+        cp = talker.code_predictor
+        self.groups = cp.model.cfg.num_code_groups
+        self.ops = TorchHost(talker)
+        self.stack = TorchStack(cp.model, self.groups + 1)
 
     def frame(self, hidden: np.ndarray, first_embed: np.ndarray, choose: Choose) -> list[int]:
-        import torch
+        from rkspeech.models.qwen3_tts.loop import predict_frame
 
-        cp, cache = self.cp, self.cache
-        groups = cp.model.cfg.num_code_groups
-        x = torch.from_numpy(np.stack([hidden, first_embed]).astype(np.float32, copy=False)).unsqueeze(0)
-        cache.reset()
-        codes: list[int] = []
-        with torch.no_grad():
-            h = cp.model(cp.small_to_mtp_projection(x), cache)[:, -1:]
-            for j in range(1, groups):
-                code = choose(j, cp.lm_head[j - 1](h)[0, 0].float())
-                codes.append(code)
-                if j < groups - 1:
-                    emb = cp.model.codec_embedding[j - 1](torch.tensor([[code]], dtype=torch.long))
-                    h = cp.model(cp.small_to_mtp_projection(emb), cache)
-        return codes
+        return predict_frame(self.stack, self.ops, self.groups, hidden, first_embed, choose)
 
     def close(self) -> None:
         pass

@@ -1,30 +1,20 @@
-"""Text to codec frames: our own Qwen3-TTS generation loop (custom voice, voice design, voice clone).
+"""Text to codec frames: our own Qwen3-TTS generation (custom voice, voice design, voice clone).
 
 ``TTSModel.load(model_dir)`` reads a model root (``tts_checkpoint``); ``generate_frames`` yields one
 frame at a time, a ``numpy.int64`` array of shape ``[num_code_groups]`` (codebook 0 from the talker,
 the rest from the code predictor), ready for ``StreamingVocoder``; ``generate_codes`` returns all
 of them as ``[T, num_code_groups]``.
 
-The prompt and the loop follow qwen-tts 0.1.1 ``Qwen3TTSForConditionalGeneration.generate`` and the
-HF ``generate`` it drives, for one sequence, so greedy codes are identical, and so are sampled
-codes for the same seed (qwen-tts seeded with ``torch.manual_seed(s)``, ours with
-``GenerationOptions(seed=s)``: the same draws in the same order from bitwise-equal distributions;
-``tests/test_tts_generate.py``):
+:class:`HostModel` is what the two host loops share: the checks of a request, the prompt
+(``prompt.prompt_rows``) and the frame loop (``loop.run_frames``), over the model's host backend
+``self.ops``.  :class:`TTSModel` is that over torch (``torch_host.TorchHost``), the reference;
+``runtime.tts.numpy_loop.NumpyTTSModel`` the same over numpy, without torch.
 
-* prompt: ``<|im_start|>assistant\\n`` (3 text tokens) projected; then codec control tokens
-  (``think``/``nothink``, ``think_bos``, language, ``think_eos``, speaker, ``pad``) each added to
-  ``tts_pad`` (``tts_bos`` on the last), and the first text token + ``codec_bos``.  The remaining
-  text is fed one token per frame (added to the frame's summed codec embeddings), then
-  ``tts_eos``, then ``tts_pad``.  With ``text_in_prompt`` (qwen-tts' ``non_streaming_mode``; its
-  default for custom voice and voice design, not for clone) the whole text + ``tts_eos`` sits in
-  the prompt over ``codec_pad`` and every frame gets ``tts_pad``.
-* talker logits: repetition penalty over the codebook-0 tokens generated so far, the top 1024 ids
-  except ``codec_eos`` suppressed, ``codec_eos`` banned for the first 2 frames (``min_new_tokens``);
-  sampling applies temperature, top-k, top-p in that order.
-* ``codec_eos`` ends generation; so does ``max_new_tokens`` talker steps, where, as in qwen-tts,
-  the token sampled at the last step gets no frame (its code predictor would run in the next step).
-* code predictor: positions 0-1 are the talker's last hidden state and codebook 0's embedding;
-  ``lm_head[j-1]`` gives codebook j; no penalty, no suppression (qwen-tts passes none).
+With the torch host and backends, codes follow qwen-tts 0.1.1 ``Qwen3TTSForConditionalGeneration
+.generate`` (the prompt and the loop are described in ``prompt`` and ``loop``): greedy codes are
+identical, and so are sampled codes for the same seed (qwen-tts seeded with
+``torch.manual_seed(s)``, ours with ``GenerationOptions(seed=s)``: the same draws in the same order
+from bitwise-equal distributions; ``tests/test_tts_generate.py``).
 """
 
 from __future__ import annotations
@@ -37,18 +27,24 @@ import numpy as np
 
 from rkspeech.core.errors import RkspeechError
 from rkspeech.core.text import check_text
-from rkspeech.models.qwen3_tts.sampling import GenerationOptions, choose_token, penalize
+from rkspeech.models.qwen3_tts.loop import FrameSampler, TalkerLogitRules, new_timing, run_frames
+from rkspeech.models.qwen3_tts.prompt import PromptRequest, prompt_rows
+from rkspeech.models.qwen3_tts.sampling import GenerationOptions
 
-MIN_NEW_TOKENS = 2
-SUPPRESSED_TAIL = 1024
 
-
-class RequestChecks:
-    """What a loaded model root offers and the checks of a request, torch-free: shared by
-    ``TTSModel`` (torch host path) and ``runtime.tts.numpy_loop.NumpyTTSModel`` (numpy host path).
-    Needs ``self.cfg`` (``TTSConfig``) and ``self.tokenizer``."""
+class HostModel:
+    """What a loaded model root offers, the checks of a request, its prompt and its frames,
+    torch-free: shared by ``TTSModel`` (torch host) and ``runtime.tts.numpy_loop.NumpyTTSModel``
+    (numpy host).  Needs ``self.cfg`` (``TTSConfig``), ``self.tokenizer``, ``self.ops``
+    (``loop.HostOps``), ``self.speaker_embedding(audio)``, ``self.talker_backend`` and
+    ``self.code_predictor_backend``."""
 
     # -- what the checkpoint offers ------------------------------------------------------------
+    @property
+    def host(self) -> str:
+        """Which host runs the loop: ``numpy`` or ``torch`` (``Speaker``'s and the gate's ``host_loop``)."""
+        return self.ops.name
+
     @property
     def variant(self) -> str:
         return self.cfg.variant
@@ -178,6 +174,56 @@ class RequestChecks:
             self.last_cut = (f"the utterance was cut after {frames} frames ({frames * 0.08:.2f} s): {reason}; "
                              "split the text into shorter sentences")
 
+    def prompt_request(self, text: str, *, speaker=None, language=None, instruct=None, ref_audio=None,
+                       ref_text: str | None = None, ref_codes: np.ndarray | None = None) -> PromptRequest:
+        """A request checked and turned into the prompt's token-level parts."""
+        lang = self._check_request(text, speaker, language, instruct, ref_audio)
+        icl_codes = self._check_icl(ref_audio, ref_text, ref_codes)
+        if ref_audio is not None:
+            speaker_embed = self.speaker_embedding(ref_audio)
+        elif speaker:
+            speaker_embed = self.ops.codec([self.cfg.talker.spk_id[speaker.lower()]])[0]
+        else:
+            speaker_embed = None
+        icl = None
+        if icl_codes is not None:
+            icl = (self._ids(f"<|im_start|>assistant\n{ref_text}<|im_end|>\n")[3:-2], icl_codes)
+        return PromptRequest(ids=self.prompt_ids(text), speaker_embed=speaker_embed,
+                             instruct_ids=self._ids(f"<|im_start|>user\n{instruct}<|im_end|>\n") if instruct else None,
+                             language_id=self._language_id(lang, speaker), icl=icl)
+
+    def prompt_rows(self, text: str, *, text_in_prompt: bool | None = None, **request):
+        """``(prompt [L, Ht], trailing text [n, Ht], tts_pad [1, Ht])`` in the host's arrays
+        (``prompt.prompt_rows``); ``request``: ``prompt_request``'s keywords."""
+        if text_in_prompt is None:
+            text_in_prompt = self.cfg.default_text_in_prompt
+        return prompt_rows(self.ops, self.cfg, self.prompt_request(text, **request), text_in_prompt)
+
+    def generate_frames(self, text: str, *, speaker: str | None = None, language: str | None = None,
+                        instruct: str | None = None, ref_audio: np.ndarray | None = None,
+                        ref_text: str | None = None, ref_codes: np.ndarray | None = None,
+                        options: GenerationOptions | None = None) -> Iterator[np.ndarray]:
+        """Yield frames ``int64 [num_code_groups]`` as they are generated (``loop.run_frames``).
+
+        ``speaker`` (custom voice), ``instruct`` (voice design; custom voice at 1.7B), ``ref_audio``
+        (mono float32 24 kHz; Base: clone from the x-vector), plus ``ref_text`` and ``ref_codes``
+        (``[T, 16]`` codes of ``ref_audio``) for in-context cloning.  The frames continue the
+        reference; they do not repeat it."""
+        opts = self._check_options(options)
+        prompt, trailing, pad = self.prompt_rows(text, speaker=speaker, language=language, instruct=instruct,
+                                                 ref_audio=ref_audio, ref_text=ref_text, ref_codes=ref_codes,
+                                                 text_in_prompt=opts.text_in_prompt)
+        steps = self._check_length(prompt.shape[0], opts)
+        return self._frames(prompt, trailing, pad, steps, opts)
+
+    def _frames(self, prompt, trailing, pad, steps: int, opts: GenerationOptions) -> Iterator[np.ndarray]:
+        self.last_timing = timing = new_timing()
+        frames, by_eos = yield from run_frames(
+            self.ops, self.talker_backend, self.code_predictor_backend,
+            TalkerLogitRules.of(self.cfg.talker, opts.repetition_penalty), FrameSampler(self.ops, opts),
+            prompt, trailing, pad, steps, timing)
+        self._ended(frames, by_eos)
+
     def use_backends(self, *, talker=None, code_predictor=None) -> None:
         """Run the talker and/or the code predictor on other backends (``backends`` interfaces)."""
         if talker is not None:
@@ -193,15 +239,15 @@ class RequestChecks:
         return np.stack(frames)
 
 
-class TTSModel(RequestChecks):
+class TTSModel(HostModel):
     """A loaded Qwen3-TTS model root (talker, code predictor, speaker encoder, text tokenizer)."""
 
     def __init__(self, cfg, net, tokenizer, files):
         from rkspeech.models.qwen3_tts.backends import TorchCodePredictor, TorchTalker
+        from rkspeech.models.qwen3_tts.torch_host import TorchHost
 
         self.cfg, self.net, self.tokenizer, self.files = cfg, net, tokenizer, files
-        t = cfg.talker
-        self._suppress = [i for i in range(t.vocab_size - SUPPRESSED_TAIL, t.vocab_size) if i != t.codec_eos_token_id]
+        self.ops = TorchHost(net.talker)
         #: where the decoder stacks run (``backends``): torch on the host unless a plan says otherwise
         self.talker_backend = TorchTalker(net.talker)
         self.code_predictor_backend = TorchCodePredictor(net.talker)
@@ -237,161 +283,26 @@ class TTSModel(RequestChecks):
         with torch.no_grad():
             return self.net.speaker_encoder(mel_spectrogram(audio, self.cfg.speaker_encoder.sample_rate))
 
-    def build_prompt(self, text: str, *, speaker=None, language=None, instruct=None, ref_audio=None,
-                     ref_text: str | None = None, ref_codes: np.ndarray | None = None,
-                     text_in_prompt: bool | None = None):
-        """``(prompt embeds [1, L, hidden], trailing text embeds [1, n, hidden], tts_pad embed [1, 1, hidden])``."""
-        import torch
-
-        lang = self._check_request(text, speaker, language, instruct, ref_audio)
-        icl_codes = self._check_icl(ref_audio, ref_text, ref_codes)
-        cfg, t, talker = self.cfg, self.cfg.talker, self.net.talker
-        if text_in_prompt is None:
-            text_in_prompt = cfg.default_text_in_prompt
-        ids = self.prompt_ids(text)
-
-        def tt(x):
-            return torch.tensor([x], dtype=torch.long)
-
-        parts = []
-        if instruct:
-            parts.append(talker.text(tt(self._ids(f"<|im_start|>user\n{instruct}<|im_end|>\n"))))
-        if ref_audio is not None:
-            speaker_embed = self.speaker_embedding(ref_audio)
-        elif speaker:
-            speaker_embed = talker.codec([t.spk_id[speaker.lower()]])[0, 0]
-        else:
-            speaker_embed = None
-        language_id = self._language_id(lang, speaker)
-        bos, eos, pad = talker.text(tt([cfg.tts_bos_token_id, cfg.tts_eos_token_id, cfg.tts_pad_token_id])).chunk(3, dim=1)
-        if language_id is None:
-            control = [t.codec_nothink_id, t.codec_think_bos_id, t.codec_think_eos_id]
-        else:
-            control = [t.codec_think_id, t.codec_think_bos_id, language_id, t.codec_think_eos_id]
-        codec = [talker.codec(control)]
-        if speaker_embed is not None:
-            codec.append(speaker_embed.view(1, 1, -1))
-        codec.append(talker.codec([t.codec_pad_id, t.codec_bos_id]))
-        codec = torch.cat(codec, dim=1)
-        role = talker.text(tt(ids[:3]))
-        tags = torch.cat((pad.expand(-1, codec.shape[1] - 2, -1), bos), dim=1) + codec[:, :-1]
-        body = ids[3:-5]
-        if icl_codes is not None:
-            prompt, trailing = self._icl_prompt(body, ref_text, icl_codes, pad, eos, text_in_prompt)
-            prompt = torch.cat((role, tags, prompt), dim=1)
-        elif text_in_prompt:
-            text_part = torch.cat((talker.text(tt(body)), eos), dim=1) + talker.codec([t.codec_pad_id] * (len(body) + 1))
-            prompt = torch.cat((role, tags, text_part, pad + talker.codec([t.codec_bos_id])), dim=1)
-            trailing = pad
-        else:
-            prompt = torch.cat((role, tags, talker.text(tt(ids[3:4])) + codec[:, -1:]), dim=1)
-            trailing = torch.cat((talker.text(tt(ids[4:-5])), eos), dim=1)
-        parts.append(prompt)
-        return torch.cat(parts, dim=1), trailing, pad
-
-    def _icl_prompt(self, body, ref_text, codes, pad, eos, text_in_prompt):
-        """qwen-tts ``generate_icl_prompt``: reference + target text over codec_bos + the reference frames."""
-        import torch
-
-        t, talker = self.cfg.talker, self.net.talker
-        cp = talker.code_predictor
-        ref_ids = self._ids(f"<|im_start|>assistant\n{ref_text}<|im_end|>\n")[3:-2]
-        text = torch.cat((talker.text(torch.tensor([ref_ids + body], dtype=torch.long)), eos), dim=1)
-        c = torch.from_numpy(codes)
-        frames = [talker.model.codec_embedding(c[:, :1])]
-        frames += [cp.model.codec_embedding[i - 1](c[:, i:i + 1]) for i in range(1, codes.shape[1])]
-        codec = torch.cat((talker.codec([t.codec_bos_id]), torch.cat(frames, dim=1).sum(1).unsqueeze(0)), dim=1)
-        n_text, n_codec = text.shape[1], codec.shape[1]
-        if text_in_prompt:
-            return torch.cat((text + talker.codec([t.codec_pad_id] * n_text), codec + pad), dim=1), pad
-        if n_text > n_codec:
-            return text[:, :n_codec] + codec, text[:, n_codec:]
-        return torch.cat([text] + [pad] * (n_codec - n_text), dim=1) + codec, pad
+    def build_prompt(self, text: str, *, text_in_prompt: bool | None = None, **request):
+        """``(prompt embeds [1, L, hidden], trailing text embeds [1, n, hidden], tts_pad embed [1, 1, hidden])``,
+        with their autograd graph (training runs through it)."""
+        return tuple(x.unsqueeze(0) for x in self.prompt_rows(text, text_in_prompt=text_in_prompt, **request))
 
     # -- generation ------------------------------------------------------------------------------
-    def generate_frames(self, text: str, *, speaker: str | None = None, language: str | None = None,
-                        instruct: str | None = None, ref_audio: np.ndarray | None = None,
-                        ref_text: str | None = None, ref_codes: np.ndarray | None = None,
-                        options: GenerationOptions | None = None) -> Iterator[np.ndarray]:
-        """Yield frames ``int64 [num_code_groups]`` as they are generated (see the module docstring).
-
-        ``speaker`` (custom voice), ``instruct`` (voice design; custom voice at 1.7B), ``ref_audio``
-        (mono float32 24 kHz; Base: clone from the x-vector), plus ``ref_text`` and ``ref_codes``
-        (``[T, 16]`` codes of ``ref_audio``) for in-context cloning.  The frames continue the
-        reference; they do not repeat it."""
+    def generate_frames(self, text: str, **kw) -> Iterator[np.ndarray]:
+        """``HostModel.generate_frames`` with the prompt and the frames under ``torch.no_grad``."""
         import torch
 
-        opts = self._check_options(options)
         with torch.no_grad():
-            prompt, trailing, pad = self.build_prompt(text, speaker=speaker, language=language, instruct=instruct,
-                                                      ref_audio=ref_audio, ref_text=ref_text, ref_codes=ref_codes,
-                                                      text_in_prompt=opts.text_in_prompt)
-        steps = self._check_length(prompt.shape[1], opts)
+            return super().generate_frames(text, **kw)
+
+    def _frames(self, prompt, trailing, pad, steps: int, opts: GenerationOptions) -> Iterator[np.ndarray]:
+        import torch
+
         # no_grad wrapped around the generator function: torch sets it only while the generator runs,
         # so the caller's own code between frames keeps its grad mode
-        return torch.no_grad()(self._loop)(prompt, trailing, pad, steps, opts)
+        return torch.no_grad()(super()._frames)(prompt, trailing, pad, steps, opts)
 
-    def _loop(self, prompt, trailing, pad, steps: int, opts: GenerationOptions) -> Iterator[np.ndarray]:
-        import torch
-
-        t = self.cfg.talker
-        talker = self.net.talker
-        cp = talker.code_predictor
-        stack, predictor = self.talker_backend, self.code_predictor_backend
-        generator = torch.Generator()
-        if opts.seed is not None:
-            generator.manual_seed(opts.seed)
-        else:
-            generator.seed()
-        suppress = torch.tensor(self._suppress, dtype=torch.long)
-        history: list[int] = []
-        cp_hist: list[int] = []
-
-        def choose(j: int, lg) -> int:
-            if j == 1:
-                cp_hist.clear()
-            lg = penalize(lg, cp_hist, opts.subtalker_repetition_penalty)
-            code = choose_token(lg, opts.subtalker_dosample, opts.subtalker_temperature, opts.subtalker_top_k,
-                            opts.subtalker_top_p, generator)
-            cp_hist.append(code)
-            return code
-
-        clock = time.perf_counter
-        tm = self.last_timing = {"talker_s": 0.0, "talker_calls": 0, "code_predictor_s": 0.0, "code_predictor_calls": 0}
-
-        def talk(x):
-            t0 = clock()
-            out = torch.from_numpy(stack.forward(x)).view(1, 1, -1)
-            tm["talker_s"] += clock() - t0
-            tm["talker_calls"] += 1
-            return out
-
-        stack.start(prompt.shape[1] + steps)
-        hidden = talk(prompt[0].numpy())
-        for step in range(steps):
-            logits = talker.codec_head(hidden)[0, 0].float()
-            logits = penalize(logits, history, opts.repetition_penalty)
-            if step < MIN_NEW_TOKENS:
-                logits[t.codec_eos_token_id] = float("-inf")
-            logits[suppress] = float("-inf")
-            token = choose_token(logits, opts.do_sample, opts.temperature, opts.top_k, opts.top_p, generator)
-            if token == t.codec_eos_token_id or step == steps - 1:
-                self._ended(step, token == t.codec_eos_token_id)
-                return
-            history.append(token)
-            first = talker.codec([token])
-            t0 = clock()
-            codes = predictor.frame(hidden[0, 0].numpy(), first[0, 0].numpy(), choose)
-            tm["code_predictor_s"] += clock() - t0
-            tm["code_predictor_calls"] += 1
-            frame = [token, *codes]
-            embeds = [first] + [cp.model.codec_embedding[j - 1](torch.tensor([[c]], dtype=torch.long))
-                                for j, c in enumerate(codes, start=1)]
-            yield np.asarray(frame, dtype=np.int64)
-            text_in = trailing[:, step:step + 1] if step < trailing.shape[1] else pad
-            # summed as qwen-tts sums them (one cat + sum, the same float rounding)
-            x = torch.cat(embeds, dim=1).sum(1, keepdim=True) + text_in
-            hidden = talk(x[0].numpy())
 
 class LazyTTSModel:
     """A model root's ``TTSModel``, loaded on first ``get()`` and then shared: the stages of one

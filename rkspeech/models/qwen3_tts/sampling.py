@@ -1,6 +1,8 @@
-"""Sampling for the Qwen3-TTS loop: ``GenerationOptions`` (qwen-tts' names and defaults), the
-HF-style warpers with multinomial or argmax (``choose_token``) and the repetition penalty
-(``penalize``), exactly as qwen-tts 0.1.1 applies them (greedy codes identical: tests/test_tts_generate.py)."""
+"""Sampling options of the Qwen3-TTS loop: ``GenerationOptions`` (qwen-tts' names and defaults).
+
+The samplers that apply them are the hosts': ``torch_host.choose_token`` / ``penalize`` (exactly
+as qwen-tts 0.1.1 applies them: greedy codes identical, tests/test_tts_generate.py) and
+``numpy_host.choose_token`` / ``penalize`` (the same distribution, another random stream)."""
 
 from __future__ import annotations
 
@@ -48,35 +50,3 @@ class GenerationOptions:
                 raise RkspeechError(f"{name} must be >= 0 (0: off), got {getattr(self, name)!r}")
         if self.max_new_tokens < 1:
             raise RkspeechError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
-
-
-def choose_token(logits, opts_sample: bool, temperature: float, top_k: int, top_p: float, generator):
-    """HF warpers (temperature, top-k, top-p) then multinomial, or argmax; ``logits [V]`` float32."""
-    import torch
-
-    if not opts_sample:
-        return int(torch.argmax(logits))
-    scores = logits / temperature if temperature != 1.0 else logits.clone()
-    if top_k:
-        k = min(top_k, scores.shape[-1])
-        kth = torch.topk(scores, k).values[-1]
-        scores = scores.masked_fill(scores < kth, float("-inf"))
-    if top_p < 1.0:
-        sorted_logits, sorted_idx = torch.sort(scores, descending=False)
-        cum = sorted_logits.softmax(-1).cumsum(-1)
-        remove = cum <= (1 - top_p)
-        remove[-1] = False
-        scores = scores.masked_fill(remove.scatter(0, sorted_idx, remove), float("-inf"))
-    probs = torch.softmax(scores, dim=-1)
-    return int(torch.multinomial(probs, 1, generator=generator))
-
-
-def penalize(logits, history: list[int], penalty: float):
-    if penalty == 1.0 or not history:
-        return logits
-    import torch
-
-    idx = torch.tensor(history, dtype=torch.long)
-    score = logits.gather(0, idx)
-    score = torch.where(score < 0, score * penalty, score / penalty)
-    return logits.scatter(0, idx, score)

@@ -11,7 +11,8 @@ choice (greedy or sampled: ``choose``), ``codec_embedding[j-1]``.  The host keep
 talker's hidden state and codebook 0's embedding), 200 a second of audio.
 
 :class:`CodebookCodePredictor` is a ``CodePredictorBackend`` (``models.qwen3_tts.backends``) that
-is not greedy-only.  Its ``infer(hidden, first_embed)`` returns the greedy frame's logits
+is not greedy-only; its frame is ``models.qwen3_tts.loop.predict_frame`` over the loaded model's
+host (torch for ``TTSModel``, numpy for ``NumpyTTSModel``).  Its ``infer(hidden, first_embed)`` returns the greedy frame's logits
 ``[G-1, V]`` like ``GraphCodePredictor.infer``, so the build verifies both forms alike.
 
 ``mask_value=INT16_MASK`` (the contract records it; the host's ``step_mask`` uses it): the
@@ -39,12 +40,31 @@ def check_step_contract(contract: TalkerContract, path: Path, B: int = 1) -> Tal
     return contract
 
 
-def _code_predictor(model):
+def _stack_options(model, path) -> tuple[object, object, str, dict]:
+    """``(host ops, code predictor config, its weight fingerprint, open_step_stack keywords)`` of a
+    loaded model: a ``NumpyTTSModel`` (numpy weights; the graph's contract checked against the
+    config, the numpy RoPE recipe) or a ``TTSModel`` (torch: the contract checked against the
+    module)."""
+    from rkspeech.runtime.tts.host_weights import fingerprint
+
+    ops = getattr(model, "ops", None)
+    weights = getattr(model, "weights", None)
+    if ops is not None and weights is not None:
+        from rkspeech.runtime.tts.talker_backend import check_stack_contract
+
+        cfg, fp = model.cfg.code_predictor, weights.cp_fingerprint
+
+        def check(contract):
+            check_stack_contract(contract, cfg, fp, Path(path).name)
+
+        return ops, cfg, fp, {"check": check, "rope": ops.rope}
     net = getattr(model, "net", None)
-    cp = getattr(getattr(net, "talker", None), "code_predictor", None) if net is not None else model
-    if cp is None or not hasattr(cp, "lm_head"):
+    cp = getattr(getattr(net, "talker", None), "code_predictor", None)
+    if ops is None or cp is None:
         raise RkspeechError(f"a code-predictor step needs the loaded model (TTSModel), got {type(model).__name__}")
-    return cp
+    m = cp.model
+    fp = fingerprint(m.norm.weight.detach().numpy(), m.layers[0].self_attn.q_proj.weight.detach().numpy())
+    return ops, m.cfg, fp, {"model": m, "rope": ops.rope}
 
 
 def open_step_stack(path, backend: str, groups: int, *, check=None, model=None, rope: str = "torch",
@@ -88,27 +108,25 @@ def open_step_stack(path, backend: str, groups: int, *, check=None, model=None, 
 
 class CodebookCodePredictor:
     """A ``CodePredictorBackend`` over the step graph at ``path`` on ``backend`` (``ort``, ``sim``,
-    ``rknnlite``); ``model``: the loaded ``TTSModel`` (its host-side parts run here, and the graph's
-    contract is checked against its code-predictor stack).  Runner keywords as ``open_runner``."""
+    ``rknnlite``); ``model``: the loaded ``TTSModel`` or ``NumpyTTSModel`` (its host runs the
+    projection, embeddings and heads here, and the graph's contract is checked against it);
+    ``heads``: head graphs (``runtime.tts.heads``) in place of the host's; ``start``: the start
+    graph.  Runner keywords as ``open_runner``."""
 
     greedy_only = False
 
     def __init__(self, path: str | os.PathLike, backend: str = "ort", *, model, heads: dict | None = None,
                  start=None, **runner_kw):
-        self.cp = _code_predictor(model)
-        self.groups = self.cp.model.cfg.num_code_groups
-        self.path, self.name, self.contract, self.stack = open_step_stack(path, backend, self.groups,
-                                                                          model=self.cp.model, start=start,
-                                                                          **runner_kw)
+        self.ops, cfg, fp, stack_kw = _stack_options(model, path)
+        self.groups = cfg.num_code_groups
+        self.path, self.name, self.contract, self.stack = open_step_stack(path, backend, self.groups, start=start,
+                                                                          **stack_kw, **runner_kw)
         self.heads = None
         if heads:
             from rkspeech.runtime.tts.heads import open_heads
-            from rkspeech.runtime.tts.host_weights import fingerprint
 
-            m = self.cp.model
-            fp = fingerprint(m.norm.weight.detach().numpy(), m.layers[0].self_attn.q_proj.weight.detach().numpy())
             try:
-                self.heads = open_heads(heads, m.cfg, fp, threads=runner_kw.get("threads"),
+                self.heads = open_heads(heads, cfg, fp, threads=runner_kw.get("threads"),
                                         spin=runner_kw.get("spin", True))
                 if self.heads is not None:
                     self.name += f" + {len(self.heads)} head graphs"
@@ -122,34 +140,17 @@ class CodebookCodePredictor:
         return sum(self.stack.calls.values())
 
     def frame(self, hidden: np.ndarray, first_embed: np.ndarray, choose) -> list[int]:
-        """Codebooks 1..G-1 of one frame; ``choose(j, logits)`` picks each (``logits``: torch [V])."""
-        import torch
+        """Codebooks 1..G-1 of one frame; ``choose(j, logits)`` picks each (``logits``: the host's [V])."""
+        from rkspeech.models.qwen3_tts.loop import predict_frame
 
-        cp, stack = self.cp, self.stack
-        x = torch.from_numpy(np.stack([np.asarray(hidden, np.float32).reshape(-1),
-                                       np.asarray(first_embed, np.float32).reshape(-1)]))
-        codes: list[int] = []
-        with torch.no_grad():
-            stack.start(self.groups)
-            h = stack.forward(cp.small_to_mtp_projection(x).numpy())
-            for j in range(1, self.groups):
-                if self.heads is not None:
-                    logits = torch.from_numpy(self.heads.logits(j, h).reshape(*np.shape(h)[:-1], -1))
-                else:
-                    logits = cp.lm_head[j - 1](torch.from_numpy(h)).float()
-                code = int(choose(j, logits))
-                codes.append(code)
-                if j < self.groups - 1:
-                    emb = cp.model.codec_embedding[j - 1](torch.tensor([code], dtype=torch.long))
-                    h = stack.forward(cp.small_to_mtp_projection(emb).numpy())
-        return codes
+        return predict_frame(self.stack, self.ops, self.groups, hidden, first_embed, choose, self.heads)
 
     def infer(self, hidden: np.ndarray, first_embed: np.ndarray) -> dict[str, np.ndarray]:
         """The greedy frame's ``logits [G-1, V]`` (as ``GraphCodePredictor.infer``)."""
         rows: list[np.ndarray] = []
 
         def greedy(_j, logits):
-            rows.append(logits.numpy().copy())
+            rows.append(self.ops.numpy(logits).copy())
             return int(logits.argmax())
 
         self.frame(hidden, first_embed, greedy)

@@ -2,7 +2,10 @@
 
 A stage in the plan runs as its graph on the backend ``StagePlan.backend_for`` picks (the vocoder's
 backend for NPU stages: the simulator here, rknnlite on a board; onnxruntime for host-ONNX
-stages); a stage the plan does not hold stays in torch.  ``host_stages`` keeps both in torch
+stages); a stage the plan does not hold stays in torch.  The model is either host's: a
+``TTSModel`` (torch; graphs checked against its modules, torch's RoPE recipe) or a
+``runtime.tts.numpy_loop.NumpyTTSModel`` (no torch: graphs checked against its numpy weights,
+the numpy RoPE recipe, the code predictor's heads on the numpy host).  ``host_stages`` keeps both in torch
 whatever the plan says (to compare, or when the graphs' limits do not suit a request).
 
 A CPU stage (``placement`` ``cpu-fp32`` / ``cpu-int8`` / ``cpu-int4``: impl ``onnx``, its plan
@@ -38,6 +41,25 @@ def open_talker(artifacts: dict, backend: str = "ort", *, model=None, **runner_k
     return talker
 
 
+def open_talker_for(model, artifacts: dict, backend: str, **runner_kw):
+    """``open_talker`` for the generation loop of ``model``: a ``NumpyTTSModel`` (its host's RoPE
+    recipe, the decode graph's contract checked against its numpy weights, closed again when it
+    does not match), a ``TTSModel`` (checked against its torch stack) or None (unchecked)."""
+    weights = getattr(model, "weights", None)
+    if weights is None:
+        stack = model.net.talker.model if model is not None else None  # the talker's DecoderStack
+        return open_talker(artifacts, backend, model=stack, **runner_kw)
+    from rkspeech.runtime.tts.talker_backend import check_stack_contract
+
+    talker = open_talker(artifacts, backend, rope=model.ops.rope, **runner_kw)
+    try:
+        check_stack_contract(talker.contract, model.cfg.talker, weights.talker_fingerprint, "the talker decode graph")
+    except BaseException:
+        talker.close()
+        raise
+    return talker
+
+
 def open_code_predictor(form: str, path, backend: str, *, model=None, heads: dict | None = None, start=None, **kw):
     """The code predictor graph of ``form`` on ``backend``: ``step`` (its stack at one position a
     call, the host's heads choosing each code; ``heads``: their graphs, ``start``: its start graph,
@@ -70,8 +92,9 @@ def describe_placement(stage, backend: str, threads: int | None) -> str:
 def open_stage_backends(plan, backend: str, *, model=None, threads: int | None = None, target: str | None = None,
                         host_stages: bool = False, core_mask: str | None = None, spin: bool = True) -> dict:
     """``{"talker": TalkerBackend, "code_predictor": CodePredictorBackend}`` for the stages the
-    plan holds (either key may be absent: torch).  ``model``: the loaded ``TTSModel`` each graph's
-    contract is checked against (one line on a mismatch).  ``core_mask``: rknn-lite core of a
+    plan holds (either key may be absent: torch).  ``model``: the loaded ``TTSModel`` or
+    ``NumpyTTSModel`` whose loop runs them, each graph's contract checked against it (one line on
+    a mismatch).  ``core_mask``: rknn-lite core of a
     stage whose plan section names none; ``spin``: onnxruntime's."""
     if host_stages:
         return {}
@@ -93,14 +116,14 @@ def open_stage_backends(plan, backend: str, *, model=None, threads: int | None =
         be = talker.backend_for(backend)
         n = stage_threads(talker, threads)
         try:
-            stack = model.net.talker.model if model is not None else None  # the talker's DecoderStack
-            out["talker"] = open_talker(talker.artifacts, be, model=stack, threads=n, target=target,
-                                        core_mask=talker.core_mask or core_mask, spin=spin)
+            out["talker"] = open_talker_for(model, talker.artifacts, be, threads=n, target=target,
+                                            core_mask=talker.core_mask or core_mask, spin=spin)
         except BaseException:
             for b in out.values():
                 b.close()
             raise
         decode = talker.paths(backend)["decode"]
-        progress.info(f"talker: graph {decode.name}, {where(talker, be, n)}")
+        progress.info(f"talker: graph {decode.name}, {where(talker, be, n)}"
+                      + (" (numpy host loop)" if getattr(model, "weights", None) is not None else ""))
     return out
 

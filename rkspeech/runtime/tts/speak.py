@@ -127,17 +127,11 @@ class Speaker:
         # the talker and code predictor on the first of the vocoder's cores unless the plan pins them
         stage_mask = core_masks[0] if core_masks else None
         try:
-            if self.host == "numpy":
-                from rkspeech.runtime.tts.numpy_stages import open_numpy_stages
+            from rkspeech.runtime.tts.open_stages import open_stage_backends
 
-                self.stage_backends = open_numpy_stages(self.plan, backend, model=self.model, threads=stage_threads,
-                                                        target=target, core_mask=stage_mask, spin=SPIN)
-            else:
-                from rkspeech.runtime.tts.open_stages import open_stage_backends
-
-                self.stage_backends = open_stage_backends(self.plan, backend, model=self.model, threads=stage_threads,
-                                                          target=target, host_stages=host_stages,
-                                                          core_mask=stage_mask, spin=SPIN)
+            self.stage_backends = open_stage_backends(self.plan, backend, model=self.model, threads=stage_threads,
+                                                      target=target, host_stages=host_stages,
+                                                      core_mask=stage_mask, spin=SPIN)
         except BaseException:
             self.close()
             raise

@@ -170,3 +170,18 @@ def open_graph_talker(decode_path, prefill_path=None, *, backend: str = "ort", m
         for r in runners:
             r.close()
         raise
+
+
+def check_stack_contract(contract, stack_cfg, fingerprint: str, where: str) -> None:
+    """``stepgraph.talker_step.check_contract_matches`` from a stack's config (``DecoderStackConfig``)
+    and the numpy weights' fingerprint (``host_weights.HostWeights``), without torch: one line when
+    the graph was exported from another checkpoint."""
+    want = {"hidden": stack_cfg.hidden_size, "layers": stack_cfg.num_hidden_layers,
+            "heads": stack_cfg.num_attention_heads, "kv_heads": stack_cfg.num_key_value_heads,
+            "head_dim": stack_cfg.head_dim, "rope_theta": float(stack_cfg.rope_theta),
+            "rms_norm_eps": float(stack_cfg.rms_norm_eps), "fingerprint": fingerprint}
+    for key, need in want.items():
+        have = getattr(contract, key)
+        if have != need:
+            raise RkspeechError(f"{where} does not match this model: its contract has {key}={have!r}, the model "
+                                f"{need!r}; export the graphs from this checkpoint")
