@@ -58,7 +58,7 @@ def test_a_plan_written_over_outside_files_links_them_in(tmp_path):
     """The writer makes any plan self-contained: a file handed to it from elsewhere is linked in."""
     import json
 
-    from rkspeech.plan.bundle import plan_name
+    from rkspeech.plan.linking import plan_name
 
     src = tmp_path / "elsewhere" / "g.onnx"
     src.parent.mkdir()

@@ -95,7 +95,7 @@ def write_plan(path, *, impl: str, target: str | None, contracts: dict[str, Voco
     """``contracts``: of the ``onnx`` / ``rknn`` graphs; ``host_onnx`` (with ``host_contracts``):
     the exact host graphs, written with ``backends`` (default :data:`BUILD_BACKENDS`); ``stages``:
     stage name -> section (``plan.sections.stage_section``), written beside ``speech_decoder``."""
-    from rkspeech.plan.bundle import plan_name
+    from rkspeech.plan.linking import plan_name
 
     p = Path(path)
     base = p.parent.resolve()

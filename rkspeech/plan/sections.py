@@ -114,7 +114,7 @@ def stage_section(*, impl: str, target: str | None, artifacts: dict[str, dict[st
     stage's onnxruntime threads (None: not recorded); ``heads``: a code predictor's quantized head
     graphs, codebook (``"1"`` ...) -> ONNX (``pipelines.cpu_heads``); ``start``: its start graph
     (``pipelines.cpu_start``)."""
-    from rkspeech.plan.bundle import plan_name
+    from rkspeech.plan.linking import plan_name
 
     def rel(x) -> str:  # inside the plan's folder (a file outside is linked in: plan.bundle)
         return plan_name(x, base)
