@@ -182,8 +182,8 @@ def test_layer_table_columns_by_chip():
 def test_sigkilled_parent_takes_its_converter_child_and_the_next_conversion_sweeps_its_folder(tmp_path):
     """SIGKILL of a build (no ``finally`` runs) left the rknn-toolkit2 child converting and its
     ``.tmp`` work folder behind (issue 37): the child now dies with its parent
-    (``core.child.die_with_parent``) and the next conversion into that folder removes the folder
-    (its owner lock is free: ``core.child.sweep_stale_workdirs``); a live owner's folder stays."""
+    (``core.orphans.die_with_parent``) and the next conversion into that folder removes the folder
+    (its owner lock is free: ``core.workdirs.sweep_stale_workdirs``); a live owner's folder stays."""
     import os
     import subprocess
     import sys
@@ -192,7 +192,7 @@ def test_sigkilled_parent_takes_its_converter_child_and_the_next_conversion_swee
 
     import psutil
 
-    from rkspeech.core.child import make_workdir, sweep_stale_workdirs
+    from rkspeech.core.workdirs import make_workdir, sweep_stale_workdirs
 
     onnx_path = conv_relu_sin(tmp_path / "m.onnx")
     code = ("import sys; from rkspeech.convert.conversion import convert; "

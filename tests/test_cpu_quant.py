@@ -315,7 +315,7 @@ def test_a_scratch_folder_a_killed_build_left_is_swept(graphs, tmp_path):
     """The quantizer's scratch folder sits in the build folder; a SIGKILL left it there for good
     (issue 37): it is owner-locked now, and the next quantization into the folder sweeps it."""
     from rkspeech.convert.cpu_quant import CpuQuantOptions, quantize_step_graph
-    from rkspeech.core.child import make_workdir
+    from rkspeech.core.workdirs import make_workdir
 
     stale, lock = make_workdir(tmp_path, prefix=".cpu-quant.")
     lock.close()  # its owner died (the kernel drops the lock)

@@ -245,7 +245,7 @@ def test_a_sigkilled_parent_leaves_no_simulator_child_or_folder_for_long(tmp_pat
 
     import psutil
 
-    from rkspeech.core.child import sweep_stale_workdirs
+    from rkspeech.core.workdirs import sweep_stale_workdirs
 
     p = conv_relu_sin(tmp_path / "m.onnx")
     tmp = tmp_path / "tmp"
@@ -273,7 +273,7 @@ def test_simulator_pieces_work_in_an_owner_locked_folder(tmp_path, monkeypatch):
     folder: removed on close, and one a SIGKILLed run left is swept by the next."""
     import tempfile
 
-    from rkspeech.core.child import make_workdir
+    from rkspeech.core.workdirs import make_workdir
     from rkspeech.runtime.runners.segmented import SegmentedSimulator
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))

@@ -102,9 +102,9 @@ def map_pieces(o: AccuracyOptions, feed: dict[str, np.ndarray]) -> dict:
     if work is None:
         from rkspeech.core.child import own
 
-        from rkspeech.core.child import make_workdir
+        from rkspeech.core.workdirs import make_workdir
 
-        # owner-locked: one a SIGKILLed run left is swept by the next (core.child.make_workdir)
+        # owner-locked: one a SIGKILLed run left is swept by the next (core.workdirs.make_workdir)
         work, lock = make_workdir(tempfile.gettempdir(), prefix="rkspeech-accuracy-")
         owned_tmp = own(paths=[work])
     try:

@@ -204,7 +204,7 @@ def convert(onnx_path, output_path, *, target: str, dtype: str = "fp16", dataset
             "custom_string": custom_string, "verbose_log": verbose_log,
             "result_path": str(work / "result.json"),
             "hybrid": hybrid.to_dict() if hybrid is not None else None,
-            "parent_pid": os.getpid(),  # the child dies with this process (core.child.die_with_parent)
+            "parent_pid": os.getpid(),  # the child dies with this process (core.orphans.die_with_parent)
         }
         (work / "spec.json").write_text(json.dumps(spec))
         env = dict(os.environ)

@@ -5,7 +5,7 @@ C-level layer table and REGTASK lines land in the log.  It writes a small JSON r
 ``spec["result_path"]``; the parent reads it (a crash leaves none).
 
 Exit codes: 0 ok; 3 a toolkit step returned non-zero; 4 a Python exception.  It dies with its
-parent (``spec["parent_pid"]``, :func:`rkspeech.core.child.die_with_parent`): a SIGKILLed build
+parent (``spec["parent_pid"]``, :func:`rkspeech.core.orphans.die_with_parent`): a SIGKILLed build
 left it converting with nobody to read the result.
 
 Test hooks (environment, used only by tests): ``RKSPEECH_TEST_CHILD_SIGNAL=SIGKILL`` makes the child
@@ -120,7 +120,7 @@ def main(argv: list[str]) -> int:
     with open(argv[1]) as f:
         spec = json.load(f)
     if spec.get("parent_pid"):
-        from rkspeech.core.child import die_with_parent
+        from rkspeech.core.orphans import die_with_parent
 
         die_with_parent(int(spec["parent_pid"]))
     return run(spec)

@@ -28,9 +28,10 @@ import tempfile
 import time
 
 from rkspeech.core.errors import RkspeechError
+from rkspeech.core.orphans import POLL_SECONDS  # noqa: F401 - the poll interval of ChildWatch too
+from rkspeech.core.workdirs import make_workdir
 
 #: How often a waiting parent samples the child (RSS, timeout, memory limit).
-POLL_SECONDS = 0.25
 OOM_HINT = " (often the kernel's out-of-memory killer)"
 
 
@@ -289,68 +290,6 @@ def _cleanup(entry: dict) -> None:
         f.close()
 
 
-def die_with_parent(parent_pid: int, *, kernel: bool = True) -> None:
-    """Make this process (a child) die when ``parent_pid`` does, however the parent ends.
-
-    A SIGKILL of a build left its rknn-toolkit2 child converting for minutes with nobody to read
-    the result (issue 37): the parent's ``finally`` blocks never run on SIGKILL, and the child
-    leads its own session, so no terminal signal reaches it either.  On Linux the kernel sends
-    the child SIGKILL when its parent dies (``prctl(PR_SET_PDEATHSIG)``: nothing in the child
-    has to run, the toolkit's C code may hold the GIL for minutes); elsewhere a daemon thread
-    polls the parent pid.  The parent may already be gone when this runs (then the child was
-    re-parented): it exits at once.  Call it first thing in the child.  ``kernel`` False: the
-    polling thread only, for a child whose parent *thread* may end before the parent process
-    (the kernel's signal follows the thread that forked; a simulator runner may be made in a
-    worker thread and outlive it)."""
-    if kernel and sys.platform.startswith("linux"):
-        try:
-            import ctypes
-
-            PR_SET_PDEATHSIG = 1
-            if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) != 0:
-                raise OSError(ctypes.get_errno(), "prctl")
-        except (OSError, AttributeError):
-            _poll_parent(parent_pid)
-    else:
-        _poll_parent(parent_pid)
-    if os.getppid() != parent_pid:  # died before the line above took effect
-        os._exit(1)
-
-
-def _poll_parent(parent_pid: int) -> None:
-    import threading
-
-    def watch():
-        while os.getppid() == parent_pid:
-            time.sleep(POLL_SECONDS)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="rkspeech-parent-watch", daemon=True).start()
-
-
-#: the lock file inside a work folder that :func:`make_workdir` made: ``flock``-ed by its owner
-#: for the folder's life; the kernel drops the lock when the owner dies, however it dies
-WORKDIR_LOCK = ".rkspeech-owner.lock"
-
-
-def make_workdir(parent: str | os.PathLike, *, prefix: str):
-    """A new folder ``parent/PREFIX*.tmp`` for a child's work, owned by this process: returns
-    (path, lock file object; keep it open while the folder is used).  Stale folders left by a
-    process that died without cleaning up (SIGKILL) are removed first (:func:`sweep_stale_workdirs`)."""
-    import fcntl
-    from pathlib import Path
-
-    sweep_stale_workdirs(parent)
-    work = Path(tempfile.mkdtemp(prefix=prefix, suffix=".tmp", dir=parent))
-    # locked before it has its name, so a sweeper never sees an unlocked owner file
-    lock = open(work / (WORKDIR_LOCK + ".new"), "w")
-    fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
-    lock.write(str(os.getpid()))
-    lock.flush()
-    os.replace(work / (WORKDIR_LOCK + ".new"), work / WORKDIR_LOCK)
-    return work, lock
-
-
 class scratch:
     """``with scratch(folder, prefix=".heads.") as tmp:`` a work folder in ``folder`` for the
     block (:func:`make_workdir`: owner-locked, removed when the block ends however it ends, and
@@ -366,35 +305,6 @@ class scratch:
 
     def __exit__(self, *exc):
         self._owned.__exit__(None, None, None)
-
-
-def sweep_stale_workdirs(parent: str | os.PathLike) -> list[str]:
-    """Remove the ``*.tmp`` work folders in ``parent`` whose owner is dead (their
-    :data:`WORKDIR_LOCK` is not locked); a live owner's folders stay.  Returns what was removed."""
-    import fcntl
-    import shutil
-
-    removed = []
-    try:
-        entries = list(os.scandir(parent))
-    except OSError:
-        return removed
-    for e in entries:
-        if not (e.name.endswith(".tmp") and e.is_dir(follow_symlinks=False)):
-            continue
-        try:
-            fd = os.open(os.path.join(e.path, WORKDIR_LOCK), os.O_RDONLY)
-        except OSError:
-            continue  # not ours (no lock file), or not readable
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            continue  # its owner is alive
-        finally:
-            os.close(fd)
-        shutil.rmtree(e.path, ignore_errors=True)
-        removed.append(e.path)
-    return removed
 
 
 def cleanup_owned() -> None:

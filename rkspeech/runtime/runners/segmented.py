@@ -122,8 +122,9 @@ class SegmentedSimulator(Runner):
 
         self._inputs, self._outputs = onnx_io_specs(os.fspath(onnx_path))
         if work_dir is None:  # recorded in core.child: removed on an interrupt or SIGTERM too,
-            # and owner-locked: one a SIGKILL left is swept by the next (core.child.make_workdir)
-            from rkspeech.core.child import make_workdir, own
+            # and owner-locked: one a SIGKILL left is swept by the next (core.workdirs.make_workdir)
+            from rkspeech.core.child import own
+            from rkspeech.core.workdirs import make_workdir
 
             self._tmp = make_workdir(tempfile.gettempdir(), prefix="rkspeech-pieces-")
             work_dir = str(self._tmp[0])

@@ -29,12 +29,12 @@ from rkspeech.core.child import (
     ChildWatch,
     death_message,
     kill_tree,
-    make_workdir,
     own,
     release,
 )
 from rkspeech.core.errors import RkspeechError
 from rkspeech.core.targets import DEFAULT_TARGET
+from rkspeech.core.workdirs import make_workdir
 from rkspeech.runtime.runners.base import Runner, onnx_io_specs
 
 #: keyword arguments that name files: made absolute before the child changes to its work folder
@@ -63,7 +63,7 @@ def _serve(conn, onnx_path: str, kwargs: dict[str, Any], workdir: str, parent_pi
     import tempfile
 
     if parent_pid:
-        from rkspeech.core.child import die_with_parent
+        from rkspeech.core.orphans import die_with_parent
 
         die_with_parent(parent_pid, kernel=False)
 
@@ -116,7 +116,7 @@ class SimulatorProcess(Runner):
         self._conn, child_conn = ctx.Pipe()
         # the child works in a folder of its own: every path it is handed is absolute
         kwargs = {k: (os.path.abspath(v) if k in PATH_KWARGS and v else v) for k, v in kwargs.items()}
-        # owner-locked: one left by a SIGKILLed run is swept by the next (core.child.make_workdir)
+        # owner-locked: one left by a SIGKILLed run is swept by the next (core.workdirs.make_workdir)
         workdir, self._workdir_lock = make_workdir(tempfile.gettempdir(), prefix="rkspeech-sim.")
         self._workdir = str(workdir)
         self._proc = ctx.Process(target=_serve, args=(child_conn, os.path.abspath(self.onnx_path),
