@@ -39,6 +39,7 @@ import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from rkspeech.contracts.flatbuffer import Fb, FbError
 from rkspeech.contracts.kinds import KINDS
 from rkspeech.core.errors import RkspeechError
 from rkspeech.core.targets import TARGETS
@@ -119,76 +120,6 @@ class RknnContainer:
         return d
 
 
-# ---- flatbuffer reading, bounds-checked ------------------------------------------------------
-class _FbError(Exception):
-    pass
-
-
-class _Fb:
-    """Minimal bounds-checked FlatBuffer accessor over a bytes-like object."""
-
-    def __init__(self, buf, start: int, length: int):
-        self.buf, self.start, self.len = buf, start, length
-
-    def _chk(self, off: int, size: int) -> int:
-        if off < 0 or size < 0 or off + size > self.len:
-            raise _FbError(f"offset {off}+{size} outside the {self.len}-byte model blob")
-        return self.start + off
-
-    def u8(self, off: int) -> int:
-        return self.buf[self._chk(off, 1)]
-
-    def u16(self, off: int) -> int:
-        return struct.unpack_from("<H", self.buf, self._chk(off, 2))[0]
-
-    def u32(self, off: int) -> int:
-        return struct.unpack_from("<I", self.buf, self._chk(off, 4))[0]
-
-    def i32(self, off: int) -> int:
-        return struct.unpack_from("<i", self.buf, self._chk(off, 4))[0]
-
-    def root(self) -> int:
-        return self.u32(0)
-
-    def field_pos(self, table: int, index: int) -> int | None:
-        vtable = table - self.i32(table)
-        vlen = self.u16(vtable)
-        if vlen < 4 or vlen % 2:
-            raise _FbError("bad vtable")
-        if 4 + 2 * index + 2 > vlen:
-            return None
-        rel = self.u16(vtable + 4 + 2 * index)
-        return table + rel if rel else None
-
-    def deref(self, pos: int) -> int:
-        return pos + self.u32(pos)
-
-    def string(self, table: int, index: int, limit: int = 1 << 24) -> str | None:
-        pos = self.field_pos(table, index)
-        if pos is None:
-            return None
-        s = self.deref(pos)
-        n = self.u32(s)
-        if n > limit:
-            raise _FbError(f"string of {n} bytes")
-        at = self._chk(s + 4, n)
-        return bytes(self.buf[at:at + n]).decode("utf-8", errors="replace")
-
-    def scalar_u8(self, table: int, index: int, default: int = 0) -> int:
-        pos = self.field_pos(table, index)
-        return default if pos is None else self.u8(pos)
-
-    def table_vector(self, table: int, index: int) -> list[int]:
-        pos = self.field_pos(table, index)
-        if pos is None:
-            return []
-        vec = self.deref(pos)
-        n = self.u32(vec)
-        self._chk(vec + 4, 4 * n)  # bounds n by the blob size before looping
-        return [self.deref(vec + 4 + 4 * i) for i in range(n)]
-
-
-# ---- the parser --------------------------------------------------------------------------------
 def _err(source: str, message: str) -> RkspeechError:
     return RkspeechError(f"{source}: {message}")
 
@@ -310,32 +241,32 @@ def parse_buffer(buf, size: int, source: str = "<buffer>",
     return c
 
 
-def _check_root(fb: _Fb, buf) -> int:
+def _check_root(fb: Fb, buf) -> int:
     """The blob's FlatBuffer frame, which any schema has: the ``RKNN`` file identifier, a root
     offset inside the blob and 4-aligned (a table starts with an int32), and a root vtable whose
     table and field offsets stay inside the blob.  A file that fails here is damaged (one flipped
     byte at offset 64 or 68 did it), not of an unknown schema, so it is refused: the runtime
     would not load it either.  Returns the root table's offset."""
     if bytes(buf[HEADER_SIZE + 4:HEADER_SIZE + 8]) != MAGIC:
-        raise _FbError("lacks the RKNN flatbuffer identifier (bytes 68-71)")
+        raise FbError("lacks the RKNN flatbuffer identifier (bytes 68-71)")
     root = fb.root()
     if root % 4 or not 8 <= root < fb.len:
-        raise _FbError(f"has its root table at {root}, not a 4-aligned offset inside its {fb.len} bytes")
+        raise FbError(f"has its root table at {root}, not a 4-aligned offset inside its {fb.len} bytes")
     vtable = root - fb.i32(root)
     vlen, tlen = fb.u16(vtable), fb.u16(vtable + 2)
     if vlen < 4 or vlen % 2 or tlen < 4 or root + tlen > fb.len:
-        raise _FbError("has a root table whose vtable does not fit the blob")
+        raise FbError("has a root table whose vtable does not fit the blob")
     for i in range((vlen - 4) // 2):
         if fb.u16(vtable + 4 + 2 * i) >= tlen:
-            raise _FbError("has a root table whose fields lie outside it")
+            raise FbError("has a root table whose fields lie outside it")
     return root
 
 
 def _read_blob(c: RknnContainer, buf, model_len: int) -> None:
-    fb = _Fb(buf, HEADER_SIZE, model_len)
+    fb = Fb(buf, HEADER_SIZE, model_len)
     try:
         root = _check_root(fb, buf)
-    except (_FbError, struct.error) as exc:
+    except (FbError, struct.error) as exc:
         raise _err(c.path, f"corrupt .rknn: the model blob {exc}; rebuild or re-copy it") from None
     try:
         c.compiler_version = fb.string(root, _F_VERSION, 4096)
@@ -366,7 +297,7 @@ def _read_blob(c: RknnContainer, buf, model_len: int) -> None:
                                       full_name=fb.string(node, 2, 65536) or "",
                                       target=NODE_TARGETS.get(byte, f"?{byte}")))
         c.nodes = nodes
-    except (_FbError, struct.error, IndexError, ValueError) as exc:
+    except (FbError, struct.error, IndexError, ValueError) as exc:
         c.nodes = None
         c.node_error = f"model blob not understood: {exc}"
 
