@@ -26,7 +26,7 @@ estimated 42.7 vs 43.1 ms: not worth it.  The vocoder step: every hybrid tried <
 49.8 dB fp16, and the step is memory-bound, so no gain.
 
 Per variant: SNR and worst-frame cosine of the encoder output against onnxruntime fp32 on the
-evaluation windows (espeak-ng, the five sentences of tests/test_whisper_transcribe.py), whether
+evaluation windows (espeak-ng, the five sentences of tests/runtime/test_whisper_transcribe.py), whether
 the greedy transcript of each window (CTranslate2 decoder) is identical to the one from the fp32
 encoder output, the .rknn size and the compiler's cost estimate (its layer table:
 ``rkspeech.estimate``).

@@ -37,7 +37,7 @@ import sys
 import time
 from pathlib import Path
 
-#: espeak-ng text for the check window (the tests' sentences, tests/test_whisper_transcribe.py).
+#: espeak-ng text for the check window (the tests' sentences, tests/runtime/test_whisper_transcribe.py).
 SPEECH = ("The weather today is cloudy with a chance of rain in the afternoon. "
           "Please call Stella and ask her to bring these things with her from the store. "
           "We will meet at the train station at nine o'clock tomorrow morning. "

@@ -154,7 +154,7 @@ def test_no_package_cycle_besides_allowed_edges():
 
 # -- the torch-free rule: what the board path may import --------------------------------------------
 # The board path: what `pip install .[board]` runs (speak, serve, transcribe on a plan), which has no
-# torch (tests/test_board_extra.py): these packages whole, and the modules of other packages they
+# torch (tests/board/test_board_extra.py): these packages whole, and the modules of other packages they
 # import at module level.
 BOARD_PACKAGES = ("core", "contracts", "plan", "runtime", "serve")
 BOARD_MODULES = (

@@ -1,7 +1,7 @@
 """A fixed greedy Whisper window loop (:class:`WhisperPipeline`), the tests' independent check of
 the offloaded encoder (helper, not a test module; the product transcribes through
 :class:`rkspeech.runtime.whisper.model.WhisperModel`).  The loop reimplements faster-whisper's
-deterministic greedy path so the encoder parity tests (tests/test_whisper_transcribe.py, tests/test_whisper_rknn.py) compare
+deterministic greedy path so the encoder parity tests (tests/runtime/test_whisper_transcribe.py, tests/runtime/test_whisper_rknn.py) compare
 token ids window by window.
 
 ::

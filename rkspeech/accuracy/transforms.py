@@ -3,7 +3,7 @@ fp16 simulator figure (measured in docs/accuracy-map.md, part 3).
 
 Each function takes a ``ModelProto`` and typed options and returns a new ``ModelProto`` that
 computes the same function in fp32 (:func:`exactness_db`: transformed vs original on onnxruntime,
->= 100 dB; ``tests/test_fp16_transforms.py``).  The graph is read by structure, not by name: the
+>= 100 dB; ``tests/accuracy/test_fp16_transforms.py``).  The graph is read by structure, not by name: the
 *residual stream* is what feeds each ``LayerNormalization``; walking back from there through the
 residual ``Add`` nodes reaches its *writers* (the MatMul + bias of the attention out projection
 and of fc2, the positional embedding, the stem).

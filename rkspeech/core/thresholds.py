@@ -2,7 +2,7 @@
 
 * ``FP32_MIN_SNR_DB``: a float32 step (torch, onnxruntime) stepped over a whole signal against
   the full decode.  Measured 113-115 dB on synthetic checkpoints; a zeroed KV history or a 0/1
-  ``cache_valid`` lands below 40 dB (tests/test_stepwise.py), so 100 dB separates them cleanly.
+  ``cache_valid`` lands below 40 dB (tests/pipelines/test_stepwise.py), so 100 dB separates them cleanly.
 * ``PHASE_SNAKE_FP32_MIN_SNR_DB``: the same check for the npu graph with the phase Snake
   (``stepgraph.phase_snake``), whose float32 graph is approximate by design: its phase sum runs
   at magnitude 1536 (2^-13 steps).  Measured on the reduced checkpoint, B=16: 72.2 dB

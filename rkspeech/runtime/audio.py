@@ -4,7 +4,7 @@
 ``sample_rate``.  It decodes the way faster-whisper's ``decode_audio`` does (PyAV -> s16 mono at
 ``sample_rate`` -> float32 / 32768, undecodable frames skipped, the same frame grouping and
 resampler), so the samples -- and so the transcript -- are the same whichever way a file comes
-in (tests/test_audio_decode.py, tests/test_serve.py).  With ``max_seconds`` the length is checked
+in (tests/runtime/test_audio_decode.py, tests/serve/test_serve.py).  With ``max_seconds`` the length is checked
 while decoding: a small file of a low-bit-rate codec can decode to hours of audio.
 
 What the callers differ in is a parameter: ``what`` names the input in the message ("audio

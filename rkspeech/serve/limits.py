@@ -39,7 +39,7 @@ LOG_EVERY_S = 10.0
 #: is answered, and a refused one is closed a few turns later, so a burst passes the cap by a few
 #: batches of descriptors: this many per listener per turn (the kernel's listen queue is made
 #: :data:`LISTEN_QUEUE` long afterwards, see :func:`deepen`).  With 64, 2,000 connections at once
-#: at a 1,024 descriptor limit still failed an accept; with 16, none (tests/test_serve_limits.py).
+#: at a 1,024 descriptor limit still failed an accept; with 16, none (tests/serve/test_serve_limits.py).
 ACCEPT_BATCH = 16
 #: the kernel's queue of connections not yet accepted (asyncio's default of 100 made a burst
 #: wait 1 s per SYN retry while the server could already answer)
@@ -134,7 +134,7 @@ def abort(transport) -> None:
     buffer discarded.  ``transport.abort()`` alone frees the descriptor, but the kernel then
     still sends what it holds (on loopback up to ~4 MB per socket) and the client, reading
     slowly, kept receiving the answer for seconds after it was dropped (measured:
-    tests/test_serve_limits.py, 80 KB/s).  SO_LINGER 0 makes the close abortive."""
+    tests/serve/test_serve_limits.py, 80 KB/s).  SO_LINGER 0 makes the close abortive."""
     import socket
     import struct
 

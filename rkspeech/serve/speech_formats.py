@@ -13,7 +13,7 @@ skip what needs a seek back: the mp3 has no Xing/LAME (gapless) frame and the FL
 says "length unknown".  Decoders therefore output the encoders' priming samples too: mp3 starts
 with :data:`ENCODER_DELAY` ``["mp3"]`` = 1105 samples (LAME's 576 plus the decoder's 529) and
 aac with 1024, and both pad their last frame; the samples in between are the wav path's
-(tests/test_serve.py measures the lag and the length).
+(tests/serve/test_serve.py measures the lag and the length).
 
 Encoding runs on the event loop, chunk by chunk: 17-45 ms per 1.6 s of speech by format
 (measured, docs/serve.md), small beside the engine's own time.
@@ -57,7 +57,7 @@ SPEECH_FORMATS = tuple(FORMATS)
 DEFAULT_FORMAT = "mp3"
 STREAM_FORMATS = ("audio", "sse")
 #: Priming samples a decoder outputs before the first input sample (streamed files carry no
-#: gapless tag); measured with PyAV 18.1 / FFmpeg's decoders on this host (tests/test_serve.py).
+#: gapless tag); measured with PyAV 18.1 / FFmpeg's decoders on this host (tests/serve/test_serve.py).
 ENCODER_DELAY = {"mp3": 1105, "aac": 1024, "flac": 0, "wav": 0, "pcm": 0}
 
 

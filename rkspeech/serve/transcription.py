@@ -6,7 +6,7 @@ response bodies.
 and ``hotwords``, which the CLI does not set: :mod:`rkspeech.serve.biasing`) with the same
 defaults (beam 5, language detected, no VAD, no word times, sampler seed 0), and the call is
 :func:`rkspeech.runtime.whisper.transcript.transcribe_audio`; SRT and VTT bodies are
-:func:`rkspeech.runtime.whisper.subtitles.render`, the writer of the CLI's files.  tests/test_serve.py
+:func:`rkspeech.runtime.whisper.subtitles.render`, the writer of the CLI's files.  tests/serve/test_serve.py
 checks a server response against the CLI's output on the same file.
 """
 

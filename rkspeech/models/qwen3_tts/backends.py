@@ -16,7 +16,7 @@
   greedy code-predictor options; the loop refuses the other combination.
 
 The torch backends here are the reference: with them the codes are those qwen-tts generates
-(``tests/test_tts_generate.py``).  Graph backends (ONNX / .rknn through ``runtime.runners``) live
+(``tests/models/test_tts_generate.py``).  Graph backends (ONNX / .rknn through ``runtime.runners``) live
 with their step graphs in ``rkspeech.stepgraph``.
 """
 

@@ -14,7 +14,7 @@ With the torch host and backends, codes follow qwen-tts 0.1.1 ``Qwen3TTSForCondi
 .generate`` (the prompt and the loop are described in ``prompt`` and ``loop``): greedy codes are
 identical, and so are sampled codes for the same seed (qwen-tts seeded with
 ``torch.manual_seed(s)``, ours with ``GenerationOptions(seed=s)``: the same draws in the same order
-from bitwise-equal distributions; ``tests/test_tts_generate.py``).
+from bitwise-equal distributions; ``tests/models/test_tts_generate.py``).
 """
 
 from __future__ import annotations

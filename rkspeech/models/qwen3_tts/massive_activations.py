@@ -17,7 +17,7 @@ text to text get ``up_proj`` row c multiplied by ``s_c`` and ``down_proj`` colum
 ``s_c`` putting each channel at 1 at its median peak times one factor for all, so that a text's
 peak (the max over the chosen channels) is ``PEAK_RATIO`` x 65504 for the median calibration text.  In exact arithmetic the layer's output is
 unchanged (the scale cancels through ``down_proj``), so the fp32 model generates what it did
-before (the same greedy codes: ``tests/test_massive_activations.py``) while channel c now peaks
+before (the same greedy codes: ``tests/models/test_massive_activations.py``) while channel c now peaks
 at ``PEAK_RATIO`` x 65504 on the calibration texts, and at 1.5-3x on other ordinary text
 (``measure_peaks``; held-out texts, measured in the test).  This is also the shape the exact
 power-of-two rescale of issue 39 deliverable 2 undoes.

@@ -7,7 +7,7 @@ attributes).  Nothing here imports torch.
 
 Bit for bit it differs from the torch backend where numpy and torch round differently: matrix
 products (BLAS summation order: 50-90 % of a projection's outputs differ in the last bits) and
-softmax; greedy codes agree (``tests/test_numpy_loop.py``; docs/numpy-runtime.md has the
+softmax; greedy codes agree (``tests/runtime/test_numpy_loop.py``; docs/numpy-runtime.md has the
 measured effect).
 
 Sampling (:func:`choose_token`) applies qwen-tts' controls in the torch sampler's order

@@ -1,7 +1,7 @@
 """Sampling options of the Qwen3-TTS loop: ``GenerationOptions`` (qwen-tts' names and defaults).
 
 The samplers that apply them are the hosts': ``torch_host.choose_token`` / ``penalize`` (exactly
-as qwen-tts 0.1.1 applies them: greedy codes identical, tests/test_tts_generate.py) and
+as qwen-tts 0.1.1 applies them: greedy codes identical, tests/models/test_tts_generate.py) and
 ``numpy_host.choose_token`` / ``penalize`` (the same distribution, another random stream)."""
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Parameter names follow ``speaker_encoder.*`` in ``model.safetensors``.  The mel front end is the
 official one (n_fft 1024, hop 256, 128 Slaney mel bands 0-12 kHz at 24 kHz, magnitude with a
 1e-9 floor, log clamp 1e-5) with the filterbank computed here in numpy, no librosa at run time
-(``tests/test_tts_generate.py`` checks it against librosa's ``filters.mel``).
+(``tests/models/test_tts_generate.py`` checks it against librosa's ``filters.mel``).
 """
 
 from __future__ import annotations

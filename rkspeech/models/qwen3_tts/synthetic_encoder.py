@@ -16,7 +16,7 @@ So a synthetic root that the official API loads unchanged needs, besides the dec
   structure and rates, narrow and shallow (1.3 M parameters, mostly the 32 codebooks, instead of
   56.2 M);
 * the ``encoder.*`` tensors of that model (``encoder_shapes`` lists them, in the key names and
-  shapes transformers 4.57's ``MimiModel`` uses; ``tests/test_synthetic_official_load.py`` checks
+  shapes transformers 4.57's ``MimiModel`` uses; ``tests/models/test_synthetic_official_load.py`` checks
   the reduced ones against the model qwen-tts builds, the published ones were checked the same way
   once: 225 tensors, 56.2 M parameters).  Float32 like the published file: with the published
   decoder, ``speech_tokenizer/model.safetensors`` is 682.3 MB, the size public notes give for the

@@ -15,7 +15,7 @@ writes what a published model root holds and what qwen-tts 0.1.1 loads with its 
 * ``speech_tokenizer/`` from ``synthetic.write_checkpoint`` (same config name and seed): the
   decoder, the Mimi encoder half and ``preprocessor_config.json``, so the root loads as it is
   through qwen-tts' public ``Qwen3TTSModel.from_pretrained(root)``
-  (``tests/test_synthetic_official_load.py``).
+  (``tests/models/test_synthetic_official_load.py``).
 
 Sources of the published values (``PUBLISHED``):
 
@@ -154,7 +154,7 @@ def write_text_tokenizer(root: Path, first_special: int | None) -> dict:
 
 #: Keys of qwen-tts 0.1.1's ``Qwen3TTSTalkerConfig`` / ``Qwen3TTSTalkerCodePredictorConfig`` that
 #: nothing reads at inference, at the classes' defaults (with ``max_window_layers`` 28, the code
-#: predictor's): every ``__init__`` key of those classes is in the file (``tests/test_synthetic_keys.py``).
+#: predictor's): every ``__init__`` key of those classes is in the file (``tests/models/test_synthetic_keys.py``).
 _UNREAD_DEFAULTS = {"initializer_range": 0.02, "tie_word_embeddings": False}
 
 

@@ -13,7 +13,7 @@ Random weights are scaled so the signal exercises what real weights exercise:
 * fan-in scaled convs/linears, Snake frequencies exp(alpha) in [0.5, 1.5];
 * attention layer scales of ~0.6 (the published init is 0.01, which would make the attention
   branch invisible and let a KV-cache bug hide): zeroing the attention branch must drop the
-  full decode below 20 dB SNR against the intact one (``tests/test_synthetic.py`` checks it);
+  full decode below 20 dB SNR against the intact one (``tests/models/test_synthetic.py`` checks it);
 * the final conv is calibrated on a short decode of random codes to an RMS of 0.15 before the
   clamp, so fewer than 1% of samples sit at +-1 (also checked).
 """
@@ -150,7 +150,7 @@ SEMANTIC_QUANTIZERS = {"num_semantic_quantizers": 1, "semantic_codebook_size": 4
 
 def official_config_json(cfg: VocoderConfig, encoder_config: dict | None = None) -> dict:
     """config.json as the published speech tokenizer lays it out (``encoder_config``: the
-    published one unless given); the key set is ``tests/test_synthetic_keys.py``'s."""
+    published one unless given); the key set is ``tests/models/test_synthetic_keys.py``'s."""
     dec = cfg.to_dict()
     dec.pop("sample_rate")
     dec.update({"max_position_embeddings": 8000, "attention_dropout": 0.0, **SEMANTIC_QUANTIZERS,

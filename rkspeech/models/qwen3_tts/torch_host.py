@@ -3,7 +3,7 @@
 :class:`TorchHost` runs the host's share of generation over the loaded ``talker`` module
 (``models.qwen3_tts.talker.Talker``), each call with the shapes qwen-tts' own code uses, so the
 floats are those of ``TTSModel`` before the loop was shared (greedy codes equal qwen-tts',
-sampled codes too for the same seed: ``tests/test_tts_generate.py``).  Prompt rows keep their
+sampled codes too for the same seed: ``tests/models/test_tts_generate.py``).  Prompt rows keep their
 autograd graph (``trained.py`` trains through ``TTSModel.build_prompt``).
 
 :class:`TorchStack` is a decoder stack with its KV cache in the shape of a graph stack

@@ -19,7 +19,7 @@ text part); the code predictor sees the talker's hidden state (detached) and cod
 embedding, then codebooks 1..14's embeddings, through ``small_to_mtp_projection``.  The talker's
 ``codec_head`` learns codebook 0 and ``codec_eos``; the code predictor's ``lm_head[j-1]`` learns
 codebook j.  The stacks run batched (``stack_forward``: the same modules as ``DecoderStack.forward``,
-causal attention over right-padded sequences; equal to it at batch 1, ``tests/test_trained_checkpoint.py``).
+causal attention over right-padded sequences; equal to it at batch 1, ``tests/models/test_trained_checkpoint.py``).
 
 **The prompt form.** Training uses the streaming prompt (``text_in_prompt=False``, qwen-tts'
 ``non_streaming_mode=False``): the text is fed one token per frame, so frame k's decision sees

@@ -15,7 +15,7 @@ Written for export to NPU-friendly graphs:
   ``Pad``/``Shape`` chain).
 
 ``Vocoder.forward(codes)`` is the full decode, numerically the official one (parity test:
-``tests/test_parity_official.py``).  The stateful step lives in ``rkspeech.stepgraph.step``;
+``tests/verify/test_parity_official.py``).  The stateful step lives in ``rkspeech.stepgraph.step``;
 it reuses these modules, and each stateful one states what it carries between steps
 (``state_shape``: the convs' ``context`` samples, the attention's ``sliding_window - 1`` KV
 slots).  The pre-transformer's blocks are in ``rkspeech.models.qwen3_tts.vocoder_transformer``.

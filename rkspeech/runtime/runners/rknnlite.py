@@ -44,7 +44,7 @@ class RknnLiteRunner(Runner):
     before the next (``runtime.golden.replay``, which feeds a state output into the next call's
     inputs, which the runtime copies in before it writes outputs).  ``overhead_s``: time spent
     in this runner around ``inference()`` (checks, casts), summed over calls.
-    Tested with a stand-in of the 2.5.0 API (tests/test_board.py), never on a board here.
+    Tested with a stand-in of the 2.5.0 API (tests/board/test_board.py), never on a board here.
     """
 
     name = "rknn-lite"

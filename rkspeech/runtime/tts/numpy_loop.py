@@ -11,7 +11,7 @@ frame graph; opened by ``runtime.tts.open_stages.open_stage_backends``).  torch 
 for voice cloning's speaker encoder (``--ref-audio``), lazily, and a missing torch is one line
 saying so.
 
-Greedy codes are those of the torch host over the same graphs (``tests/test_numpy_loop.py``);
+Greedy codes are those of the torch host over the same graphs (``tests/runtime/test_numpy_loop.py``);
 floats differ where numpy and torch round differently (``numpy_host``; docs/numpy-runtime.md).
 """
 

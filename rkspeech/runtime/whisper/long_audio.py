@@ -8,7 +8,7 @@ and faster-whisper's own window loop (seek, beam search, temperature fallback, t
 timestamps, language detection) then runs over those features: the waveform is never held whole,
 only the features (115 MB per hour; twice that for a moment at the end).  The features equal
 the whole-file ones up to the last float32 bit (see runtime.whisper.features), so the transcript
-is the whole-file one -- on the test's 2.5 min recording (tests/test_long_inputs.py) and a 60 min
+is the whole-file one -- on the test's 2.5 min recording (tests/runtime/test_long_inputs.py) and a 60 min
 file, segment for segment -- except where a window's temperature fallback sits on its threshold:
 a 30 min file of speech in noise matched for 1,625 s, then one noise window fell back where the
 whole-file run did not, and the last 2 of 53 segments differ (docs/long-inputs.md).

@@ -25,7 +25,7 @@ Time is counted where it is spent: ``model.timing`` holds seconds inside ``encod
 (``decoder_s``); everything else of a transcription is host work (feature extraction, VAD,
 faster-whisper's Python loop).
 
-Claim, checked by tests/test_whisper_model.py and measured in docs/whisper-transcribe.md: with
+Claim, checked by tests/models/test_whisper_model.py and measured in docs/whisper-transcribe.md: with
 the encoder offloaded (onnxruntime, or the rk3588 fp16 simulator), text, segment boundaries and
 word timings equal stock faster-whisper's (beam search, word timestamps, VAD, batched; on the
 simulator a word timing may move by one 20 ms frame); ``task="translate"`` once both sides seed

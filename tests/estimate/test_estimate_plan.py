@@ -41,7 +41,7 @@ I rknn building done.
 
 
 def fake_rknn(path, target, custom):
-    """A minimal .rknn container (format 6) the reader accepts (as tests/test_plan.py)."""
+    """A minimal .rknn container (format 6) the reader accepts (as tests/plan/test_plan.py)."""
     vt_fields = 12
     vtable = struct.pack("<HH", 4 + 2 * vt_fields, 8) + b"".join(
         struct.pack("<H", 4 if i == 11 else 0) for i in range(vt_fields))
@@ -392,7 +392,7 @@ def _bench():
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_estimate_plan.py"
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_estimate_plan.py"
     spec = importlib.util.spec_from_file_location("bench_estimate_plan", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

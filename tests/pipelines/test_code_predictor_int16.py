@@ -1,5 +1,5 @@
 """The code predictor's ``int16-hybrid`` build of the frame form (``code_predictor_build(dtype="int16-hybrid",
-form="frame")``, ``convert.hybrid_int16``; the step form's: tests/test_code_predictor_codebook.py): the
+form="frame")``, ``convert.hybrid_int16``; the step form's: tests/runtime/test_code_predictor_codebook.py): the
 ``int16_ready`` reduced frame graph, calibrated on greedy frames of
 ``CALIB_TEXTS``, converted w16a16i_dfp with the fp16 layers, verified on the simulator built the
 same way: 0 CPU ops, 0 REGTASK lines, greedy agreement >= 99 % (fp16 of the same graph: 98.48 %

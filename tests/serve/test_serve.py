@@ -29,7 +29,7 @@ pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 openai = pytest.importorskip("openai")
 
-from test_whisper_transcribe import SENTENCES, TINY_EN, espeak  # noqa: E402 - after the importorskips
+from speech_samples import SENTENCES, TINY_EN, espeak  # noqa: E402 - after the importorskips
 
 KEY = "test-key-123"
 

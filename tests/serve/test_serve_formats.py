@@ -1,6 +1,6 @@
 """``/v1/audio/speech`` in every OpenAI format, ``speed``, ``stream_format="sse"`` and
 ``/v1/models``, with the official ``openai`` client on loopback, over the deterministic
-``ToneSpeaker`` TEST DOUBLE (tests/test_serve.py): what is checked is the encoding and the
+``ToneSpeaker`` TEST DOUBLE (tests/serve/test_serve.py): what is checked is the encoding and the
 streaming, not a voice.  The reference is the wav path's 16-bit samples."""
 
 from __future__ import annotations

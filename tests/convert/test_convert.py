@@ -198,7 +198,7 @@ def test_sigkilled_parent_takes_its_converter_child_and_the_next_conversion_swee
     code = ("import sys; from rkspeech.convert.conversion import convert; "
             "convert(sys.argv[1], sys.argv[2], target='rk3588', show_progress=False)")
     env = {**os.environ, "RKSPEECH_TEST_CHILD_SLEEP": "60",
-           "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+           "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     parent = subprocess.Popen([sys.executable, "-c", code, str(onnx_path), str(tmp_path / "m.rknn")], env=env)
     try:
         deadline, child = time.monotonic() + 60, None

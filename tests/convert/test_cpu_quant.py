@@ -221,7 +221,7 @@ def test_placements_module_is_standard_library_only():
             "assert PLACEMENTS == ('npu', 'cpu-fp32', 'cpu-int8', 'cpu-int4'), PLACEMENTS; "
             "assert set(CPU_VARIANTS) == set(PLACEMENTS[1:]); "
             "bad = [m for m in ('numpy', 'onnx', 'onnxruntime', 'torch') if m in sys.modules]; assert not bad, bad")
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[1])
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[2])
 
 
 def test_talker_stop_frame_and_first_divergence_are_reported(tts, graphs, reference):

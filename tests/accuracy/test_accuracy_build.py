@@ -5,7 +5,7 @@ Fast by design: the reduced synthetic vocoder at B=4 is exported for real and ma
 and verify's simulator run are replaced by stand-ins: converting this step takes 90-170 s on
 the shared 2-core machine (measured 2026-12-01) and the simulator map of the same step two more
 builds, far over the 60 s a test may take.  What the stand-ins skip is tested elsewhere
-(tests/test_build.py: conversion and verify; tests/test_accuracy_map.py: the map on the
+(tests/pipelines/test_build.py: conversion and verify; tests/accuracy/test_accuracy_map.py: the map on the
 simulator, whose figures this stage only passes on).
 """
 

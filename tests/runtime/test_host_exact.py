@@ -3,7 +3,7 @@ npu ones, the plan says which graph each backend runs, and ``decode`` / ``speak 
 run the exact ones.
 
 The acceptance (issue 24 item 5), on the session's reduced build (B=16, first B=4; the fixture
-``reduced_vocoder_build``, shared with tests/test_build.py): ``rkspeech decode --backend ort``
+``reduced_vocoder_build``, shared with tests/pipelines/test_build.py): ``rkspeech decode --backend ort``
 and ``rkspeech speak --backend ort`` reach >= 100 dB against the official qwen-tts decoder on
 the float samples they write and >= 80 dB in the 16-bit wav.  The same plan with ``ort`` pointed
 at the npu graph (``backends.ort = "onnx"``) lands below both (its phase Snake: ~72 dB).

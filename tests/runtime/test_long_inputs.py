@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("faster_whisper")
 pytest.importorskip("av")
 
-from test_whisper_transcribe import SENTENCES, TINY_EN, espeak  # noqa: E402 - after the importorskips
+from speech_samples import SENTENCES, TINY_EN, espeak  # noqa: E402 - after the importorskips
 
 
 def _write(path, pcm: np.ndarray, rate: int = 16000) -> str:

@@ -19,7 +19,7 @@ pytest.importorskip("wyoming")
 pytest.importorskip("uvicorn")
 openai = pytest.importorskip("openai")
 
-from test_whisper_transcribe import SENTENCES, TINY_EN, espeak  # noqa: E402 - after the importorskips
+from speech_samples import SENTENCES, TINY_EN, espeak  # noqa: E402 - after the importorskips
 
 STREAM_TYPES = ("transcript-start", "transcript-chunk", "transcript-stop")
 

@@ -171,7 +171,7 @@ def test_serve_help_groups_by_engine():
 
 
 def test_conventions_lists_the_vocabulary():
-    text = (Path(__file__).resolve().parents[1] / "CONVENTIONS.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "CONVENTIONS.md").read_text()
     section = text.split("## CLI vocabulary", 1)[1].split("\n## ", 1)[0]
     for word in VOCABULARY:
         assert f"`{word.spelling}`" in section, word.spelling
