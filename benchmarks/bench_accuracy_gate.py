@@ -120,8 +120,8 @@ def main(argv=None) -> int:
 
     from rkspeech.accuracy.gate import GATE_TEXTS, run_gate
     from rkspeech.models.qwen3_tts.generate import TTSModel
-    from rkspeech.runtime.tts.code_predictor_codebook import CodebookCodePredictor
-    from rkspeech.runtime.tts.talker_backend import open_graph_talker
+    from rkspeech.runtime.tts.numpy_loop import NumpyTTSModel
+    from rkspeech.runtime.tts.open_stages import open_code_predictor, open_talker_for
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model-dir", required=True)
@@ -137,8 +137,9 @@ def main(argv=None) -> int:
     p.add_argument("--out")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
-    tts = TTSModel.load(args.model_dir)
-    report = {"model_dir": args.model_dir, "prompt_form": tts.cfg.prompt_form, "runs": {}}
+    tts = TTSModel.load(args.model_dir)  # the exports; the gate runs the loop speak runs (numpy), as the build's
+    host = NumpyTTSModel.load(args.model_dir)
+    report = {"model_dir": args.model_dir, "prompt_form": tts.cfg.prompt_form, "host_loop": host.host, "runs": {}}
     with tempfile.TemporaryDirectory(prefix="gate-bench-") as tmp:
         tmp = Path(tmp)
         variants = [v for v in args.variants.split(",") if v]
@@ -146,12 +147,12 @@ def main(argv=None) -> int:
 
         def talker(g, backend="ort"):
             kw = {"threads": args.threads} if backend == "ort" else {}
-            return open_graph_talker(g["decode"], g["prefill"], backend=backend, model=tts.net.talker.model, **kw)
+            return open_talker_for(host, {r: {"onnx": g[r]} for r in ("decode", "prefill")}, backend, **kw)
 
         def cp(g, backend="ort"):
             kw = {"threads": args.threads} if backend == "ort" else {}
-            return CodebookCodePredictor(g["cp_step"], backend, model=tts, heads=g.get("heads"), start=g.get("start"),
-                                         **kw)
+            return open_code_predictor("step", g["cp_step"], backend, model=host, heads=g.get("heads"),
+                                       start=g.get("start"), **kw)
 
         ref = {"talker": talker(fp32), "code_predictor": cp(fp32)}
         todo = {v: fp32 if v == "npu-sim" else variant_graphs(fp32, v, tmp, None if args.fp32_heads else args.model_dir,
@@ -168,7 +169,7 @@ def main(argv=None) -> int:
             t0 = time.perf_counter()
             backend = "sim" if name == "npu-sim" else "ort"
             v = {"talker": talker(g, backend), "code_predictor": cp(g, backend)}
-            r = run_gate(tts, reference=ref, variants=v, texts=GATE_TEXTS[:args.texts], frames=args.frames)
+            r = run_gate(host, reference=ref, variants=v, texts=GATE_TEXTS[:args.texts], frames=args.frames)
             for b in v.values():
                 b.close()
             report["runs"][name] = r
