@@ -36,9 +36,10 @@ def register(subparsers) -> None:
     f = Flags(p, "serve", environment=True)
     f.add(ASR, "--asr-model-dir", dest="whisper_model", metavar="DIR", help="CTranslate2/faster-whisper Whisper folder")
     f.add(ASR, "--asr-encoder", dest="encoder", metavar="FILE",
-          help="offloaded encoder enc.onnx / enc.rknn (omit: CTranslate2's)")
+          help="offloaded encoder enc.onnx / enc.rknn, or a 'build whisper-encoder --windows' plan.json (the "
+               "smallest window that holds each request's audio; omit: CTranslate2's)")
     f.add(ASR, "--asr-backend", dest="backend", choices=BACKENDS, default=None,
-          help="encoder runtime (default: ort for .onnx, rknnlite for .rknn)")
+          help="encoder runtime (default: ort for .onnx, rknnlite for .rknn and NPU plans)")
     f.add(ASR, "--asr-engines", dest="engines", type=int, default=None, metavar="N",
           help="transcription engines = requests transcribed at once (default: 1; rknnlite: one per NPU core)")
     f.add(ASR, "--asr-core-mask", dest="core_masks", nargs="+", choices=CORE_MASKS, default=None, metavar="MASK",
@@ -143,8 +144,11 @@ def _hotwords_file(path):
 
 
 def _asr_on_npu(args) -> bool:
-    return args.backend == "rknnlite" or bool(args.encoder and args.encoder.lower().endswith(".rknn")
-                                              and args.backend is None)
+    if args.backend is not None or not args.encoder:
+        return args.backend == "rknnlite"
+    from rkspeech.runtime.whisper.model import default_backend
+
+    return default_backend(args.encoder) == "rknnlite"
 
 
 def _core_masks(args) -> tuple:

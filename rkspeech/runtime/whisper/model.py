@@ -129,6 +129,19 @@ def check_encoder_geometry(source: str, in_shape, out_shape, *, n_mels: int, d_m
         raise _mismatch(source, "d_model", out_shape[2], d_model, f"another Whisper size's encoder? {rebuild}")
 
 
+def default_backend(encoder: str | Path) -> str:
+    """The backend ``encoder`` runs on when none is given: ``rknnlite`` for an .rknn and for a
+    plan placed on the NPU (``impl: rknn``), else ``ort`` (an .onnx, a pieces manifest)."""
+    from rkspeech.plan.whisper import is_whisper_plan, load_whisper_plan
+
+    encoder = Path(encoder)
+    if encoder.suffix.lower() == ".rknn":
+        return "rknnlite"
+    if encoder.suffix.lower() == ".json" and is_whisper_plan(encoder):
+        return "rknnlite" if load_whisper_plan(encoder).impl == "rknn" else "ort"
+    return "ort"
+
+
 def check_encoder_file(encoder: str | Path, *, model_dir: str | Path, backend: str | None = None,
                        target: str | None = None) -> tuple[str, Path | tuple[Path, ...]]:
     """(backend, file the runner opens) once ``encoder`` is known to fit the model in ``model_dir``
