@@ -19,8 +19,8 @@ def window_list(text: str) -> tuple[int, ...]:
         for s in seconds:
             bucket_frames(s)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: give whole seconds from 1 to {WINDOW_SECONDS}, comma-separated "
-                                         "(e.g. 10,30)") from None
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer or a comma-separated list of them: whole "
+                                         f"seconds from 1 to {WINDOW_SECONDS}, e.g. 10,30") from None
     if not seconds:
         raise argparse.ArgumentTypeError("give at least one window, e.g. 10,30")
     return seconds

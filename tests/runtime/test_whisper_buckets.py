@@ -153,7 +153,7 @@ def test_build_refuses_bad_windows(tmp_path, capsys):
 
     assert main(["build", "whisper-encoder", "--model-dir", str(TINY_EN), "--out-dir", str(tmp_path),
                  "--windows", "0,30"]) == 2
-    assert "whole seconds from 1 to 30" in capsys.readouterr().err
+    assert "whole seconds from 1 to 30" in capsys.readouterr().err  # argparse: one line, exit 2
     assert main(["build", "whisper-encoder", "--model-dir", str(TINY_EN), "--out-dir", str(tmp_path),
                  "--windows", "10", "--pieces", "2"]) == 2
     assert "--windows with --pieces" in capsys.readouterr().err
