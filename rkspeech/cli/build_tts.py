@@ -105,6 +105,8 @@ def _ops(row: dict) -> str:
 
 def _cpu_rows(name: str, cpu: dict | None) -> list[tuple]:
     """A CPU stage: its weights (record, sizes) and its agreement with the fp32 graph."""
+    from rkspeech.core.compare import db_text
+
     if not cpu:
         return []
     q = cpu.get("quantization")
@@ -123,7 +125,7 @@ def _cpu_rows(name: str, cpu: dict | None) -> list[tuple]:
     c = cpu.get("check")
     if c:
         tf, free = c["teacher_forced"], c["free_running"]
-        snr = f"{tf['logit_snr_db']:.1f} dB" if tf.get("logit_snr_db") is not None else "identical"
+        snr = db_text(tf.get("logit_snr_db")) + ("" if tf.get("logit_snr_db") is None else " dB")
         rows.append((f"{name} vs fp32 (teacher forced)",
                      f"agreement {100 * tf['agreement']:.2f} % of {tf['decisions']} decisions, logit SNR {snr}, "
                      f"fp32 margin median {tf['margin'].get('median', 0):.2f}"))
@@ -153,6 +155,8 @@ def _gate_rows(gate: dict | None) -> list[tuple]:
 
 
 def summary_rows(summary: dict) -> list[tuple]:
+    from rkspeech.core.compare import db_text
+
     rows: list[tuple] = [("target", summary["target"])]
     for name, row in summary["graphs"].items():
         rows.append((f"{name}: NPU / CPU ops", _ops(row)))
@@ -168,18 +172,18 @@ def summary_rows(summary: dict) -> list[tuple]:
     if sim:
         rows.append((f"code predictor on the simulator ({cp_row.get('dtype') or 'fp16'})",
                      f"greedy agreement {100 * sim['code_agreement']:.1f} % over {sim.get('frames')} frames, "
-                     f"logit SNR {sim['logit_snr_db']:.1f} dB"))
+                     f"logit SNR {db_text(sim['logit_snr_db'])} dB"))
     tv = (summary["graphs"].get("talker") or {}).get("verify")
     if tv:
         parts = []
         if tv.get("codes_identical_ort") is not None:
             parts.append(f"onnxruntime greedy codes {'identical' if tv['codes_identical_ort'] else 'DIFFER'}")
-        if tv.get("logit_snr_db") is not None:
-            parts.append(f"simulator logit SNR {tv['logit_snr_db']:.1f} dB")
+        if "logit_snr_db" in tv:  # null: identical (core.compare)
+            parts.append(f"simulator logit SNR {db_text(tv['logit_snr_db'])} dB")
         rows.append(("talker checks", "; ".join(parts) or "-"))
     v = (summary["graphs"].get("vocoder") or {}).get("verify")
     if v:
-        rows.append(("vocoder simulator step vs full decode", f"{v['snr_db']['rknn_sim_step']:.1f} dB"))
+        rows.append(("vocoder simulator step vs full decode", f"{db_text(v['snr_db']['rknn_sim_step'])} dB"))
     rows += _gate_rows(summary.get("accuracy_gate"))
     rows.append(("plan", summary["plan"]))
     rows.append(("total", f"{summary['seconds']:.0f} s"))

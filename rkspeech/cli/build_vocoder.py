@@ -52,15 +52,17 @@ def options_from(args: argparse.Namespace):
 
 
 def summary_rows(summary: dict) -> list[tuple]:
+    from rkspeech.core.compare import db_text
+
     rows = [("target", summary["target"]), ("B main / first", f"{summary['B']} / {summary['first_B'] or '-'}")]
     e = summary["export"]
     rows.append(("SNR torch step / onnxruntime step",
-                 f"{e['snr_db']['torch_step']:.1f} / {e['snr_db']['onnxruntime_step']:.1f} dB"))
+                 f"{db_text(e['snr_db']['torch_step'])} / {db_text(e['snr_db']['onnxruntime_step'])} dB"))
     rows.append(("ONNX nodes (main)", e["onnx"]["nodes"]))
     h = summary.get("export_host") or {}
     if h.get("snr_db"):  # the exact graphs the host backends run (plan.json host_onnx)
         rows.append(("host graphs (reference): torch / onnxruntime step",
-                     f"{h['snr_db']['torch_step']:.1f} / {h['snr_db']['onnxruntime_step']:.1f} dB "
+                     f"{db_text(h['snr_db']['torch_step'])} / {db_text(h['snr_db']['onnxruntime_step'])} dB "
                      "(what --backend ort runs)"))
     for role, c in summary["convert"].items():
         pl, b = c["placement"], c["build"]
@@ -83,8 +85,8 @@ def summary_rows(summary: dict) -> list[tuple]:
     if v:
         s = v["snr_db"]
         rows.append(("simulator step vs full decode",
-                     f"{s['rknn_sim_step']:.1f} dB (onnxruntime {s['onnxruntime_step']:.1f} dB)"))
-        rows.append(("simulator vs onnxruntime", f"{v['sim_vs_onnxruntime_db']:.1f} dB"))
+                     f"{db_text(s['rknn_sim_step'])} dB (onnxruntime {db_text(s['onnxruntime_step'])} dB)"))
+        rows.append(("simulator vs onnxruntime", f"{db_text(v['sim_vs_onnxruntime_db'])} dB"))
     rows.extend(accuracy_rows(summary.get("accuracy")))
     skipped = [k for k, st in summary["stages"].items() if st.get("skipped")]
     if skipped:
@@ -121,11 +123,12 @@ def accuracy_rows(acc: dict | None) -> list[tuple]:
 
 def print_summary(summary: dict) -> None:
     from rkspeech.core import progress
+    from rkspeech.core.compare import db_value
     from rkspeech.core.reporting import print_table
 
     print_table("qwen3-tts-vocoder build (NPU numerics from the x86 simulator; no board here)", summary_rows(summary))
     v = summary.get("verify")
-    if v and v["snr_db"]["rknn_sim_step"] < SIM_MIN_SNR_DB:
+    if v and db_value(v["snr_db"]["rknn_sim_step"]) < SIM_MIN_SNR_DB:
         progress.info(f"warning: simulator SNR {v['snr_db']['rknn_sim_step']:.1f} dB is below {SIM_MIN_SNR_DB:.0f} dB")
 
 

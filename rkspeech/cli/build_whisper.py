@@ -36,6 +36,8 @@ def _fmt(value, spec: str) -> str:
 
 
 def format_table(report: dict) -> str:
+    from rkspeech.core.compare import db_text
+
     d = report["dims"]
     lines = [f"Whisper encoder  {report['source']['format']} ({report['source']['stored_dtype']})  "
              f"n_mels={d['n_mels']} d={d['n_audio_state']} layers={d['n_audio_layer']} heads={d['n_audio_head']}"]
@@ -50,7 +52,7 @@ def format_table(report: dict) -> str:
         rows.append(("simulator vs torch", report["simulator"]))
     lines.append(f"{'check':<22} {'cosine':>10} {'min frame':>10} {'SNR dB':>8}")
     for name, r in rows:
-        lines.append(f"{name:<22} {r['cosine']:>10.7f} {r['cosine_min_frame']:>10.7f} {r['snr_db']:>8.1f}")
+        lines.append(f"{name:<22} {r['cosine']:>10.7f} {r['cosine_min_frame']:>10.7f} {db_text(r['snr_db']):>8}")
     lint = report.get("lint") or {}
     lint = {"": lint} if "errors" in lint else lint
     if lint:

@@ -95,6 +95,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _build_rows(summary: dict) -> list[tuple]:
     """Ops per graph, the simulator's dB and the gate's verdict, one row each."""
+    from rkspeech.core.compare import db_text
+
     rows = []
     for name, row in summary["graphs"].items():
         roles = row.get("roles") or ({"": row} if row.get("placement") else {})
@@ -111,7 +113,7 @@ def _build_rows(summary: dict) -> list[tuple]:
                                   if q.get("bits") == 4 else "")))
     voc = (summary["graphs"].get("vocoder") or {}).get("verify")
     if voc:
-        rows.append(("vocoder on the simulator", f"{voc['snr_db']['rknn_sim_step']:.1f} dB against the full decode"))
+        rows.append(("vocoder on the simulator", f"{db_text(voc['snr_db']['rknn_sim_step'])} dB against the full decode"))
     gate = summary.get("accuracy_gate") or {}
     if gate:
         rows.append(("accuracy gate", "passed" if gate.get("passed") else

@@ -43,6 +43,7 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from rkspeech.core.atomic import write_json
+    from rkspeech.core.compare import db_text
     from rkspeech.core.errors import RkspeechError
     from rkspeech.core.reporting import print_table
     from rkspeech.verify.simulator import load_artifact, verify_vocoder
@@ -72,8 +73,8 @@ def run(args: argparse.Namespace) -> int:
     res = verify_vocoder(args.model_dir, main, first, steps=args.steps, target=args.target or main.target,
                          sim_pieces=args.sim_pieces)
     rep = res.to_report()
-    rows = [(stage, f"{db:.1f} dB", " ".join(f"{x:.1f}" for x in res.per_step[stage])) for stage, db in res.snr_db.items()]
-    rows.append(("simulator vs onnxruntime", f"{res.sim_vs_ort_db:.1f} dB", ""))
+    rows = [(stage, f"{db_text(db)} dB", " ".join(db_text(x) for x in res.per_step[stage])) for stage, db in res.snr_db.items()]
+    rows.append(("simulator vs onnxruntime", f"{db_text(res.sim_vs_ort_db)} dB", ""))
     print_table(f"SNR against the full decode, {res.tokens} tokens (simulator: NPU numerics, not speed)",
                 rows, headers=("stage", "whole signal", "per main step"))
     if args.plot:

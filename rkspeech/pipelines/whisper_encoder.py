@@ -171,7 +171,7 @@ def _export(args, onnx_path: Path, check: dict[str, Path]) -> dict:
     from rkspeech.core.atomic import atomic_path
     from rkspeech.export.whisper_onnx import export_encoder
     from rkspeech.models.whisper.weights import load_whisper_encoder
-    from rkspeech.verify.compare import compare_tensors as compare
+    from rkspeech.core.compare import report_tensors as compare
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -220,7 +220,7 @@ def _load_check(check: dict[str, Path]):
 def _build_whole(args, stages, onnx_path: Path, out_dir: Path, check: dict[str, Path], report: dict) -> dict:
     """Steps 4-5 for one graph: the shared sequence, then the simulator on the check window."""
     from rkspeech.pipelines.sequence import Graph, run_sequence
-    from rkspeech.verify.compare import compare_tensors as compare
+    from rkspeech.core.compare import report_tensors as compare
 
     rknn_path = out_dir / "encoder.rknn"
     graph = Graph("encoder", onnx_path, rknn_path, report["custom_string"])
@@ -249,7 +249,7 @@ def _build_pieces(args, stages, onnx_path: Path, out_dir: Path, check: dict[str,
     """Steps 4-5 for ``parts > 1``: split, the shared sequence per piece, the pieces chained on
     the simulator."""
     from rkspeech.pipelines.sequence import Graph, run_sequence
-    from rkspeech.verify.compare import compare_tensors as compare
+    from rkspeech.core.compare import report_tensors as compare
 
     def do_split():
         import gc
@@ -361,7 +361,7 @@ def _ort_check(onnx_path: Path, mel, ref, threads: int) -> dict:
     import time
 
     from rkspeech.runtime.whisper.encoder import open_encoder
-    from rkspeech.verify.compare import compare_tensors as compare
+    from rkspeech.core.compare import report_tensors as compare
 
     with open_encoder("ort", onnx_path, threads=threads or None) as enc:
         enc(mel)  # warm-up

@@ -21,7 +21,7 @@ import numpy as np
 from rkspeech.core import progress
 from rkspeech.core.errors import RkspeechError
 from rkspeech.runtime.tts.streaming import Engine, StreamingVocoder
-from rkspeech.verify.compare import segment_snr_db, snr_db
+from rkspeech.core.compare import json_number, segment_snr_db, snr_db
 from rkspeech.verify.stepwise import full_decode, random_codes
 
 
@@ -67,8 +67,11 @@ class VerifyResult:
     golden: dict = field(default_factory=dict)  # role -> runtime.golden.record_golden's report
 
     def to_report(self) -> dict:
-        return {"tokens": self.tokens, "snr_db": self.snr_db, "sim_vs_onnxruntime_db": self.sim_vs_ort_db,
-                "per_step_snr_db": self.per_step, "sim_peak_rss_mb": self.sim_peak_rss_mb,
+        """JSON-ready: SNRs through ``core.compare.json_number`` (null: identical)."""
+        return {"tokens": self.tokens, "snr_db": {k: json_number(v) for k, v in self.snr_db.items()},
+                "sim_vs_onnxruntime_db": json_number(self.sim_vs_ort_db),
+                "per_step_snr_db": {k: [json_number(x) for x in v] for k, v in self.per_step.items()},
+                "sim_peak_rss_mb": self.sim_peak_rss_mb,
                 **({"golden": self.golden} if self.golden else {})}
 
 
