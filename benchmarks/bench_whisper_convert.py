@@ -96,7 +96,7 @@ def one_size(spec: str, model: str | None, out: Path, audio: str, threads: int, 
         row["weights"] = f"real ({model})"
     t = time.perf_counter()
     report = build_whisper_encoder(WhisperEncoderBuildOptions(
-        model=model, out=out / "build", verify_audio=audio, threads=threads, parts=parts))
+        model_dir=model, out_dir=out / "build", verify_audio=audio, threads=threads, pieces=parts))
     row["build_s"] = round(time.perf_counter() - t, 2)
     row["build_process_peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     if row["weights"] == "synthetic":

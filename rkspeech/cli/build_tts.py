@@ -21,7 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     f.add(INPUT, "--vocoder-plan", default=None,
           help="reuse this built qwen3-tts-vocoder plan.json (checked against the model) instead of "
                "building the vocoder; the vocoder flags below are then ignored")
-    f.add(OUTPUT, "--out-dir", writes="folder", dest="out", required=True, metavar="DIR",
+    f.add(OUTPUT, "--out-dir", writes="folder", required=True, metavar="DIR",
           help="output folder (plan.json, build-report.json, graphs)")
     f.add(NPU, "--target", default=DEFAULT_TARGET, choices=TARGETS)
     f.add(NPU, "--codes-length", "-B", type=int, default=64, help="vocoder tokens per main step (default 64)")
@@ -39,9 +39,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     f.add(NPU, "--talker-prefill", type=int, default=32, help="talker positions per prefill call")
     f.add(NPU, "--timeout", type=float, default=None, help="per-conversion timeout, seconds")
     f.add(NPU, "--fail-on-cpu", action="store_true", help="fail when compute ops land on the CPU")
-    f.add(SIM_CHECK, "--skip-sim", dest="skip_verify", action="store_true",
+    f.add(SIM_CHECK, "--skip-sim", action="store_true",
           help="no simulator verification (the talker's onnxruntime check is skipped with it)")
-    f.add(SIM_CHECK, "--pieces", dest="sim_pieces", type=int, default=1, metavar="N",
+    f.add(SIM_CHECK, "--pieces", type=int, default=1, metavar="N",
           help="simulate the vocoder in N graph pieces (default 1)")
     f.add(SIM_CHECK, "--verify-steps", type=int, default=3, help="vocoder main steps run on the simulator")
     f.add(SIM_CHECK, "--verify-frames", type=int, default=50,
@@ -80,14 +80,14 @@ def options_from(args: argparse.Namespace):
     from rkspeech.pipelines.tts_build import TTSBuildOptions
 
     return TTSBuildOptions(
-        out=args.out, model_dir=args.model_dir, target=args.target, vocoder_plan=args.vocoder_plan,
+        out_dir=args.out_dir, model_dir=args.model_dir, target=args.target, vocoder_plan=args.vocoder_plan,
         codes_length=args.codes_length,
         first_length=args.first_length, formulation=args.formulation, verify_steps=args.verify_steps,
-        sim_pieces=args.sim_pieces, verify_frames=args.verify_frames, skip_code_predictor=args.skip_code_predictor,
+        pieces=args.pieces, verify_frames=args.verify_frames, skip_code_predictor=args.skip_code_predictor,
         code_predictor_dtype=args.code_predictor_dtype, code_predictor_form=args.code_predictor_form,
         code_predictor_calibration_frames=args.code_predictor_calibration_frames,
         talker_capacity=args.talker_capacity, talker_prefill=args.talker_prefill, skip_talker=args.skip_talker,
-        skip_talker_rknn=args.skip_talker_rknn, skip_verify=args.skip_verify, timeout=args.timeout,
+        skip_talker_rknn=args.skip_talker_rknn, skip_sim=args.skip_sim, timeout=args.timeout,
         fail_on_cpu=args.fail_on_cpu, force=args.force, talker=args.talker, code_predictor=args.code_predictor,
         vocoder=args.vocoder, cpu_threads=args.cpu_threads, int4_block=args.int4_block,
         int4_symmetric=args.int4_symmetric, cpu_check_frames=args.cpu_check_frames,

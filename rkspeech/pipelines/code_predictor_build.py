@@ -18,7 +18,7 @@ against fp16's 98.48 %; step form 99.06 % against fp16's 98.14 % over the build'
 docs/code-predictor-step.md).
 
 ``build_code_predictor`` returns the JSON-able report the ``rkspeech build qwen3-tts`` plan keeps
-per graph: ``artifacts``, ``placement``, ``build``, ``rknn``, ``sim`` (None with ``skip_verify``).
+per graph: ``artifacts``, ``placement``, ``build``, ``rknn``, ``sim`` (None with ``skip_sim``).
 The verify frames come from greedy ``TTSModel`` runs (the talker in torch) whose code-predictor
 inputs are captured (``greedy_frames_with_inputs``) and replayed through the simulator; the talker
 is the slow part at the published size (~2 s a frame on the 2-core build host).
@@ -131,7 +131,7 @@ def check_torch_frame_graph(ref_logits, torch_codes) -> None:
 
 
 def build_code_predictor(stages, files, out: Path, *, target: str, verify_frames: int = 20,
-                         skip_verify: bool = False, timeout: float | None = None, model=None,
+                         skip_sim: bool = False, timeout: float | None = None, model=None,
                          dtype: str = "fp16", calibration_frames: int = 240, hybrid=None,
                          form: str = DEFAULT_FORM, convert: bool = True, layout: dict | None = None) -> dict:
     """Run (or resume) the code predictor's stages in ``out / "code_predictor"``; the report.
@@ -220,12 +220,12 @@ def build_code_predictor(stages, files, out: Path, *, target: str, verify_frames
     # the golden replay: onnxruntime's when the simulator is skipped, else the verify stage's own
     # simulator build records it (one build instead of two)
     seq = run_sequence(stages, [graph], target=target, timeout=timeout, prefix="code_predictor_",
-                       golden="ort" if skip_verify else None)
+                       golden="ort" if skip_sim else None)
     lint = {k: seq["lint"][shape.role][k] for k in ("errors", "warnings")}
     conv, inspect = seq["convert"][shape.role], seq["inspect"][shape.role]
 
     sim = None
-    if not skip_verify:
+    if not skip_sim:
         def do_verify():
             tts = model.get()
             captured = capture_frames(tts, verify_frames)

@@ -48,9 +48,9 @@ def onnx_vs_torch(step, path, *, start: int | None = None) -> dict:
     return {name: float(np.abs(got[name] - w).max()) for name, w in zip(contract.output_names, want)}
 
 def build_talker(stages, files, out: Path, *, target: str, capacity: int, prefill_B: int, skip_rknn: bool,
-                 skip_verify: bool, timeout: float | None, verify_frames: int = 24,
+                 skip_sim: bool, timeout: float | None, verify_frames: int = 24,
                  kv_layout: str = "heads", cache_io: str = "flat", model=None) -> dict:
-    """Export, lint, convert (unless ``skip_rknn``) and verify (unless ``skip_verify``) the talker.
+    """Export, lint, convert (unless ``skip_rknn``) and verify (unless ``skip_sim``) the talker.
     ``model``: a ``LazyTTSModel`` shared with the build's other stages (default: one of its own)."""
     if model is None:
         from rkspeech.models.qwen3_tts.generate import LazyTTSModel
@@ -94,13 +94,13 @@ def build_talker(stages, files, out: Path, *, target: str, capacity: int, prefil
     # the golden replays: onnxruntime's when the simulator is skipped, else recorded by the verify
     # stage's own simulator build (no separate one)
     seq = run_sequence(stages, graphs, target=target, timeout=timeout, prefix="talker_", convert=not skip_rknn,
-                       golden=None if skip_rknn else ("ort" if skip_verify else None))
+                       golden=None if skip_rknn else ("ort" if skip_sim else None))
     lint_rep, convert_reps = seq["lint"], seq["convert"]
 
     artifacts = {role: {"onnx": str(onnx_paths[role]), "rknn": None if skip_rknn else str(rknn_paths[role])}
                  for role in ROLES}
     verify_rep = None
-    if not skip_verify:
+    if not skip_sim:
         def do_verify():
             return verify_talker(model.get(), artifacts, sim=not skip_rknn, frames=verify_frames, target=target,
                                  sim_log=str(root / "simulator.log"), goldens=None if skip_rknn else graphs)

@@ -78,7 +78,7 @@ class VerifyResult:
 def verify_vocoder(model_dir, main: Artifact, first: Artifact | None = None, *, steps: int = 3,
                    target: str | None = None, seed: int = 0, threads: int = 2,
                    sim_log: str | None = None, sim_memory_limit_mb: float | None = None,
-                   sim_pieces: int = 1, goldens: dict[str, Path] | None = None) -> VerifyResult:
+                   pieces: int = 1, goldens: dict[str, Path] | None = None) -> VerifyResult:
     """Full decode vs onnxruntime step vs simulator step, over ``steps`` main steps.
 
     ``goldens``: role ("main", "first") -> where to write that graph's golden replay
@@ -92,8 +92,8 @@ def verify_vocoder(model_dir, main: Artifact, first: Artifact | None = None, *, 
 
     if steps < 1:
         raise RkspeechError(f"--steps must be >= 1, got {steps}")
-    if sim_pieces < 1:
-        raise RkspeechError(f"--pieces must be >= 1, got {sim_pieces}")
+    if pieces < 1:
+        raise RkspeechError(f"--pieces must be >= 1, got {pieces}")
     c = main.contract
     if first is not None and not c.compatible_cache(first.contract):
         raise RkspeechError("first and main graphs do not share one cache layout")
@@ -142,7 +142,7 @@ def verify_vocoder(model_dir, main: Artifact, first: Artifact | None = None, *, 
     # memory limit: the caller's, else open_runner's default (90 % of the memory available now)
     limit = {} if sim_memory_limit_mb is None else {"memory_limit_mb": sim_memory_limit_mb}
     def sim_runner(a: Artifact):
-        r = open_runner("sim", a.onnx, target=target, dtype="fp16", log_path=sim_log, pieces=sim_pieces, **limit)
+        r = open_runner("sim", a.onnx, target=target, dtype="fp16", log_path=sim_log, pieces=pieces, **limit)
         role = "main" if a is main else "first"
         if goldens and role in goldens:
             from rkspeech.runtime.golden import golden_inputs, record_golden

@@ -143,7 +143,7 @@ def test_one_threads_flag_one_default():
     seen = {}
     for cmd, parser in COMMANDS.items():
         for action in parser._actions:
-            if action.dest == "threads" and action.help is not argparse.SUPPRESS:
+            if action.dest in ("threads", "asr_threads") and action.help is not argparse.SUPPRESS:
                 assert action.option_strings == ["--asr-threads" if cmd == "serve" else "--threads"], cmd
                 assert action.default == threads_default(cmd), cmd
                 assert action.type is vocabulary.number(int, None) and action.metavar == "N", cmd
