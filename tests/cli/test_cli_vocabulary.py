@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
+from rkfixtures import cli_commands
 
 from rkspeech.cli import build_parser, vocabulary
 from rkspeech.cli.vocabulary import (
@@ -42,18 +43,7 @@ REQUIRED = {
 }
 
 
-def _commands(parser: argparse.ArgumentParser, prefix: str = "") -> dict[str, argparse.ArgumentParser]:
-    """Every leaf command's parser, by the words that select it ("build qwen3-tts")."""
-    out = {}
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                path = f"{prefix} {name}".strip()
-                out.update(_commands(sub, path) or {path: sub})
-    return out
-
-
-COMMANDS = _commands(build_parser())
+COMMANDS = cli_commands()
 
 
 def _action(command: str, spelling: str) -> argparse.Action:

@@ -10,8 +10,8 @@ import ast
 from pathlib import Path
 
 import pytest
+from rkfixtures import cli_commands
 
-from rkspeech.cli import build_parser
 from rkspeech.cli.vocabulary import ALIASES
 
 PACKAGE = Path(__file__).resolve().parents[2] / "rkspeech"
@@ -34,17 +34,7 @@ def _ident(spelling: str) -> str:
     return spelling.lstrip("-").replace("-", "_")
 
 
-def _commands(parser: argparse.ArgumentParser, prefix: str = "") -> dict[str, argparse.ArgumentParser]:
-    out = {}
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                path = f"{prefix} {name}".strip()
-                out.update(_commands(sub, path) or {path: sub})
-    return out
-
-
-COMMANDS = _commands(build_parser())
+COMMANDS = cli_commands()
 
 
 def _flags(parser):
