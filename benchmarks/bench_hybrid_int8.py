@@ -318,7 +318,8 @@ def main(argv=None) -> int:
              "snr_db": json_number(snr_db(np.concatenate([x.ravel() for x in ref]),
                                           np.concatenate([x.ravel() for x in outs]))),
              "snr_db_per_window": [json_number(snr_db(a.ravel(), b.ravel())) for a, b in zip(ref, outs)],
-             **({} if args.vocoder else {"cosine_min_frame": round(min(float(cosine_per_row(a, b).min()) for a, b in zip(ref, outs)), 5)}),
+             **({} if args.vocoder else {"cosine_min_frame": round(min(float(cosine_per_row(a, b).min())
+                                                                       for a, b in zip(ref, outs)), 5)}),
              **score(outs), "cost": cost}
         results["variants"][variant] = r
         print(variant, {k: v for k, v in r.items() if k not in ("transcripts", "int8_layers")}, flush=True)

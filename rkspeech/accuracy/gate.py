@@ -1,9 +1,9 @@
 """The accuracy gate: is a quantized (or otherwise approximate) talker / code predictor safe to place?
 
 Each stage is measured against its fp32 graph over many utterances (``GATE_TEXTS``, speakers and
-languages cycled over the checkpoint's own lists: ``core.capture.cycled_requests``), in the prompt form the checkpoint records
-(``TTSConfig.default_text_in_prompt``; the trained synthetic checkpoint is confident only in the
-streaming form), through the generation loop of the model it is given: the build gives it
+languages cycled over the checkpoint's own lists: ``core.capture.cycled_requests``), in the prompt
+form the checkpoint records (``TTSConfig.default_text_in_prompt``; the trained synthetic checkpoint
+is confident only in the streaming form), through the generation loop of the model it is given: the build gives it
 ``runtime.tts.numpy_loop.NumpyTTSModel`` with the stages opened for it (``pipelines.cpu_stages``),
 the loop ``speak`` runs on a stage plan (the numpy host, its RoPE recipe, its heads):
 

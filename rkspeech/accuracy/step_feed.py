@@ -17,8 +17,8 @@ def stepwise_feed(onnx_path, step: int, specs: dict, seed: int = 0, threads: int
     """The feed of step ``step`` (1-based) of a stepwise decode of ``onnx_path``, cast to the
     graph's input dtypes ``specs``."""
     from rkspeech.contracts.read import read_contract
-    from rkspeech.core.capture import RecordingRunner
     from rkspeech.contracts.vocoder import VocoderContract
+    from rkspeech.core.capture import RecordingRunner
     from rkspeech.runtime.runners import open_runner
     from rkspeech.runtime.tts.streaming import Engine, StreamingVocoder
     from rkspeech.verify.stepwise import random_codes

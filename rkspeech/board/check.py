@@ -190,7 +190,8 @@ def check_graph(g: BoardGraph, o: CheckBoardOptions, target: str | None) -> dict
 def _failure_line(graph: str, step: dict) -> str:
     bad = next(r for r in step["outputs"] if not r["ok"])
     return (f"{graph}, step {step['step']}: output {bad['output']} differs from the golden replay "
-            f"(SNR {snr_text(bad)}{'' if bad.get('nonfinite') else ' dB'}, cosine {bad['cosine']}; pass marks {SIM_MIN_SNR_DB:g} dB, "
+            f"(SNR {snr_text(bad)}{'' if bad.get('nonfinite') else ' dB'}, "
+            f"cosine {bad['cosine']}; pass marks {SIM_MIN_SNR_DB:g} dB, "
             f"{GOLDEN_MIN_COSINE:g})")
 
 

@@ -48,7 +48,8 @@ def run(args: argparse.Namespace) -> int:
     rows = []
     for g in rep["graphs"]:
         graded = [r for s in g["steps"] for r in s["outputs"] if r["graded"]]
-        worst = min(graded, key=lambda r: -math.inf if r.get("nonfinite") else db_value(r["snr_db"])) if graded else None
+        worst = (min(graded, key=lambda r: -math.inf if r.get("nonfinite") else db_value(r["snr_db"]))
+                 if graded else None)
         t, e = g["timing"], g["estimate"]
         rows.append((g["graph"], "ok" if g["ok"] else "FAIL", len(g["steps"]),
                      snr_text(worst, 1) if worst else "-", _fmt(worst["cosine"], 6) if worst else "-",

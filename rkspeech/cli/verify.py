@@ -73,7 +73,8 @@ def run(args: argparse.Namespace) -> int:
     res = verify_vocoder(args.model_dir, main, first, steps=args.steps, target=args.target or main.target,
                          pieces=args.pieces)
     rep = res.to_report()
-    rows = [(stage, f"{db_text(db)} dB", " ".join(db_text(x) for x in res.per_step[stage])) for stage, db in res.snr_db.items()]
+    rows = [(stage, f"{db_text(db)} dB", " ".join(db_text(x) for x in res.per_step[stage]))
+            for stage, db in res.snr_db.items()]
     rows.append(("simulator vs onnxruntime", f"{db_text(res.sim_vs_ort_db)} dB", ""))
     print_table(f"SNR against the full decode, {res.tokens} tokens (simulator: NPU numerics, not speed)",
                 rows, headers=("stage", "whole signal", "per main step"))

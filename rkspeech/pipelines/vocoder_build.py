@@ -131,7 +131,8 @@ def _build(o: VocoderBuildOptions, files, out: Path) -> dict:
                                   goldens=goldens).to_report()
 
         goldens = {role: golden_path(p) for role, p in rknn_paths.items()}
-        verify_report = stages.run("verify", {"steps": o.verify_steps, "target": o.target, "sim_pieces": o.pieces,  # the fingerprint's key as before: older builds resume
+        # "sim_pieces": the fingerprint keeps the flag's old name, so a folder built before resumes
+        verify_report = stages.run("verify", {"steps": o.verify_steps, "target": o.target, "sim_pieces": o.pieces,
                                               "golden": 1},
                                    ckpt_inputs + list(roles.values()) + list(rknn_paths.values()),
                                    lambda: list(goldens.values()), do_verify)
