@@ -117,18 +117,19 @@ def make_plan(d, *, ffn=64, cp_ffn=32, tts=True, cp_rknn=False, int4=False, voc_
     if tts:
         pre = step_graph(d / "talker_prefill.onnx", talker(16), ffn, int4=int4)
         dec = step_graph(d / "talker_decode.onnx", talker(1), ffn, int4=int4)
-        stages["talker"] = stage_section(impl="onnx", target=None, base=d, contract=talker(1).to_dict(),
+        stages["talker"] = stage_section(placement="cpu-fp32", target=None, base=d, contract=talker(1).to_dict(),
                                          artifacts={"prefill": {"onnx": pre}, "decode": {"onnx": dec}})
         cpc = talker(1, cap=16, model=CODE_PREDICTOR_STEP_MODEL)
         cp = step_graph(d / "cp_step.onnx", cpc, cp_ffn, int4=int4)
         files = {"onnx": cp}
         if cp_rknn:
             files["rknn"] = rknn_with_log(d / "cp_step.rknn", cpc.to_json(), layers=20)
-        stages["code_predictor"] = stage_section(impl="rknn" if cp_rknn else "onnx", target="rk3588", base=d,
+        stages["code_predictor"] = stage_section(placement="npu" if cp_rknn else "cpu-fp32", target="rk3588", base=d,
                                                  contract=cpc.to_dict(), artifacts={"step": files})
         for name, sec in (extra or {}).items():
-            stages[name].update(sec)
-    return write_plan(d / "plan.json", impl="rknn", target="rk3588",
+            stages[name].update({k: v for k, v in sec.items() if k != "artifacts"})
+            stages[name]["artifacts"].update(sec.get("artifacts", {}))
+    return write_plan(d / "plan.json", placement="npu", target="rk3588",
                       contracts={"main": voc_contract(16), "first": voc_contract(4)},
                       rknn={"main": mainr, "first": first}, stages=stages, extra=build)
 
@@ -269,7 +270,7 @@ def test_start_graph_takes_two_positions_in_one_call(tmp_path):
     d = tmp_path / "b"
     d.mkdir()
     step_graph(d / "cp_start.onnx", talker(2, cap=16, model=CODE_PREDICTOR_STEP_MODEL), 32)
-    rep = estimate_plan(make_plan(d, extra={"code_predictor": {"start": "cp_start.onnx"}}))
+    rep = estimate_plan(make_plan(d, extra={"code_predictor": {"artifacts": {"start": {"onnx": "cp_start.onnx"}}}}))
     s = by_stage(rep)
     assert s["code predictor"]["calls_per_audio_s"] == pytest.approx(14 * 12.5)
     assert s["code predictor start"]["calls_per_audio_s"] == pytest.approx(12.5)
@@ -313,7 +314,7 @@ def test_quantized_head_graphs_are_priced_from_their_files(tmp_path):
     rec = {"codec_head": [3072, H], "code_predictor_heads": [15, 256, H], "dtype": "float32",
            "bytes_per_frame": 4 * (3072 * H + 15 * 256 * H)}
     plan = make_plan(d, build={"host_heads": rec},
-                     extra={"code_predictor": {"heads": {j: p.name for j, p in heads.items()}}})
+                     extra={"code_predictor": {"artifacts": {f"head{j}": {"onnx": p.name} for j, p in heads.items()}}})
     row = by_stage(estimate_plan(plan))["host heads"]
     per_head = onnx_call(heads["1"], positions=1).weight_bytes  # 4-bit blocks + scales + zero points
     assert per_head < 4 * 256 * H / 4  # under a quarter of the fp32 head
@@ -440,7 +441,7 @@ def vocoder_graph(path, k: VocoderContract, channels=8):
 def test_vocoder_on_the_cpu_is_priced_by_its_convs(tmp_path, capsys):
     k = voc_contract(4)
     g = vocoder_graph(tmp_path / "voc.onnx", k)
-    plan = write_plan(tmp_path / "plan.json", impl="onnx", target=None, contracts={"main": k}, onnx={"main": g})
+    plan = write_plan(tmp_path / "plan.json", placement="cpu-fp32", target=None, contracts={"main": k}, onnx={"main": g})
     rep = estimate_plan(plan)
     voc = by_stage(rep)["vocoder main"]
     assert voc["unit"] == "cpu" and voc["calls_per_audio_s"] == pytest.approx(12.5 / 4)

@@ -80,9 +80,9 @@ def plans(tmp_path_factory, reduced_model, tts):
             shutil.copy(p, sub / p.name)
         plan = write_ort_plan(sub, {r: sub / p.name for r, p in graphs.items()})
         raw = json.loads(plan.read_text())
-        raw["code_predictor"] = stage_section(impl="onnx", target=None, artifacts={form: {"onnx": cp}},
+        raw["code_predictor"] = stage_section(placement="cpu-fp32", target=None, artifacts={form: {"onnx": cp}},
                                               contract=_contract(cp), base=sub)
-        raw["talker"] = stage_section(impl="onnx", target=None,
+        raw["talker"] = stage_section(placement="cpu-fp32", target=None,
                                       artifacts={r: {"onnx": p} for r, p in talker.items()},
                                       contract=_contract(talker["decode"]), base=sub)
         plan.write_text(json.dumps(raw))

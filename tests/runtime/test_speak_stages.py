@@ -46,9 +46,9 @@ def stage_plan(tmp_path_factory, reduced_model, tts_custom_ckpt):
         return json.loads(read_onnx_metadata(path)["rkspeech.contract"])
 
     raw = json.loads(plan.read_text())
-    raw["code_predictor"] = stage_section(impl="onnx", target=None, artifacts={"frame": {"onnx": cp}},
+    raw["code_predictor"] = stage_section(placement="cpu-fp32", target=None, artifacts={"frame": {"onnx": cp}},
                                           contract=contract(cp), base=d)
-    raw["talker"] = stage_section(impl="onnx", target=None, artifacts={r: {"onnx": p} for r, p in talker.items()},
+    raw["talker"] = stage_section(placement="cpu-fp32", target=None, artifacts={r: {"onnx": p} for r, p in talker.items()},
                                   contract=contract(talker["decode"]), base=d)
     plan.write_text(json.dumps(raw))
     return plan
