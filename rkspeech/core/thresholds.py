@@ -34,3 +34,15 @@ GATE_MIN_STOPPED_REFERENCE = 0.5  # utterances the fp32 run must end by itself (
 #: What the build does with the gate (``build qwen3-tts --gate``): refuse an unsafe placement (the
 #: default), warn (the plan is written, the failures recorded as a warning), off (not measured).
 GATE_MODES = ("refuse", "warn", "off")
+
+# The speech check (``rkspeech speech-check qwen3-tts``, ``accuracy.speech_judge``): held-out
+# sentences spoken through the fp32 stages and through the plan, both transcribed by Whisper.
+#: the plan's character error rate may exceed fp32's by at most this (public practice: a CER delta
+#: below 0.05 between an accelerated Qwen3-TTS and its reference, qwen3-tts-triton).  Measured on
+#: espeak-ng speech through Whisper tiny.en (docs/speech-check.md): the same clean speech on both
+#: sides is 0.0; clean against the same speech under 5 dB white noise is far above the mark.
+SPEECH_MAX_CER_DELTA = 0.05
+#: above this character error rate the fp32 side does not speak (a synthetic root's random weights
+#: make noise; Whisper then writes a few words or none): nothing is judged.  Clean espeak-ng
+#: speech measured ~0.0-0.1 through tiny.en (docs/speech-check.md), a synthetic root's noise ~1.0.
+SPEECH_MAX_REFERENCE_CER = 0.5
