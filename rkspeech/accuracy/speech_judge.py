@@ -85,6 +85,12 @@ def corpus_cer(references, hypotheses) -> float:
     return CerCount(sum(c.edits for c in counts), sum(c.chars for c in counts)).cer
 
 
+def speaks(texts, reference_transcripts, max_reference_cer: float = SPEECH_MAX_REFERENCE_CER) -> bool:
+    """Whether the fp32 side speaks: its CER over ``texts`` (rounded to 4 places, as reported) is at
+    most ``max_reference_cer``; when it does not, :func:`judge_speech` judges nothing."""
+    return round(corpus_cer(texts, reference_transcripts), 4) <= max_reference_cer
+
+
 @dataclass(frozen=True)
 class SpeechVerdict:
     """What :func:`judge_speech` decided.  ``status``: ``pass``, ``fail`` or ``not-judged`` (the
@@ -128,7 +134,7 @@ def judge_speech(texts, reference_transcripts, plan_transcripts=None, *,
     rows = [{"text": t, "reference_transcript": r, "reference_cer": round(cer(t, r), 4)}
             for t, r in zip(texts, reference_transcripts, strict=True)]
     marks = {"max_cer_delta": max_cer_delta, "max_reference_cer": max_reference_cer}
-    if ref_cer > max_reference_cer:
+    if not speaks(texts, reference_transcripts, max_reference_cer):
         return SpeechVerdict(NOT_JUDGED, ref_cer, None, None, **marks, sentences=rows,
                              message=f"not judged: the fp32 side does not speak (its CER {ref_cer:.3f} > "
                                      f"{max_reference_cer:g} over {len(texts)} sentences); nothing was judged")
