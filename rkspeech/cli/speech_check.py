@@ -72,11 +72,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"rkspeech speech-check: {verdict['message']}", file=sys.stdout)
         return EXIT_NOT_JUDGED
     fp32, plan = report["sides"]["fp32"], report["sides"]["plan"]
+    where = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in report["placements"].items())
     rows = [("sentences", f"{len(report['texts'])} ({sum(len(t) for t in report['texts'])} characters)"),
-            ("fp32 side", f"CER {verdict['reference_cer']:.3f} ({fp32['audio_seconds']:.1f} s of speech; "
-                          + ", ".join(f"{k} {v}" for k, v in fp32["stages"].items()) + ")"),
-            (f"plan side ({report['backend']})", f"CER {verdict['plan_cer']:.3f} ({plan['audio_seconds']:.1f} s; "
-                                                 + ", ".join(f"{k} {v}" for k, v in plan["stages"].items()) + ")"),
+            ("fp32 side", f"CER {verdict['reference_cer']:.3f} ({fp32['audio_seconds']:.1f} s of speech)"),
+            (f"plan side ({report['backend']}{'; ' + where if where else ''})",
+             f"CER {verdict['plan_cer']:.3f} ({plan['audio_seconds']:.1f} s of speech)"),
             ("CER delta", f"{verdict['delta']:+.3f} (mark {verdict['max_cer_delta']:g})"),
             *[(f"  #{i} {r['plan_cer']:.3f} vs {r['reference_cer']:.3f}", r["plan_transcript"] or "(nothing heard)")
               for i, r in enumerate(verdict["sentences"], 1) if r["plan_cer"] != r["reference_cer"]],

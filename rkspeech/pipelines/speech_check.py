@@ -275,7 +275,9 @@ def run_speech_check(model_dir, plan_path, options: SpeechCheckOptions | None = 
             fp32_graphs(plan, name)
     report = {"model_dir": str(model_dir), "plan": str(plan_path), "backend": options.backend,
               "asr_model_dir": str(asr_dir), "asr_options": dict(WHISPER_OPTIONS), "texts": texts,
-              "request": request, "frames_per_char": FRAMES_PER_CHAR, "sides": {"fp32": None, "plan": None}}
+              "request": request, "frames_per_char": FRAMES_PER_CHAR,
+              "placements": {k: v.placement for k, v in plan.stages.items() if v is not None},
+              "sides": {"fp32": None, "plan": None}}
     with Transcriber(asr_dir, threads=options.threads) as transcriber:
         # the fp32 side: the plan's vocoder on onnxruntime, its stages' fp32 graphs (opened here:
         # host_stages keeps the Speaker from opening the plan's own)

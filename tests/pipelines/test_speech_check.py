@@ -148,6 +148,30 @@ def test_told_to_judge_it_speaks_through_the_plan(tts_custom_ckpt, cpu_plan, tmp
     assert ".int8.onnx" in plan["stages"]["code_predictor"] and len(plan["transcripts"]) == 1
 
 
+def test_a_degraded_plan_fails_the_command(tts_custom_ckpt, cpu_plan, espeak_side, monkeypatch, capsys):
+    """The command's judging path end to end with speech that exists here: its two sides speak
+    espeak-ng's waves (clean for fp32, under 5 dB noise for the plan) in place of the synthetic
+    root's noise; everything after synthesis (transcription, verdict, table, exit code) is the
+    command's own: exit 1, the table and the FAIL line on stdout."""
+    from rkspeech.cli import main
+    from rkspeech.pipelines import speech_check
+
+    texts, waves, _, _ = espeak_side
+
+    def spoken(speaker, said, request, label):
+        assert speaker.sample_rate == RATE
+        return [{"pcm": waves[texts.index(t)] if label == "fp32" else _noisy(waves[texts.index(t)], 5, i),
+                 "frames": 1, "seconds": 0.0, "cut": []} for i, t in enumerate(said)]
+
+    monkeypatch.setattr(speech_check, "synthesize", spoken)
+    rc = main(["speech-check", "qwen3-tts", "--model-dir", str(tts_custom_ckpt), "--plan", str(cpu_plan),
+               "--sentences", "2"])
+    out, err = capsys.readouterr()
+    last = out.strip().splitlines()[-1]
+    assert rc == 1 and last.startswith("rkspeech speech-check: FAIL: CER fp32 "), (out, err[-2000:])
+    assert "CER delta" in out and "cpu-int8" in out
+
+
 @pytest.mark.parametrize("argv,message", [
     (["--plan", "{tmp}/nope/plan.json"], "nope/plan.json"),
     (["--sentences", "19"], "--sentences must be 1-18"),
