@@ -86,9 +86,21 @@ def corpus_cer(references, hypotheses) -> float:
 
 
 def speaks(texts, reference_transcripts, max_reference_cer: float = SPEECH_MAX_REFERENCE_CER) -> bool:
-    """Whether the fp32 side speaks: its CER over ``texts`` (rounded to 4 places, as reported) is at
-    most ``max_reference_cer``; when it does not, :func:`judge_speech` judges nothing."""
-    return round(corpus_cer(texts, reference_transcripts), 4) <= max_reference_cer
+    """Whether the fp32 side speaks: its CER over ``texts`` is at most ``max_reference_cer``; when it
+    does not, :func:`judge_speech` judges nothing."""
+    return corpus_cer(texts, reference_transcripts) <= max_reference_cer
+
+
+def cannot_speak(texts, reference_transcripts, max_reference_cer: float = SPEECH_MAX_REFERENCE_CER) -> bool:
+    """Whether the fp32 side is already known not to speak after the first ``len(reference_transcripts)``
+    of ``texts``: their edits alone exceed ``max_reference_cer`` of all the texts' characters, so
+    no later sentence can bring the CER down to the mark (and the CER of the sentences heard so
+    far is above it too: :func:`judge_speech` of them is not judged).  Lets the check stop early on
+    a root that makes noise (5 sentences of noise: decided after 3)."""
+    heard = list(reference_transcripts)
+    edits = sum(count(t, h).edits for t, h in zip(texts, heard))
+    chars = sum(len(normalize_text(t)) for t in texts)
+    return edits > max_reference_cer * chars
 
 
 @dataclass(frozen=True)

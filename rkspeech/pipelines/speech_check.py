@@ -181,7 +181,7 @@ def load_model(model_dir, plan):
     return TTSModel.load(model_dir)
 
 
-def synthesize(speaker, texts, request: dict, label: str) -> list[dict]:
+def synthesize(speaker, texts, request: dict) -> list[dict]:
     """Each text spoken greedily by ``speaker`` (a ``Speaker``): ``{"pcm", "frames", "seconds",
     "cut"}``.  A sentence the model ends at once is empty audio (Whisper then hears nothing:
     a CER of 1), not an error."""
@@ -191,7 +191,7 @@ def synthesize(speaker, texts, request: dict, label: str) -> list[dict]:
     from rkspeech.runtime.tts.speak import SpeechTiming
 
     out = []
-    for text in progress.track(list(texts), f"speech check: {label}, synthesize"):
+    for text in texts:
         timing = SpeechTiming()
         options = GenerationOptions.greedy(max_new_tokens=max_frames(text) + 1)  # N frames take N + 1 steps
         t0 = time.perf_counter()
@@ -240,11 +240,18 @@ class Transcriber:
         self.close()
 
 
-def _side(speaker, texts, request, label: str, transcriber) -> dict:
+def _side(speaker, texts, request, label: str, transcriber, *, stop=None) -> dict:
+    """``texts`` spoken by ``speaker`` and transcribed, one sentence after the other; ``stop(heard)``
+    (the transcripts so far) True ends the side early."""
     rate = speaker.sample_rate
-    spoken = synthesize(speaker, texts, request, label)
-    heard = [transcriber(s["pcm"], rate)
-             for s in progress.track(spoken, f"speech check: {label}, transcribe")]
+    spoken, heard = [], []
+    for text in progress.track(list(texts), f"speech check: {label}, speak and transcribe"):
+        spoken += synthesize(speaker, [text], request)
+        heard.append(transcriber(spoken[-1]["pcm"], rate))
+        if stop is not None and stop(heard):
+            progress.info(f"speech check: {label}: after {len(heard)} of {len(texts)} sentences the rest cannot "
+                          "change the verdict")
+            break
     return {"stages": dict(speaker.stage_names), "host_loop": speaker.host, "transcripts": heard,
             "frames": [s["frames"] for s in spoken],
             "audio_seconds": round(sum(s["pcm"].size for s in spoken) / rate, 2),
@@ -256,7 +263,7 @@ def run_speech_check(model_dir, plan_path, options: SpeechCheckOptions | None = 
     """The check (module docstring): ``{"texts", "request", "asr_model_dir", "backend", "sides":
     {"fp32": {...}, "plan": {...} | None}, "verdict": SpeechVerdict.to_dict(), "seconds"}``;
     ``report["verdict"]["status"]`` says pass, fail or not-judged."""
-    from rkspeech.accuracy.speech_judge import judge_speech, speaks
+    from rkspeech.accuracy.speech_judge import cannot_speak, judge_speech, speaks
     from rkspeech.plan.plan import load_plan
     from rkspeech.runtime.tts.speak import Speaker
     from rkspeech.runtime.whisper.model import check_model_dir
@@ -286,17 +293,19 @@ def run_speech_check(model_dir, plan_path, options: SpeechCheckOptions | None = 
             fp32 = open_fp32_stages(plan, model, threads=options.threads)
             try:
                 model.use_backends(**fp32)
-                report["sides"]["fp32"] = _side(speaker, texts, request, "fp32", transcriber)
+                report["sides"]["fp32"] = _side(speaker, texts, request, "fp32", transcriber,
+                                                stop=lambda heard: cannot_speak(texts, heard, options.max_reference_cer))
             finally:
                 for b in fp32.values():
                     b.close()
         heard, plan_heard = report["sides"]["fp32"]["transcripts"], None
-        if speaks(texts, heard, options.max_reference_cer):  # the plan's side, as speak runs it
+        judged = texts[:len(heard)]  # all of them, unless fp32 was found not to speak early
+        if len(heard) == len(texts) and speaks(texts, heard, options.max_reference_cer):  # the plan's side, as speak runs it
             with Speaker(model_dir, plan_path, backend=options.backend, model=model, threads=options.threads,
                          target=options.target) as speaker:
                 report["sides"]["plan"] = _side(speaker, texts, request, f"plan ({options.backend})", transcriber)
             plan_heard = report["sides"]["plan"]["transcripts"]
-    verdict = judge_speech(texts, heard, plan_heard, max_cer_delta=options.max_cer_delta,
+    verdict = judge_speech(judged, heard, plan_heard, max_cer_delta=options.max_cer_delta,
                            max_reference_cer=options.max_reference_cer)
     report["verdict"] = verdict.to_dict()
     report["seconds"] = round(time.perf_counter() - t0, 2)

@@ -8,6 +8,7 @@ import pytest
 
 from rkspeech.accuracy.speech_judge import (
     FAIL,
+    cannot_speak,
     NOT_JUDGED,
     PASS,
     cer,
@@ -97,3 +98,14 @@ def test_a_reference_that_does_not_speak_is_not_judged():
     assert judge_speech(TEXTS, noise, noise, max_reference_cer=1.0).status == PASS
     with pytest.raises(ValueError, match="needs the plan's transcripts"):
         judge_speech(TEXTS, TEXTS)
+
+
+def test_noise_is_known_early():
+    """``cannot_speak``: once the edits of the sentences heard exceed the mark over *all* the
+    sentences' characters, the rest cannot rescue fp32, and those heard are not judged either."""
+    texts = ["abcdefghij"] * 5  # 50 characters; the mark 0.5: more than 25 edits cannot be rescued
+    assert not cannot_speak(texts, ["", ""])  # 20 edits: three perfect sentences would give 0.4
+    assert cannot_speak(texts, ["", "", ""])  # 30 edits > 25
+    assert judge_speech(texts[:3], ["", "", ""]).status == NOT_JUDGED
+    assert not cannot_speak(texts, ["abcdefghij"] * 5) and not cannot_speak(texts, [])
+    assert not cannot_speak(texts, ["", "", ""], max_reference_cer=0.7)  # 30 edits <= 35
