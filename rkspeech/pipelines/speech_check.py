@@ -33,12 +33,13 @@ from rkspeech.core import progress
 from rkspeech.core.errors import RkspeechError
 from rkspeech.core.thresholds import SPEECH_MAX_CER_DELTA, SPEECH_MAX_REFERENCE_CER
 
-#: sentences spoken by default: the 5 longest digit-free gate sentences (82-86 characters, ~30 s
-#: of speech in all at a speaking pace of ~14 characters a second)
+#: sentences spoken by default: the 5 longest digit-free gate sentences (387 characters, ~28 s of
+#: speech).  Whisper tiny.en heard espeak-ng's 5 longest at CER 0.024 but all 18 at 0.127 (the
+#: short ones worst), and one lost word in 5 sentences is a delta of 0.01-0.03 (docs/speech-check.md)
 DEFAULT_SENTENCES = 5
-#: at most this many frames per character of a sentence (12.5 frames a second; English speech
-#: runs ~14 characters a second, ~0.9 frames a character: 2 leaves more than twice the room), so a
-#: model that never stops (random weights, a broken plan) ends each sentence in bounded time
+#: at most this many frames per character of a sentence (12.5 frames a second; espeak-ng speaks the
+#: 18 sentences at 14.0 characters a second, 0.9 frames a character: 2 leaves more than twice the
+#: room), so a model that never stops (random weights, a broken plan) ends each sentence in bounded time
 FRAMES_PER_CHAR = 2
 #: and at least this many (a short sentence spoken slowly)
 MIN_FRAMES = 48
