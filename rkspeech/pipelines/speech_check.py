@@ -87,8 +87,9 @@ class SpeechCheckOptions:
 
 def check_texts(n: int | None = None) -> list[str]:
     """The held-out gate sentences (``accuracy.gate.GATE_TEXTS``) without digits (Whisper writes
-    numbers its own way: "2026" or "twenty twenty-six", an error either way), longest first
-    (more characters per second of Whisper's fixed cost), ties in the gate's order; the first ``n``."""
+    numbers its own way: "2026" or "twenty twenty-six", an error either way), longest first (Whisper
+    hears short ones worst: tiny.en on espeak-ng, CER 0.024 over the 5 longest, 0.127 over all 18),
+    ties in the gate's order; the first ``n``."""
     from rkspeech.accuracy.gate import GATE_TEXTS
 
     plain = [t for t in GATE_TEXTS if not any(c.isdigit() for c in t)]
