@@ -187,3 +187,22 @@ def test_usage_mistakes_are_one_line(tts_custom_ckpt, tmp_path, capsys, argv, me
     assert main(base + argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("rkspeech speech-check: error: ") and message in err[0], err
+
+
+def test_the_voice_is_english_and_a_base_model_is_refused():
+    from types import SimpleNamespace
+
+    from rkspeech.core.errors import RkspeechError
+    from rkspeech.pipelines.speech_check import INSTRUCT, voice_request
+
+    def model(kind, speakers=("vivian", "ryan")):
+        return SimpleNamespace(cfg=SimpleNamespace(tts_model_type=kind), speakers=list(speakers),
+                               languages=["chinese", "english"], variant=kind.replace("_", "-"))
+
+    assert voice_request(model("custom_voice")) == {"speaker": "vivian", "language": "english"}
+    assert voice_request(model("custom_voice"), "ryan") == {"speaker": "ryan", "language": "english"}
+    with pytest.raises(RkspeechError, match="unknown speaker 'bob'; this model has vivian, ryan"):
+        voice_request(model("custom_voice"), "bob")
+    assert voice_request(model("voice_design")) == {"instruct": INSTRUCT, "language": "english"}
+    with pytest.raises(RkspeechError, match="custom-voice or voice-design models, not base"):
+        voice_request(model("base"))
