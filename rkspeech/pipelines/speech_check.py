@@ -295,14 +295,17 @@ def run_speech_check(model_dir, plan_path, options: SpeechCheckOptions | None = 
             fp32 = open_fp32_stages(plan, model, threads=options.threads)
             try:
                 model.use_backends(**fp32)
-                report["sides"]["fp32"] = _side(speaker, texts, request, "fp32", transcriber,
-                                                stop=lambda heard: cannot_speak(texts, heard, options.max_reference_cer))
+                def hopeless(heard):  # the rest of the sentences cannot make fp32 speak
+                    return cannot_speak(texts, heard, options.max_reference_cer)
+
+                report["sides"]["fp32"] = _side(speaker, texts, request, "fp32", transcriber, stop=hopeless)
             finally:
                 for b in fp32.values():
                     b.close()
         heard, plan_heard = report["sides"]["fp32"]["transcripts"], None
         judged = texts[:len(heard)]  # all of them, unless fp32 was found not to speak early
-        if len(heard) == len(texts) and speaks(texts, heard, options.max_reference_cer):  # the plan's side, as speak runs it
+        # the plan's side, as speak runs it, when fp32 speaks
+        if len(heard) == len(texts) and speaks(texts, heard, options.max_reference_cer):
             with Speaker(model_dir, plan_path, backend=options.backend, model=model, threads=options.threads,
                          target=options.target) as speaker:
                 report["sides"]["plan"] = _side(speaker, texts, request, f"plan ({options.backend})", transcriber)
