@@ -218,7 +218,7 @@ def run(args: argparse.Namespace) -> int:
                 is_multilingual,
             )
 
-            check_model_dir(args.whisper_model)
+            check_model_dir(args.whisper_model, flag="--asr-model-dir")
             check_language(options.language, multilingual=is_multilingual(args.whisper_model))
             engines = args.engines
             if engines is None:
