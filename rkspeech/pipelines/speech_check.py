@@ -138,7 +138,7 @@ def fp32_graphs(plan, name: str) -> dict[str, Path]:
     from rkspeech.plan.paths import plan_file
 
     stage = plan.stages[name]
-    graphs = (stage.quantization or {}).get("graphs") if stage.impl == "onnx" else None
+    graphs = (stage.quantization or {}).get("graphs") if not stage.on_npu else None
     out = {}
     for role, files in stage.artifacts.items():
         source = (graphs or {}).get(role, {}).get("source")
