@@ -125,3 +125,29 @@ def kill_parent_expect_child_gone(parent, child, what: str, within_s: float = 5.
             return
         time.sleep(0.1)
     pytest.fail(f"{what} {child.pid} still runs {within_s:g} s after its parent was SIGKILLed")
+
+
+def format_1(raw: dict) -> dict:
+    """The format-1 JSON the writers before the stage record wrote for the plan ``raw``."""
+    out = {k: v for k, v in raw.items() if k not in ("vocoder", "talker", "code_predictor", "whisper_encoder")}
+    out["format"] = "rkspeech-plan/1"
+    v = raw["vocoder"]
+    sd = {"impl": "rknn" if v["placement"] == "npu" else "onnx",
+          **{k: x for k, x in v.items() if k not in ("placement", "artifacts", "backends")}}
+    for section, kind in (("artifacts", "rknn"), ("onnx", "onnx"), ("host_onnx", "host_onnx")):
+        sd[section] = {role: files[kind] for role, files in v["artifacts"].items() if kind in files}
+    if "backends" in v:
+        sd["backends"] = {b: {"rknn": "artifacts"}.get(k, k) for b, k in v["backends"].items()}
+    out["speech_decoder"] = sd
+    for name in ("talker", "code_predictor"):
+        if name in raw:
+            rec = raw[name]
+            sec = {**rec, "impl": "rknn" if rec["placement"] == "npu" else "onnx"}
+            sec["artifacts"] = {r: f for r, f in rec["artifacts"].items() if r in ("prefill", "decode", "step", "frame")}
+            heads = {r[4:]: f["onnx"] for r, f in rec["artifacts"].items() if r.startswith("head")}
+            if heads:
+                sec["heads"] = heads
+            if "start" in rec["artifacts"]:
+                sec["start"] = rec["artifacts"]["start"]["onnx"]
+            out[name] = sec
+    return out

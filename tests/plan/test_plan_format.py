@@ -9,6 +9,8 @@ import pytest
 from rkspeech.core.errors import RkspeechError
 from rkspeech.plan.record import PLAN_FORMAT, upgrade
 
+from rkfixtures import format_1
+
 #: a format-1 plan as ``build qwen3-tts`` wrote it (every kind of section, abridged contracts)
 FORMAT_1 = {
     "format": "rkspeech-plan/1",
@@ -85,32 +87,6 @@ def test_a_damaged_format_1_plan_is_one_line(change, message):
     assert "\n" not in str(e.value)
 
 
-def _format_1(raw: dict) -> dict:
-    """The format-1 JSON the writers before the stage record wrote for the plan ``raw``."""
-    out = {k: v for k, v in raw.items() if k not in ("vocoder", "talker", "code_predictor", "whisper_encoder")}
-    out["format"] = "rkspeech-plan/1"
-    v = raw["vocoder"]
-    sd = {"impl": "rknn" if v["placement"] == "npu" else "onnx",
-          **{k: x for k, x in v.items() if k not in ("placement", "artifacts", "backends")}}
-    for section, kind in (("artifacts", "rknn"), ("onnx", "onnx"), ("host_onnx", "host_onnx")):
-        sd[section] = {role: files[kind] for role, files in v["artifacts"].items() if kind in files}
-    if "backends" in v:
-        sd["backends"] = {b: {"rknn": "artifacts"}.get(k, k) for b, k in v["backends"].items()}
-    out["speech_decoder"] = sd
-    for name in ("talker", "code_predictor"):
-        if name in raw:
-            rec = raw[name]
-            sec = {**rec, "impl": "rknn" if rec["placement"] == "npu" else "onnx"}
-            sec["artifacts"] = {r: f for r, f in rec["artifacts"].items() if r in ("prefill", "decode", "step", "frame")}
-            heads = {r[4:]: f["onnx"] for r, f in rec["artifacts"].items() if r.startswith("head")}
-            if heads:
-                sec["heads"] = heads
-            if "start" in rec["artifacts"]:
-                sec["start"] = rec["artifacts"]["start"]["onnx"]
-            out[name] = sec
-    return out
-
-
 @pytest.fixture(scope="module")
 def graphs(tmp_path_factory, reduced_model):
     from streaming_fixtures import step_graphs
@@ -139,7 +115,7 @@ def test_format_1_plan_loads_as_the_same_plan(tmp_path, graphs):
     raw["integrity"] = record(raw, d)
     new.write_text(json.dumps(raw))
     old = d / "old.json"
-    old.write_text(json.dumps(_format_1(raw)))
+    old.write_text(json.dumps(format_1(raw)))
     assert "speech_decoder" in json.loads(old.read_text())
     a, b = load_plan(new, backend="ort"), load_plan(old, backend="ort")
     assert (a.placement, a.onnx, a.host_onnx, a.rknn, a.backends, a.contract) == \

@@ -112,6 +112,17 @@ def test_greedy_codes_equal_the_torch_host_loop(tts_custom_ckpt, plans, form):
         np.testing.assert_array_equal(g, r, err_msg=text)
 
 
+def test_a_format_1_plan_speaks_the_same_codes(tts_custom_ckpt, plans):
+    """A plan written before the stage record (format 1: speech_decoder, impl) runs as it is."""
+    from rkfixtures import format_1
+
+    old = plans["step"].parent / "plan_format_1.json"
+    old.write_text(json.dumps(format_1(json.loads(plans["step"].read_text()))))
+    assert "speech_decoder" in json.loads(old.read_text())
+    for got, ref in zip(_codes(tts_custom_ckpt, old, "numpy"), _codes(tts_custom_ckpt, plans["step"], "numpy")):
+        np.testing.assert_array_equal(got, ref)
+
+
 def _speak_cli(tmp_path, root, plan, name, *extra, blocked=False):
     """``python -m rkspeech speak`` in a child process (torch made unimportable when ``blocked``):
     (wav samples, codes, report, stderr)."""
