@@ -8,9 +8,10 @@ inside the library file, as its own log line prints it: "librknnrt version: 2.3.
 (governor, current / available frequencies), the driver's debugfs ``freq`` / ``load``, memory
 (``/proc/meminfo``), and the CPU: which cores are big (``core.cpus``: ``cpu_capacity``, else the
 max clock) and each cpufreq policy's governor (``ondemand`` costs 26-32 % of a TTS real-time
-factor on RK3588, public: ``compat.SOURCES["cpu-governor"]``).  Each rule of ``board.compat`` gives a one-line verdict with its fix.  Off a
-Rockchip board the readings say so and the plan's .rknn files are still checked (chip, toolkit
-version, the plan's integrity).  Standard library only.
+factor on RK3588, public: ``compat.SOURCES["cpu-governor"]``).  Each rule of ``board.compat``
+gives a one-line verdict with its fix (a CPU governor: one per cpufreq policy).  Off a Rockchip
+board the readings say so and the plan's .rknn files are still checked (chip, toolkit version,
+the plan's integrity).  Standard library only.
 """
 
 from __future__ import annotations
@@ -141,8 +142,8 @@ def _cpu_findings(reading: dict) -> list[dict]:
         fig = (lambda cs: "/".join(sorted({str(figures[str(c)]) for c in cs if str(c) in figures})))
         out.append({"id": "cpu-big-cores", "severity": "info",
                     "message": (f"big cores {format_cpus(reading['big'])} ({reading['source']} {fig(reading['big'])} "
-                                f"vs {fig(reading['little'])} on {format_cpus(reading['little'])}): speak and serve pin "
-                                "their CPU stages there (--cpu-affinity big, the default); keep other CPU-heavy work "
+                                f"vs {fig(reading['little'])} on {format_cpus(reading['little'])}): speak and "
+                                "serve pin their CPU stages there (--cpu-affinity big, the default); keep other CPU-heavy work "
                                 "off them"),
                     "source": compat.SOURCES["cpu-big-cores"]})
     elif reading["source"] == "none" and len(reading["cpus"]) > 1:

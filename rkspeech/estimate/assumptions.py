@@ -36,7 +36,8 @@ SOURCES = {
                         "(Turing Pi RK1 benchmarks); the high end: what CPU and NPU together may stream "
                         "(LPDDR4x-4266 x 64 bit = 34 GB/s peak, Radxa forum)"),
     "cpu_fp32_gflops": ("peak: 4 A76 cores x 2.4 GHz x 2 NEON pipes x 4 fp32 FMA lanes x 2 "
-                        "(Cortex-A76 software optimization guide); a floor, rarely reached; a stage gets threads / 4 of it"),
+                        "(Cortex-A76 software optimization guide); a floor, rarely reached; a stage gets "
+                        "threads / 4 of it"),
     "cpu_int8_gops": ("peak: the same pipes with SDOT (16 int8 MACs per instruction): 4x fp32; "
                       "int8 dynamic and MatMulNBits accuracy_level 4 compute in int8"),
     "cache_passes_flat": ("a flat cache input is split into layers inside the graph (Split reads and "
@@ -55,7 +56,8 @@ SOURCES = {
 
 
 #: the ``rkspeech estimate`` flag that sets each assumption (for messages)
-FLAGS = {"layer_dispatch_us": "--dispatch-us", "cpu_gbps": "--a76-gbps", "cpu_threads": "--threads", "ddr_shared_gbps": "--shared-ddr-gbps",
+FLAGS = {"layer_dispatch_us": "--dispatch-us", "cpu_gbps": "--a76-gbps", "cpu_threads": "--threads",
+         "ddr_shared_gbps": "--shared-ddr-gbps",
          "prompt_tokens": "--prompt-tokens", "utterance_s": "--utterance-s", "npu_mhz": "--npu-mhz",
          "npu_ddr_gbps": "--ddr-gbps", "npu_efficiency": "--npu-efficiency"}
 

@@ -166,9 +166,9 @@ def estimate_stages(stages: list[StageInput], fps: float, a: PlanAssumptions,
     cpu_rows = [r for r in rows if r["unit"] == "cpu"]
     notes = [f"frames per audio second: {fps:g} ({frames_source or 'given'})"]
     if cpu_rows:
-        notes.append("CPU bandwidth per stage: " + "; ".join(
-            f"{r['stage']} {r['threads']} thread(s) -> {r['cpu_gbps']:.1f} GB/s ({r['cpu_gbps_how']})" for r in cpu_rows)
-            + f" [{SOURCES['cpu_gbps'].split(';')[0]}]")
+        per_stage = "; ".join(f"{r['stage']} {r['threads']} thread(s) -> {r['cpu_gbps']:.1f} GB/s "
+                              f"({r['cpu_gbps_how']})" for r in cpu_rows)
+        notes.append(f"CPU bandwidth per stage: {per_stage} [{SOURCES['cpu_gbps'].split(';')[0]}]")
     notes += [
              "CPU stages add up (same cores); NPU stages add up (one NPU); the two overlap: steady state = "
              "max(CPU, NPU, DDR floor)",

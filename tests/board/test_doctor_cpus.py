@@ -34,7 +34,8 @@ def test_doctor_flags_ondemand_per_policy_and_names_the_big_cores(tmp_path, caps
     assert len(gov) == 2  # one per policy not at performance; policy6 is
     assert gov[0]["message"].startswith("cpufreq policy0 (little cores 0-3) governor ondemand")
     assert gov[1]["message"].startswith("cpufreq policy4 (big cores 4-5) governor ondemand")
-    assert gov[1]["message"].endswith(f"echo performance > {root}/sys/devices/system/cpu/cpufreq/policy4/scaling_governor")
+    fix = f"echo performance > {root}/sys/devices/system/cpu/cpufreq/policy4/scaling_governor"
+    assert gov[1]["message"].endswith(fix)
     assert "26-32 %" in gov[1]["message"] and "HOST-RK3588.md" in gov[1]["source"]
     big = next(f for f in info["findings"] if f["id"] == "cpu-big-cores")
     assert big["message"].startswith("big cores 4-7 (cpu_capacity 1024 vs 414 on 0-3)"), big

@@ -69,9 +69,9 @@ def test_speak_and_serve_take_the_flag(tmp_path):
     from rkspeech.cli import build_parser
 
     p = build_parser()
-    ns = p.parse_args(["speak", "hi", "--plan", "p.json", "-o", "x.wav"])
-    assert ns.cpu_affinity == "big"
-    assert p.parse_args(["speak", "hi", "--plan", "p.json", "-o", "x.wav", "--cpu-affinity", "4-7"]).cpu_affinity == "4-7"
+    assert p.parse_args(["speak", "hi", "--plan", "p.json", "-o", "x.wav"]).cpu_affinity == "big"
+    speak = ["speak", "hi", "--plan", "p.json", "-o", "x.wav"]
+    assert p.parse_args(speak + ["--cpu-affinity", "4-7"]).cpu_affinity == "4-7"
     assert p.parse_args(["serve", "--cpu-affinity", "all"]).cpu_affinity == "all"
 
 
@@ -82,3 +82,30 @@ def test_speak_refuses_a_bad_list_in_one_line_before_loading(tmp_path, capsys):
                "--cpu-affinity", "4-"])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "error: --cpu-affinity '4-': give big, all, or a list" in err[0], err
+
+
+@pytest.mark.skipif(len(getattr(__import__("os"), "sched_getaffinity", lambda _: ())(0)) < 2,
+                    reason="needs 2 cores to pin to one")
+def test_onnxruntime_threads_inherit_the_pinned_mask(tmp_path):
+    """The claim the flag rests on, on this host: pinned before the session is made, every thread of
+    the process (onnxruntime's 2 intra-op threads among them) is allowed only the pinned core."""
+    import subprocess
+    import sys
+
+    from rkfixtures import conv_relu_sin
+
+    onnx = conv_relu_sin(tmp_path / "m.onnx")
+    code = f"""
+import glob
+from rkspeech.core.cpus import apply_affinity
+assert apply_affinity("1") == (1,)
+from rkspeech.runtime.runners import open_runner
+r = open_runner("ort", {str(onnx)!r}, threads=2)
+lists = [open(f).read().split("Cpus_allowed_list:")[1].split()[0] for f in glob.glob("/proc/self/task/*/status")]
+print(len(lists), sorted(set(lists)))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env={**__import__("os").environ, "PYTHONPATH": str(__import__("rkfixtures").REPO)})
+    assert out.returncode == 0, out.stderr
+    n, allowed = out.stdout.split(" ", 1)
+    assert int(n) >= 2 and allowed.strip() == "['1']", out.stdout
