@@ -63,6 +63,7 @@ def register(subparsers) -> None:
                                "last core of --target when transcription is on the NPU too, else all)"),
     f.add(NPU, "--target", default=DEFAULT_TARGET,
           help=f"chip of the .rknn files, both engines (default {DEFAULT_TARGET})")
+    f.cpu_affinity(NPU)
     f.add(NETWORK, "--wyoming", default="tcp://127.0.0.1:10300", metavar="URI",
           help="Wyoming listener tcp://HOST:PORT or unix://PATH, or 'off' (default tcp://127.0.0.1:10300)")
     f.add(NETWORK, "--zeroconf", nargs="?", const=DEFAULT_ZEROCONF_NAME, default=None, metavar="NAME",
@@ -209,6 +210,9 @@ def run(args: argparse.Namespace) -> int:
     if args.threads < 0 or (args.engines is not None and args.engines < 1):
         raise RkspeechError("--asr-threads must be >= 0 and --asr-engines >= 1")
     asr_masks, tts_masks = _core_masks(args)
+    from rkspeech.core.cpus import pin_cpu_stages
+
+    pin_cpu_stages(args.cpu_affinity)  # before any engine opens a session: their threads inherit it
     transcribers, speakers = [], []
     try:
         if args.whisper_model:

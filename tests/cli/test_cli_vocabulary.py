@@ -150,6 +150,7 @@ def test_one_threads_flag_one_default():
                 assert action.type is vocabulary.number(int, None) and action.metavar == "N", cmd
                 seen[cmd] = action.default
     assert seen == {"accuracy": None, "build whisper-encoder": None, "check-board": None, "decode": None, "speak": None,
+                    "estimate": None,
                     "speech-check qwen3-tts": None,
                     "transcribe": 1, "serve": 1}
 

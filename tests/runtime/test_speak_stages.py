@@ -117,6 +117,7 @@ def test_cli_default_samples_the_talker_with_a_greedy_code_predictor(tts_custom_
     assert "code predictor graph is greedy" in err
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["stage_backends"]["code_predictor"] != "torch"
+    assert report["cpu_affinity"] == {"asked": "big", "cores": None}  # this host's cores are alike: no pinning
     # per-stage split: one code predictor call per frame, one talker call per frame plus the prompt
     assert report["stages"]["code_predictor_calls"] == report["frames"]
     assert report["stages"]["talker_calls"] == report["frames"] + 1
