@@ -51,10 +51,12 @@ class CheckBoardOptions:
 
 
 def plan_graphs(raw: dict, base: Path) -> list[BoardGraph]:
-    """Every NPU graph of the plan ``raw`` (read through ``plan.plan.read_plan``), in run order."""
+    """Every NPU graph of the plan ``raw`` (read through ``plan.plan.read_plan``), in run order:
+    each role's .rknn (and the ONNX it came from) of the NPU-placed stages, and the vocoder's and
+    the Whisper encoder's whatever their placement (their goldens replay on onnxruntime too)."""
     from rkspeech.plan.integrity import golden_path
-
     from rkspeech.plan.paths import plan_file
+    from rkspeech.plan.record import START_ROLE, head_codebook, is_npu, stage_records
 
     def path(v):
         return None if not isinstance(v, str) else plan_file(base, v, f"plan in {base}")
@@ -66,22 +68,22 @@ def plan_graphs(raw: dict, base: Path) -> list[BoardGraph]:
         return golden_path(rknn or onnx)
 
     out = []
-    sd = raw.get("speech_decoder")
-    if isinstance(sd, dict):
-        arts, onnx = sd.get("artifacts") or {}, sd.get("onnx") or {}
-        for role in ("first", "main"):
-            if role in arts or role in onnx:
-                r, o = path(arts.get(role)), path(onnx.get(role))
-                out.append(BoardGraph(f"vocoder {role}", o, r, golden_of(r, o)))
-    for name in ("talker", "code_predictor", "whisper_encoder"):
-        sec = raw.get(name)
-        if not isinstance(sec, dict) or (sec.get("impl") != "rknn" and name != "whisper_encoder"):
+    records = stage_records(raw)
+    for name in ("vocoder", "talker", "code_predictor", "whisper_encoder"):
+        rec = records.get(name)
+        if rec is None or not (is_npu(rec) or name in ("vocoder", "whisper_encoder")):
             continue
-        q = sec.get("quantization") or {}
+        q = rec.get("quantization") or {}
         build = ({"dtype": q["dtype"], "dataset": str(path(q["dataset"])), "hybrid": q.get("hybrid")}
                  if isinstance(q, dict) and q.get("dtype") and q.get("dataset") else {})
-        for role, files in (sec.get("artifacts") or {}).items():
+        arts = rec.get("artifacts") or {}
+        roles = ([r for r in ("first", "main") if r in arts] if name == "vocoder" else
+                 [r for r in arts if r != START_ROLE and head_codebook(r) is None])  # heads, start: CPU graphs
+        for role in roles:
+            files = arts[role] if isinstance(arts[role], dict) else {}
             r, o = path(files.get("rknn")), path(files.get("onnx"))
+            if r is None and o is None:
+                continue
             label = name.replace("_", " ") + ("" if role == "encoder" else f" {role}")
             out.append(BoardGraph(label, o, r, golden_of(r, o), build))
     return out

@@ -63,6 +63,7 @@ def register(subparsers) -> None:
                                "last core of --target when transcription is on the NPU too, else all)"),
     f.add(NPU, "--target", default=DEFAULT_TARGET,
           help=f"chip of the .rknn files, both engines (default {DEFAULT_TARGET})")
+    f.cpu_affinity(NPU)
     f.add(NETWORK, "--wyoming", default="tcp://127.0.0.1:10300", metavar="URI",
           help="Wyoming listener tcp://HOST:PORT or unix://PATH, or 'off' (default tcp://127.0.0.1:10300)")
     f.add(NETWORK, "--zeroconf", nargs="?", const=DEFAULT_ZEROCONF_NAME, default=None, metavar="NAME",
@@ -209,6 +210,9 @@ def run(args: argparse.Namespace) -> int:
     if args.asr_threads < 0 or (args.asr_engines is not None and args.asr_engines < 1):
         raise RkspeechError("--asr-threads must be >= 0 and --asr-engines >= 1")
     asr_masks, tts_masks = _core_mask(args)
+    from rkspeech.core.cpus import pin_cpu_stages
+
+    pin_cpu_stages(args.cpu_affinity)  # before any engine opens a session: their threads inherit it
     transcribers, speakers = [], []
     try:
         if args.asr_model_dir:
@@ -218,7 +222,7 @@ def run(args: argparse.Namespace) -> int:
                 is_multilingual,
             )
 
-            check_model_dir(args.asr_model_dir)
+            check_model_dir(args.asr_model_dir, flag="--asr-model-dir")
             check_language(options.asr_language, multilingual=is_multilingual(args.asr_model_dir))
             engines = args.asr_engines
             if engines is None:

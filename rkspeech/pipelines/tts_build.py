@@ -11,7 +11,7 @@ artifact with its contract (``plan.sections``) and ``OUT/build-report.json`` wit
 Placement per stage (``talker``, ``code_predictor``; ``core.placement.PLACEMENTS``): ``npu`` (the
 default: converted as above) or ``cpu-fp32`` / ``cpu-int8`` / ``cpu-int4``: exported and checked
 as above, never converted; the int8 / int4 variants written by a resumable stage
-(``pipelines.cpu_stages``), the plan's section ``impl`` ``onnx`` pointing at them with their
+(``pipelines.cpu_stages``), the stage's record in the plan (``plan.record``) pointing at them with their
 record under ``quantization``; the report's ``graphs.<stage>.cpu`` holds the record, the file
 sizes and the accuracy gate's figures against the fp32 graph (``accuracy.gate``: teacher forced
 and free running over 20 utterances, at most ``cpu_check_frames`` frames each).
@@ -183,8 +183,8 @@ def _reuse_vocoder(o: TTSBuildOptions, vfiles):
     from rkspeech.plan.plan import check_plan_for_model, load_plan
 
     vplan = load_plan(o.vocoder_plan, backend="ort")
-    if vplan.impl != "rknn" or vplan.target != o.target or not vplan.artifacts:
-        raise RkspeechError(f"--vocoder-plan {o.vocoder_plan}: holds {vplan.impl} graphs for {vplan.target}, "
+    if vplan.placement != "npu" or vplan.target != o.target or not vplan.rknn:
+        raise RkspeechError(f"--vocoder-plan {o.vocoder_plan}: holds {vplan.placement} graphs for {vplan.target}, "
                             f"not .rknn graphs for {o.target}")
     if vplan.stages:
         raise RkspeechError(f"--vocoder-plan {o.vocoder_plan}: already a qwen3-tts plan; give the vocoder's plan")
@@ -305,9 +305,8 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
             start = (build_start(stages, cp_place, files, model, out / "code_predictor" / "cpu", int4=int4_options(o))
                      if step_form else {})
             sections["code_predictor"] = stage_section(
-                impl="onnx", target=None, artifacts={r: {"onnx": p} for r, p in q["artifacts"].items()},
-                contract=read_contract(a["onnx"]).to_dict(), base=out, quantization=q["record"],
-                placement=cp_place, threads=o.cpu_threads, heads=heads.get("heads"), start=start.get("start"))
+                placement=cp_place, target=None, artifacts={r: {"onnx": p} for r, p in q["artifacts"].items()},
+                contract=read_contract(a["onnx"]).to_dict(), base=out, quantization=q["record"], threads=o.cpu_threads, heads=heads.get("heads"), start=start.get("start"))
             graphs["code_predictor"] = {**_graph_row(None, None), "form": cp.get("form"), "dtype": "fp32",
                                         "sim": None, "cpu": {**cpu_row(q, src), "heads": heads.get("record"),
                                                              "start": start.get("record")}}
@@ -321,7 +320,7 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
                 quant = {"dtype": cp["dtype"], "dataset": cp["calibration"]["dataset"],
                          "hybrid": HybridInt16Options.from_dict(cp.get("hybrid")).to_dict()}
             sections["code_predictor"] = stage_section(
-                impl="rknn", target=o.target, artifacts={cp["role"]: {"onnx": a["onnx"], "rknn": a["rknn"]}},
+                placement="npu", target=o.target, artifacts={cp["role"]: {"onnx": a["onnx"], "rknn": a["rknn"]}},
                 contract=read_contract(a["onnx"]).to_dict(), base=out, quantization=quant)
             graphs["code_predictor"] = {**_graph_row(cp.get("convert") or cp, (cp.get("rknn") or {}).get("bytes")),
                                         "form": cp.get("form"), "dtype": cp.get("dtype"), "sim": cp.get("sim")}
@@ -339,14 +338,14 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
              if talker_place != "npu" else None)
         if q is not None:
             sections["talker"] = stage_section(
-                impl="onnx", target=None, artifacts={r: {"onnx": p} for r, p in q["artifacts"].items()},
+                placement=talker_place, target=None, artifacts={r: {"onnx": p} for r, p in q["artifacts"].items()},
                 contract=read_contract(a["decode"]["onnx"]).to_dict(), base=out, quantization=q["record"],
-                placement=talker_place, threads=o.cpu_threads)
+                threads=o.cpu_threads)
             if q["record"]:
                 cpu_checks["talker"]["variant"] = q["artifacts"]
         else:
             sections["talker"] = stage_section(
-                impl="rknn", target=o.target,
+                placement="npu", target=o.target,
                 artifacts={r: {"onnx": a[r]["onnx"], "rknn": a[r].get("rknn")} for r in ("prefill", "decode")},
                 contract=read_contract(a["decode"]["onnx"]).to_dict(), base=out)
         graphs["talker"] = {**_graph_row(talker if talker.get("placement") else None, None),
@@ -366,13 +365,13 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
     graphs["vocoder"] = _vocoder_row(vocoder, vplan)
     if gate["failures"] and o.gate == "refuse":
         _refuse(o, out, graphs, gate, vocoder, cp, talker, stages, started)
-    # the vocoder's sections as its plan has them (NPU graphs, exact host graphs, which backend runs
+    # the vocoder's record as its plan has it (NPU graphs, exact host graphs, which backend runs
     # which); vplan.contracts are those of the graphs ort runs, so each set's are read from its ONNX
     from rkspeech.contracts.vocoder import VocoderContract
 
     npu_contracts = {role: read_contract(p, VocoderContract) for role, p in vplan.onnx.items()}
-    plan_path = write_plan(out / PLAN_FILE, impl="rknn", target=o.target, contracts=npu_contracts,
-                           rknn=vplan.artifacts, onnx=vplan.onnx, host_onnx=vplan.host_onnx,
+    plan_path = write_plan(out / PLAN_FILE, placement="npu", target=o.target, contracts=npu_contracts,
+                           rknn=vplan.rknn, onnx=vplan.onnx, host_onnx=vplan.host_onnx,
                            host_contracts={role: read_contract(p, VocoderContract) for role, p in vplan.host_onnx.items()},
                            backends=vplan.backends, stages=sections,
                            extra={"checkpoint": str(files.root.resolve()), "formulation": npu_contracts["main"].formulation,

@@ -154,7 +154,7 @@ def _build(o: VocoderBuildOptions, files, out: Path) -> dict:
     from rkspeech.plan.plan import write_plan
 
     contracts = {role: read_contract(p, VocoderContract) for role, p in roles.items()}
-    plan_path = write_plan(out / PLAN_FILE, impl="rknn", target=o.target, contracts=contracts,
+    plan_path = write_plan(out / PLAN_FILE, placement="npu", target=o.target, contracts=contracts,
                            rknn=rknn_paths, onnx=roles, host_onnx=host_roles,
                            host_contracts={role: read_contract(p, VocoderContract) for role, p in host_roles.items()},
                            extra={"checkpoint": str(files.folder.resolve()), "formulation": contracts["main"].formulation,

@@ -143,10 +143,11 @@ def _save_golden(rknn_path: Path, role: str, inputs: dict, outputs: dict, target
 
 
 def _write_plan(args, out_dir: Path, report: dict) -> Path:
-    """``plan.json`` with one ``whisper_encoder`` section (role -> {onnx, rknn}: ``encoder``, or
+    """``plan.json`` with one ``whisper_encoder`` record (``plan.record``; role -> {onnx, rknn}: ``encoder``, or
     ``part0``, ``part1``, ... in order) and the integrity record of every file and golden replay,
     for ``rkspeech check-board`` and ``rkspeech doctor --plan``."""
-    from rkspeech.plan.plan import PLAN_FORMAT, write_plan_data
+    from rkspeech.plan.plan import write_plan_data
+    from rkspeech.plan.record import PLAN_FORMAT
     from rkspeech.pipelines.vocoder_build import PLAN_FILE
 
     onnx = [Path(p) for p in report["split"]["pieces"]] if args.pieces > 1 else [out_dir / "encoder.onnx"]
@@ -156,9 +157,9 @@ def _write_plan(args, out_dir: Path, report: dict) -> Path:
         rknn = p.with_suffix(".rknn")
         arts[role] = {"onnx": os.path.relpath(p.resolve(), out_dir.resolve()),
                       **({"rknn": os.path.relpath(rknn.resolve(), out_dir.resolve())} if rknn.is_file() else {})}
-    section = {"impl": "onnx" if args.skip_convert else "rknn", "target": args.target, "artifacts": arts,
-               "custom_string": report.get("custom_string")}
-    return write_plan_data(out_dir / PLAN_FILE, {"format": PLAN_FORMAT, "whisper_encoder": section})
+    record = {"placement": "cpu-fp32" if args.skip_convert else "npu", "target": args.target, "artifacts": arts,
+              "custom_string": report.get("custom_string")}
+    return write_plan_data(out_dir / PLAN_FILE, {"format": PLAN_FORMAT, "whisper_encoder": record})
 
 
 def _export(args, onnx_path: Path, check: dict[str, Path]) -> dict:

@@ -35,6 +35,7 @@ REQUIRED = {
     "healthcheck": ([], {}),
     "serve": ([], {}),
     "speak": (["hello"], {"--plan": "plan.json", "-o": "x.wav"}),
+    "speech-check qwen3-tts": ([], {"--plan": "plan.json"}),
     "synth-checkpoint qwen3-tts": ([], {"--out-dir": "o"}),
     "synth-checkpoint qwen3-tts-vocoder": ([], {"--out-dir": "o"}),
     "transcribe": (["a.wav"], {"--model-dir": "m"}),
@@ -139,11 +140,14 @@ def test_one_threads_flag_one_default():
                 assert action.type is vocabulary.number(int, None) and action.metavar == "N", cmd
                 seen[cmd] = action.default
     assert seen == {"accuracy": None, "build whisper-encoder": None, "check-board": None, "decode": None, "speak": None,
+                    "estimate": None,
+                    "speech-check qwen3-tts": None,
                     "transcribe": 1, "serve": 1}
 
 
 @pytest.mark.parametrize("command", ["build qwen3-tts", "build qwen3-tts-vocoder", "build whisper-encoder", "check-board",
-                                     "convert", "decode", "demo", "speak", "transcribe", "verify", "accuracy"])
+                                     "convert", "decode", "demo", "speak", "speech-check qwen3-tts", "transcribe",
+                                     "verify", "accuracy"])
 def test_help_is_grouped(command):
     text = COMMANDS[command].format_help()
     titles = re.findall(r"^(\S[^:\n]*):$", text, flags=re.M)

@@ -35,6 +35,10 @@ def test_cli_errors_are_one_line(capsys):
     assert main(["serve", "--asr-model-dir", str(TINY_EN), "--asr-hotwords-file", "/nonexistent/hw.txt"]) == 2
     assert capsys.readouterr().err.strip().endswith(
         "--asr-hotwords-file /nonexistent/hw.txt: cannot read it (No such file or directory)")
+    # a missing model folder is named by serve's own flag (check_model_dir(flag=...)), not --model-dir
+    assert main(["serve", "--asr-model-dir", "/nonexistent/asr"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no such folder (--asr-model-dir wants a CTranslate2" in err[0], err
 
 
 def test_sigterm_finishes_the_request_in_flight(tmp_path):

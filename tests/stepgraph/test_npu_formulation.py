@@ -285,8 +285,8 @@ def test_npu_step_placement_rk3588(reduced_model, reduced_vocoder_build, role, B
     if not have_rknn():
         pytest.skip("rknn-toolkit2 not installed")
     out, summary = reduced_vocoder_build
-    plan = json.loads((out / "plan.json").read_text())["speech_decoder"]
-    assert read_contract(out / plan["onnx"][role]) == NpuVocoderStep(reduced_model, B).contract
+    plan = json.loads((out / "plan.json").read_text())["vocoder"]
+    assert read_contract(out / plan["artifacts"][role]["onnx"]) == NpuVocoderStep(reduced_model, B).contract
     rep = summary["convert"][role]
     # Measured (reduced config, B=16, rk3588 fp16): phase Snake 699 NPU / 0 CPU ops (2026-12-01),
     # reflection Snake 1228 / 0 (2026-11-29), 0 REGTASK lines.  The reference graph of the same

@@ -181,8 +181,8 @@ def open_pool(plan, backend: str = "ort", *, size: int | None = None, threads: i
     graphs = plan.graphs(backend)  # the plan says which graph each backend runs
     missing = [role for role in contracts if role not in graphs]
     if missing:
-        raise RkspeechError(f"plan {plan.path}: backend {backend} runs speech_decoder.{plan.section(backend)}, "
-                            f"which has no {', '.join(missing)} graph")
+        raise RkspeechError(f"plan {plan.path}: backend {backend} runs the vocoder's {plan.kind(backend)} graphs, "
+                            f"which hold no {', '.join(missing)} graph")
     owned: list[Runner] = []
     try:
         if backend == "ort":

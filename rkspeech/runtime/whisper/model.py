@@ -58,11 +58,12 @@ __all__ = [
 _DECODER_CALLS = ("generate", "align", "detect_language")
 
 
-def check_model_dir(model_dir: str | Path) -> Path:
-    """``model_dir`` as a Path when it holds a CTranslate2 Whisper model (model.bin, config.json)."""
+def check_model_dir(model_dir: str | Path, *, flag: str = "--model-dir") -> Path:
+    """``model_dir`` as a Path when it holds a CTranslate2 Whisper model (model.bin, config.json);
+    ``flag``: the caller's name for it in the message (serve's and speech-check's ``--asr-model-dir``)."""
     path = Path(model_dir)
     if not path.is_dir():
-        raise RkspeechError(f"{path}: no such folder (--model-dir wants a CTranslate2/faster-whisper Whisper folder)")
+        raise RkspeechError(f"{path}: no such folder ({flag} wants a CTranslate2/faster-whisper Whisper folder)")
     missing = [n for n in ("model.bin", "config.json") if not (path / n).is_file()]
     if missing:
         raise RkspeechError(f"{path} is not a CTranslate2 Whisper model folder (no {', '.join(missing)}); "
