@@ -6,7 +6,6 @@ import argparse
 
 from rkspeech.contracts.formulations import CHOICES, DEFAULT_FORMULATION
 from rkspeech.cli.vocabulary import INPUT, NPU, OUTPUT, Flags
-from rkspeech.contracts.formulations import CHOICES, DEFAULT_FORMULATION
 
 
 def register(subparsers) -> None:

@@ -18,6 +18,7 @@ from rkspeech.core.atomic import atomic_path
 from rkspeech.core.errors import RkspeechError
 from rkspeech.core.threads import default_threads
 from rkspeech.contracts.formulations import DEFAULT_FORMULATION, canonical
+from rkspeech.core.compare import json_number
 from rkspeech.verify.stepwise import (
     check_tokens,
     full_decode,
