@@ -127,6 +127,24 @@ def kill_parent_expect_child_gone(parent, child, what: str, within_s: float = 5.
     pytest.fail(f"{what} {child.pid} still runs {within_s:g} s after its parent was SIGKILLed")
 
 
+def cli_commands(parser=None) -> dict:
+    """Every leaf command's parser of ``rkspeech.cli.build_parser()``, by the words that select it
+    ("build qwen3-tts")."""
+    import argparse
+
+    if parser is None:
+        from rkspeech.cli import build_parser
+
+        parser = build_parser()
+    out = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found = cli_commands(sub)
+                out.update({f"{name} {k}": v for k, v in found.items()} or {name: sub})
+    return out
+
+
 def format_1(raw: dict) -> dict:
     """The format-1 JSON the writers before the stage record wrote for the plan ``raw``."""
     out = {k: v for k, v in raw.items() if k not in ("vocoder", "talker", "code_predictor", "whisper_encoder")}

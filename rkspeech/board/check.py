@@ -8,7 +8,7 @@ only: a CPU stage never reaches the NPU), a Whisper encoder's ``encoder`` or ``p
 runs on ``backend``: ``rknnlite`` (the .rknn on the board's NPU), ``sim`` (the simulator, from the
 ONNX the .rknn came from) or ``ort`` (onnxruntime on that ONNX), so the command runs off a board.
 
-Per graph: each step's outputs against the golden (SNR and cosine, pass marks
+Per graph: each step's outputs against the golden (SNR and cosine from ``core.compare``, pass marks
 ``core.thresholds.SIM_MIN_SNR_DB`` and ``GOLDEN_MIN_COSINE``; integer outputs as agreement,
 reported, not graded: a near-tie of two logits may flip between fp16 implementations), and call
 times: the first call (it pays the runtime's lazy set-up), then the median and p95 of the rest
@@ -104,9 +104,11 @@ def _estimate_ms(rknn: Path | None) -> dict:
 
 
 def _compare(name: str, ref, out) -> dict:
+    """One output against its golden: SNR (``core.compare``: null when identical) and cosine;
+    ``nonfinite``: how many inf / NaN values the output holds (then it fails)."""
     import numpy as np
 
-    from rkspeech.verify.compare import compare_tensors
+    from rkspeech.core.compare import compare_tensors, json_number
 
     ref, out = np.asarray(ref), np.asarray(out)
     if ref.shape != out.shape and ref.size == out.size:
@@ -115,9 +117,18 @@ def _compare(name: str, ref, out) -> dict:
         agree = float(np.mean(ref.reshape(-1) == out.reshape(-1).astype(ref.dtype))) if ref.size else 1.0
         return {"output": name, "agreement": agree, "graded": False, "ok": True}
     c = compare_tensors(ref.astype(np.float32), out.astype(np.float32))
-    ok = bool(np.isfinite(out).all()) and c["snr_db"] >= SIM_MIN_SNR_DB and c["cosine"] >= GOLDEN_MIN_COSINE
-    return {"output": name, "snr_db": round(c["snr_db"], 2) if np.isfinite(c["snr_db"]) else c["snr_db"],
-            "cosine": round(c["cosine"], 7), "max_abs_diff": c["max_abs_diff"], "graded": True, "ok": ok}
+    bad = int(out.size - np.isfinite(out).sum())
+    ok = not bad and c["snr_db"] >= SIM_MIN_SNR_DB and c["cosine"] >= GOLDEN_MIN_COSINE
+    return {"output": name, "snr_db": json_number(c["snr_db"]), "cosine": round(c["cosine"], 7),
+            "max_abs_diff": c["max_abs_diff"], "graded": True, "ok": ok, **({"nonfinite": bad} if bad else {})}
+
+
+def snr_text(row: dict, digits: int = 2) -> str:
+    """A graded output's SNR for people: the dB figure, ``identical`` (null, or an older report's
+    ``Infinity``), or ``inf/NaN xN``."""
+    from rkspeech.core.compare import db_text
+
+    return f"inf/NaN x{row['nonfinite']}" if row.get("nonfinite") else db_text(row["snr_db"], digits)
 
 
 def _open(g: BoardGraph, o: CheckBoardOptions, target: str | None):
@@ -181,7 +192,8 @@ def check_graph(g: BoardGraph, o: CheckBoardOptions, target: str | None) -> dict
 def _failure_line(graph: str, step: dict) -> str:
     bad = next(r for r in step["outputs"] if not r["ok"])
     return (f"{graph}, step {step['step']}: output {bad['output']} differs from the golden replay "
-            f"(SNR {bad['snr_db']} dB, cosine {bad['cosine']}; pass marks {SIM_MIN_SNR_DB:g} dB, "
+            f"(SNR {snr_text(bad)}{'' if bad.get('nonfinite') else ' dB'}, "
+            f"cosine {bad['cosine']}; pass marks {SIM_MIN_SNR_DB:g} dB, "
             f"{GOLDEN_MIN_COSINE:g})")
 
 

@@ -16,7 +16,7 @@ def add_arguments(f) -> None:
     plan = "whole text-to-speech plan (--plan)"
     f.add(INPUT, "--plan", metavar="plan.json",
           help="estimate every stage of this plan (talker, code predictor, vocoder) and the pipeline")
-    f.add(plan, "--target", "--chip", dest="chip", choices=("rk3588", "rk3576"), default=None,
+    f.add(plan, "--target", "--chip", choices=("rk3588", "rk3576"), default=None,
           help="the board (default: the plan's target, else rk3588)")
     f.add(plan, "--dispatch-us", type=float, default=None,
           help="NPU dispatch per compiled layer, us (default 19: nsbb/rknn-stt, RK3588)")
@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         from rkspeech.core.atomic import check_writable
 
         check_writable(args.report, what="report")
-    chip = args.chip
+    chip = args.target
     if chip is None:
         from rkspeech.estimate.plan_inputs import plan_target
 

@@ -139,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
             stack.enter_context(output_lock(out, what="output wav"))
         with progress.stage("load the model and the vocoder plan"):
             speaker = stack.enter_context(Speaker(args.model_dir, args.plan, backend=args.backend,
-                                                  threads=args.threads, core_masks=[args.core_mask], target=target,
+                                                  threads=args.threads, core_mask=[args.core_mask], target=target,
                                                   host_stages=args.host_stages, host=args.host_loop))
         options = _options(args, speaker)
         rate = speaker.sample_rate

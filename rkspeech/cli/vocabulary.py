@@ -256,5 +256,5 @@ class Flags:
         """``--threads N``: one meaning, one default (``THREADS_DEFAULTS`` lists the exceptions)."""
         spelling = "--asr-threads" if self.command == "serve" else "--threads"
         # low=None: each command says its own bound in one line (0 = the libraries' default in some)
-        return self.add(group, spelling, dest="threads", type=int, low=None, default=threads_default(self.command),
+        return self.add(group, spelling, type=int, low=None, default=threads_default(self.command),
                         metavar="N", help=threads_help(self.command, what))

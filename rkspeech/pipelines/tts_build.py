@@ -47,7 +47,7 @@ from rkspeech.contracts.formulations import DEFAULT_FORMULATION
 
 @dataclass(frozen=True)
 class TTSBuildOptions:
-    out: str | os.PathLike
+    out_dir: str | os.PathLike
     model_dir: str | os.PathLike | None = None  # a full model root (None: $QWEN3_TTS_MODEL)
     target: str = DEFAULT_TARGET
     # vocoder
@@ -56,7 +56,7 @@ class TTSBuildOptions:
     first_length: int | None = 16
     formulation: str = DEFAULT_FORMULATION
     verify_steps: int = 3
-    sim_pieces: int = 1
+    pieces: int = 1  # the vocoder's simulator check in N graph pieces
     # code predictor
     verify_frames: int = 50  # frames replayed through the simulator (greedy agreement, logit SNR)
     skip_code_predictor: bool = False
@@ -82,7 +82,7 @@ class TTSBuildOptions:
     cpu_check_frames: int = 48  # frames per utterance at most of the accuracy gate (cpu_stages.DEFAULT_CHECK_FRAMES)
     gate: str = "refuse"  # core.thresholds.GATE_MODES: refuse an unsafe placement, warn, or off (not measured)
     # all
-    skip_verify: bool = False
+    skip_sim: bool = False
     timeout: float | None = None
     fail_on_cpu: bool = False
     force: bool = False
@@ -101,7 +101,7 @@ def _validate(o: TTSBuildOptions) -> None:
     if o.code_predictor_dtype not in DTYPES:
         raise RkspeechError(f"unknown --code-predictor-dtype {o.code_predictor_dtype!r}; choose one of "
                             f"{', '.join(DTYPES)}")
-    for name in ("codes_length", "verify_steps", "sim_pieces", "verify_frames", "talker_capacity", "talker_prefill",
+    for name in ("codes_length", "verify_steps", "pieces", "verify_frames", "talker_capacity", "talker_prefill",
                  "code_predictor_calibration_frames"):
         if getattr(o, name) < 1:
             raise RkspeechError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(o, name)}")
@@ -160,7 +160,7 @@ def build_tts(options: TTSBuildOptions) -> dict:
     read_tts_config(files)
     vfiles = resolve_checkpoint(files.root)
     read_config(vfiles)
-    out = check_writable(o.out, what="output", folder=True)
+    out = check_writable(o.out_dir, what="output", folder=True)
     with folder_lock(out):
         return _build(o, files, vfiles, out)
 
@@ -214,7 +214,7 @@ def _npu_figures(graphs: dict) -> dict:
         out["code_predictor"] = {"source": "simulator", "dtype": cp.get("dtype"),
                                  **{k: cp["sim"].get(k) for k in ("frames", "code_agreement", "logit_snr_db")}}
     tv = (graphs.get("talker") or {}).get("verify") or {}
-    if "cpu" not in (graphs.get("talker") or {}) and tv.get("logit_snr_db") is not None:
+    if "cpu" not in (graphs.get("talker") or {}) and "logit_snr_db" in tv:  # null: identical (core.compare)
         out["talker"] = {"source": "simulator", "logit_snr_db": tv["logit_snr_db"]}
     return out
 
@@ -268,9 +268,9 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
             vplan = load_plan(import_plan(vplan.path, out / "vocoder"), backend="ort")
     else:
         (out / "vocoder").mkdir(parents=True, exist_ok=True)
-        vo = VocoderBuildOptions(out=out / "vocoder", model_dir=files.root, target=o.target,
+        vo = VocoderBuildOptions(out_dir=out / "vocoder", model_dir=files.root, target=o.target,
                                  codes_length=o.codes_length, first_length=o.first_length,
-                                 verify_steps=o.verify_steps, skip_verify=o.skip_verify, sim_pieces=o.sim_pieces,
+                                 verify_steps=o.verify_steps, skip_sim=o.skip_sim, pieces=o.pieces,
                                  timeout=o.timeout, formulation=o.formulation, force=o.force)
         vocoder = build_vocoder_in(vo, vfiles, out / "vocoder")
         vplan = load_plan(out / "vocoder" / PLAN_FILE, backend="ort")
@@ -288,7 +288,7 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
         from rkspeech.pipelines.code_predictor_build import build_code_predictor
 
         cp = build_code_predictor(stages, files, out, target=o.target, verify_frames=o.verify_frames,
-                                  skip_verify=o.skip_verify, timeout=o.timeout, model=model,
+                                  skip_sim=o.skip_sim, timeout=o.timeout, model=model,
                                   dtype=o.code_predictor_dtype,
                                   calibration_frames=o.code_predictor_calibration_frames,
                                   form=o.code_predictor_form, convert=cp_place == "npu",
@@ -329,7 +329,7 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
 
         talker = build_talker(stages, files, out, target=o.target, capacity=o.talker_capacity,
                               prefill_B=o.talker_prefill, skip_rknn=talker_place != "npu",
-                              skip_verify=o.skip_verify, timeout=o.timeout, model=model,
+                              skip_sim=o.skip_sim, timeout=o.timeout, model=model,
                               **(CPU_EXPORT if talker_place != "npu" else {}))
         a = talker["artifacts"]
         src = {r: Path(a[r]["onnx"]) for r in ("prefill", "decode")}

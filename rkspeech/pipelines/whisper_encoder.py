@@ -13,8 +13,8 @@ lint, conversion and the .rknn check the build sequence every model shares, ``pi
 5. run the encoder on rknn-toolkit2's x86 simulator (child process) and compare with the torch
    encoder (cosine, SNR).
 
-``parts > 1`` (for encoders too big to convert or load whole: large, 637 M parameters, a 2.55 GB
-fp32 graph): after step 3 the graph is cut at encoder-block boundaries into ``parts`` consecutive
+``pieces > 1`` (for encoders too big to convert or load whole: large, 637 M parameters, a 2.55 GB
+fp32 graph): after step 3 the graph is cut at encoder-block boundaries into ``pieces`` consecutive
 graphs (``encoder.partK.onnx``, :func:`rkspeech.export.split.split_onnx`; only the residual
 stream crosses a cut, flattened to 1-D), each converted in its own converter child to
 ``encoder.partK.rknn`` (``encoder-pieces.json`` lists them in order, with the contract string:
@@ -60,8 +60,8 @@ LEGACY_REPORT = "build_report.json"
 
 @dataclass(frozen=True)
 class WhisperEncoderBuildOptions:
-    model: str | os.PathLike  # CTranslate2/faster-whisper folder, openai-whisper .pt, or transformers folder
-    out: str | os.PathLike  # output folder (encoder.onnx, encoder.rknn, build-report.json)
+    model_dir: str | os.PathLike  # CTranslate2/faster-whisper folder, openai-whisper .pt, or transformers folder
+    out_dir: str | os.PathLike  # output folder (encoder.onnx, encoder.rknn, build-report.json)
     target: str = DEFAULT_TARGET
     frames: int | None = None  # mel frames per window (None: 2 * n_audio_ctx = 3000, 30 s)
     verify_audio: str | os.PathLike | None = None  # audio for the checks (None: synthetic)
@@ -69,7 +69,7 @@ class WhisperEncoderBuildOptions:
     skip_sim: bool = False
     timeout: float | None = None  # conversion timeout, seconds
     threads: int = 0  # CPU threads for torch/ctranslate2/onnxruntime (0: library default)
-    parts: int = 1  # > 1: cut the encoder at block boundaries into this many consecutive graphs
+    pieces: int = 1  # > 1: cut the encoder at block boundaries into this many consecutive graphs
     force: bool = False  # re-run every stage, even those whose inputs are unchanged
 
 
@@ -94,27 +94,27 @@ def build_whisper_encoder(options: WhisperEncoderBuildOptions) -> dict:
     args = options
     if args.target not in TARGETS:
         raise RkspeechError(f"unknown target {args.target!r}; choose one of {', '.join(TARGETS)}")
-    if args.parts < 1:
-        raise RkspeechError(f"--pieces must be >= 1, got {args.parts}")
-    if not Path(args.model).exists():
-        raise RkspeechError(f"{args.model}: no such Whisper model (a CTranslate2 folder, an openai .pt or a "
+    if args.pieces < 1:
+        raise RkspeechError(f"--pieces must be >= 1, got {args.pieces}")
+    if not Path(args.model_dir).exists():
+        raise RkspeechError(f"{args.model_dir}: no such Whisper model (a CTranslate2 folder, an openai .pt or a "
                             "transformers folder)")
     if args.verify_audio is not None and not Path(args.verify_audio).is_file():
         raise RkspeechError(f"--verify-audio {args.verify_audio}: no such file")
-    out_dir = Path(args.out)
+    out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     stages = StageRunner(out_dir, args.force)
     onnx_path = out_dir / "encoder.onnx"
     check = {"mel": out_dir / "check" / "mel.npy", "reference": out_dir / "check" / "reference.npy"}
 
     export_key = {"frames": args.frames, "verify_audio": str(args.verify_audio) if args.verify_audio else None}
-    inputs = _model_inputs(args.model) + ([Path(args.verify_audio)] if args.verify_audio else [])
+    inputs = _model_inputs(args.model_dir) + ([Path(args.verify_audio)] if args.verify_audio else [])
     report = dict(stages.run("whisper_export", export_key, inputs, lambda: [onnx_path, *check.values()],
                              lambda: _export(args, onnx_path, check)))
-    report.update({"model": str(args.model), "target": args.target})
+    report.update({"model": str(args.model_dir), "target": args.target})
     report["onnxruntime"] = stages.run("whisper_onnxruntime", {}, [onnx_path, *check.values()], lambda: [],
                                        lambda: _ort_check(onnx_path, *_load_check(check), args.threads))
-    if args.parts > 1:
+    if args.pieces > 1:
         report = _build_pieces(args, stages, onnx_path, out_dir, check, report)
     else:
         report = _build_whole(args, stages, onnx_path, out_dir, check, report)
@@ -150,8 +150,8 @@ def _write_plan(args, out_dir: Path, report: dict) -> Path:
     from rkspeech.plan.record import PLAN_FORMAT
     from rkspeech.pipelines.vocoder_build import PLAN_FILE
 
-    onnx = [Path(p) for p in report["split"]["pieces"]] if args.parts > 1 else [out_dir / "encoder.onnx"]
-    roles = [f"part{k}" for k in range(len(onnx))] if args.parts > 1 else ["encoder"]
+    onnx = [Path(p) for p in report["split"]["pieces"]] if args.pieces > 1 else [out_dir / "encoder.onnx"]
+    roles = [f"part{k}" for k in range(len(onnx))] if args.pieces > 1 else ["encoder"]
     arts = {}
     for role, p in zip(roles, onnx):
         rknn = p.with_suffix(".rknn")
@@ -172,13 +172,13 @@ def _export(args, onnx_path: Path, check: dict[str, Path]) -> dict:
     from rkspeech.core.atomic import atomic_path
     from rkspeech.export.whisper_onnx import export_encoder
     from rkspeech.models.whisper.weights import load_whisper_encoder
-    from rkspeech.verify.compare import compare_tensors as compare
+    from rkspeech.core.compare import report_tensors as compare
 
     if args.threads:
         torch.set_num_threads(args.threads)
     report: dict = {"stages": {}}
     with progress.stage("load Whisper encoder weights"):
-        loaded = load_whisper_encoder(args.model)
+        loaded = load_whisper_encoder(args.model_dir)
     encoder = loaded.model
     report["source"] = {"format": loaded.source, "stored_dtype": loaded.stored_dtype, "notes": loaded.notes}
     report["dims"] = loaded.dims.to_dict()
@@ -221,7 +221,7 @@ def _load_check(check: dict[str, Path]):
 def _build_whole(args, stages, onnx_path: Path, out_dir: Path, check: dict[str, Path], report: dict) -> dict:
     """Steps 4-5 for one graph: the shared sequence, then the simulator on the check window."""
     from rkspeech.pipelines.sequence import Graph, run_sequence
-    from rkspeech.verify.compare import compare_tensors as compare
+    from rkspeech.core.compare import report_tensors as compare
 
     rknn_path = out_dir / "encoder.rknn"
     graph = Graph("encoder", onnx_path, rknn_path, report["custom_string"])
@@ -247,10 +247,10 @@ def _build_whole(args, stages, onnx_path: Path, out_dir: Path, check: dict[str, 
 
 
 def _build_pieces(args, stages, onnx_path: Path, out_dir: Path, check: dict[str, Path], report: dict) -> dict:
-    """Steps 4-5 for ``parts > 1``: split, the shared sequence per piece, the pieces chained on
+    """Steps 4-5 for ``pieces > 1``: split, the shared sequence per piece, the pieces chained on
     the simulator."""
     from rkspeech.pipelines.sequence import Graph, run_sequence
-    from rkspeech.verify.compare import compare_tensors as compare
+    from rkspeech.core.compare import report_tensors as compare
 
     def do_split():
         import gc
@@ -259,10 +259,10 @@ def _build_pieces(args, stages, onnx_path: Path, out_dir: Path, check: dict[str,
         from rkspeech.export.split import split_onnx
         from rkspeech.runtime.whisper.pieces import write_manifest
 
-        with progress.stage(f"cut the graph into {args.parts} pieces at block boundaries"):
-            cuts = block_cuts(onnx_path, args.parts)
+        with progress.stage(f"cut the graph into {args.pieces} pieces at block boundaries"):
+            cuts = block_cuts(onnx_path, args.pieces)
             paths = []
-            for k, p in enumerate(split_onnx(onnx_path, args.parts, out_dir / "pieces", cuts=cuts)):
+            for k, p in enumerate(split_onnx(onnx_path, args.pieces, out_dir / "pieces", cuts=cuts)):
                 paths.append(p.rename(out_dir / f"encoder.part{k}.onnx"))
                 data = p.with_name(p.name + ".data")
                 if data.is_file():  # the piece names its data file by this name: keep it beside it
@@ -273,13 +273,14 @@ def _build_pieces(args, stages, onnx_path: Path, out_dir: Path, check: dict[str,
         manifest = write_manifest(out_dir, paths, input_name=report["onnx"]["input"]["name"],
                                   output_name=report["onnx"]["output"]["name"],
                                   custom_string=report["custom_string"], target=args.target)
-        return {"parts": len(paths), "cuts": cuts, "pieces": [str(p) for p in paths], "manifest": str(manifest)}
+        return {"cuts": cuts, "pieces": [str(p) for p in paths], "manifest": str(manifest)}
 
     def split_outputs() -> list[Path]:
         found = sorted(out_dir.glob("encoder.part*.onnx*"))
         return found + [out_dir / "encoder-pieces.json"]
 
-    report["split"] = stages.run("whisper_split", {"parts": args.parts, "target": args.target}, [onnx_path],
+    # the fingerprint keeps its key ("parts", the flag's old name): a folder built before resumes
+    report["split"] = stages.run("whisper_split", {"parts": args.pieces, "target": args.target}, [onnx_path],
                                  split_outputs, do_split)
     paths = [Path(p) for p in report["split"]["pieces"]]
     graphs = [Graph(f"part{k}", p, p.with_suffix(".rknn"), report["custom_string"] if k == 0 else None)
@@ -324,9 +325,9 @@ def _build_pieces(args, stages, onnx_path: Path, out_dir: Path, check: dict[str,
     return report
 
 
-def block_cuts(onnx_path, parts: int) -> list[int]:
-    """Where pieces 2..``parts`` start (indices into ``split.work_nodes``, as ``split_onnx``
-    takes them): the first node of encoder block ``round(k * n_layers / parts)``, so only the
+def block_cuts(onnx_path, pieces: int) -> list[int]:
+    """Where pieces 2..``pieces`` start (indices into ``split.work_nodes``, as ``split_onnx``
+    takes them): the first node of encoder block ``round(k * n_layers / pieces)``, so only the
     residual stream ``[1, 1500, d]`` crosses each cut.  Reads the graph without its weights."""
     import re
 
@@ -342,9 +343,9 @@ def block_cuts(onnx_path, parts: int) -> list[int]:
         if m:
             first.setdefault(int(m.group(1)), i)
     layers = len(first)
-    if not 2 <= parts <= layers:
-        raise RkspeechError(f"cannot cut an encoder of {layers} blocks into {parts} pieces at block boundaries")
-    return [first[round(k * layers / parts)] for k in range(1, parts)]
+    if not 2 <= pieces <= layers:
+        raise RkspeechError(f"cannot cut an encoder of {layers} blocks into {pieces} pieces at block boundaries")
+    return [first[round(k * layers / pieces)] for k in range(1, pieces)]
 
 
 def _write_report(out_dir: Path, report: dict) -> None:
@@ -362,7 +363,7 @@ def _ort_check(onnx_path: Path, mel, ref, threads: int) -> dict:
     import time
 
     from rkspeech.runtime.whisper.encoder import open_encoder
-    from rkspeech.verify.compare import compare_tensors as compare
+    from rkspeech.core.compare import report_tensors as compare
 
     with open_encoder("ort", onnx_path, threads=threads or None) as enc:
         enc(mel)  # warm-up

@@ -31,7 +31,6 @@ the stdlib ONNX walker), so a board can load plans.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 

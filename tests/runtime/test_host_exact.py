@@ -178,7 +178,7 @@ class _Recorder:
 
 def _measure(want: np.ndarray, pcm: np.ndarray, wav_path) -> dict:
     from rkspeech.runtime.wav import read_wav_int16
-    from rkspeech.verify.compare import snr_db
+    from rkspeech.core.compare import snr_db
 
     wav, rate = read_wav_int16(wav_path)
     assert rate == 24000 and wav.size == pcm.size == want.size

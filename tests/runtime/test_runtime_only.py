@@ -137,7 +137,7 @@ def test_decode_sim_backend(plan_and_codes, tmp_path):
     from rkspeech.cli import main
     from rkspeech.contracts.read import read_contract
     from rkspeech.plan.plan import write_plan
-    from rkspeech.verify.compare import snr_db
+    from rkspeech.core.compare import snr_db
 
     _, _, codes, paths = plan_and_codes
     B4 = paths["first"]

@@ -16,7 +16,7 @@ from rkspeech.runtime.tts.streaming import Engine
 from rkspeech.stepgraph import npu_ops
 from rkspeech.stepgraph.step import VocoderStep
 from rkspeech.stepgraph.step_npu import NpuVocoderStep, make_step, npu_cache_segments
-from rkspeech.verify.compare import snr_db
+from rkspeech.core.compare import snr_db
 from rkspeech.verify.stepwise import (
     check_tokens,
     full_decode,

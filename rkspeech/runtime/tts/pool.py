@@ -172,7 +172,7 @@ class EnginePool:
 
 
 def open_pool(plan, backend: str = "ort", *, size: int | None = None, threads: int | None = None,
-              core_masks: Sequence[str] | None = None, target: str | None = None, spin: bool = True) -> EnginePool:
+              core_mask: Sequence[str] | None = None, target: str | None = None, spin: bool = True) -> EnginePool:
     """An :class:`EnginePool` over a loaded :class:`~rkspeech.plan.plan.Plan` (see module docstring);
     ``spin``: onnxruntime's (``OnnxRuntimeRunner``)."""
     if backend not in BACKENDS:
@@ -198,7 +198,7 @@ def open_pool(plan, backend: str = "ort", *, size: int | None = None, threads: i
         elif backend == "rknnlite":
             from rkspeech.core.targets import cores_for
 
-            masks = tuple(core_masks) if core_masks else cores_for(target or plan.target)
+            masks = tuple(core_mask) if core_mask else cores_for(target or plan.target)
             if size:
                 masks = tuple(masks[i % len(masks)] for i in range(size))
             slots = []
