@@ -414,6 +414,7 @@ def main(argv=None) -> int:
     if args.prepare_only:
         return 0
     from rkspeech.convert.placement import analyze
+    from rkspeech.core.compare import json_number, snr_db
     from rkspeech.estimate.steptime import estimate_path
 
     d = np.load(paths["frames"])
@@ -474,8 +475,7 @@ def main(argv=None) -> int:
              "graph": graph, "layer_dtypes": _count(la.dtype for la in p.compute),
              "npu_ops": len(p.npu_layers), "cpu_ops": len(p.cpu_layers), "cpu_op_types": p.cpu_op_types(),
              "regtask_overflow_lines": p.regtask_overflow_lines, **score(tl, codes, got),
-             "logit_snr_all_db": round(float(10 * np.log10((tl.astype(np.float64) ** 2).sum()
-                                                          / ((got - tl).astype(np.float64) ** 2).sum())), 2),
+             "logit_snr_all_db": json_number(snr_db(tl, got)),
              "cost": cost}
         results["variants"][variant] = r
         print(_stamp(), variant, json.dumps({k: v for k, v in r.items() if k != "first_miss_gap_fp16_ulps"}),

@@ -129,6 +129,7 @@ def reduced(work: Path, args, rows: list[dict]) -> dict:
     torch.set_num_threads(args.threads)
     from rkspeech.accuracy.quantized_stage import (DEFAULT_TEXTS, code_predictor_agreement,
                                                    record_greedy_reference, talker_agreement)
+    from rkspeech.core.capture import sample_request
     from rkspeech.export.code_predictor_onnx import export_code_predictor_onnx
     from rkspeech.export.talker_onnx import export_talker_onnx, export_talker_pair
     from rkspeech.models.qwen3_tts.generate import GenerationOptions, TTSModel
@@ -191,7 +192,7 @@ def reduced(work: Path, args, rows: list[dict]) -> dict:
         nframes = []
         try:
             for text, ref in zip(DEFAULT_TEXTS, ref_codes):
-                got = tts.generate_codes(text, speaker=tts.speakers[0], language="english", options=opts)
+                got = tts.generate_codes(text, options=opts, **sample_request(tts))  # the reference's request
                 n = min(len(got), len(ref))
                 eq += int((got[:n] == ref[:n]).sum())
                 tot += int(ref.size)

@@ -104,7 +104,7 @@ def main(argv=None) -> int:
     from rkspeech.models.whisper.window import SAMPLE_RATE
     from rkspeech.runtime.audio import decode_audio
     from rkspeech.runtime.whisper.encoder import open_encoder
-    from rkspeech.verify.compare import compare_tensors
+    from rkspeech.core.compare import compare_tensors
 
     torch.set_num_threads(2)
     if args.model is None:

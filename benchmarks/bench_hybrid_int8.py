@@ -172,11 +172,6 @@ def _windows(pipeline, paths) -> list[np.ndarray]:
     return out
 
 
-def _frame_cos(ref: np.ndarray, test: np.ndarray) -> float:
-    r, t = ref.reshape(-1, ref.shape[-1]).astype(np.float64), test.reshape(-1, test.shape[-1]).astype(np.float64)
-    return float(((r * t).sum(1) / (np.linalg.norm(r, axis=1) * np.linalg.norm(t, axis=1) + 1e-30)).min())
-
-
 def _setup_whisper(args, work: Path):
     import onnxruntime as ort
 
@@ -289,7 +284,7 @@ def main(argv=None) -> int:
     results.update(date_utc=time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
                    loadavg_start=open("/proc/loadavg").read().split()[:3], target=args.target, variants={})
     from rkspeech.estimate.steptime import estimate_path
-    from rkspeech.verify.compare import snr_db
+    from rkspeech.core.compare import cosine_per_row, json_number, snr_db
 
     for variant in args.variants.split(","):
         tag = variant.strip("/").replace("/", "_").replace(":", "_").replace("+", "_")
@@ -320,10 +315,11 @@ def main(argv=None) -> int:
         except Exception as exc:  # noqa: BLE001 - a missing table is a result too
             cost = {"error": str(exc)[:200]}
         r = {**info, "seconds": round(time.perf_counter() - t0, 1), "rknn_bytes": rknn_path.stat().st_size,
-             "snr_db": round(float(snr_db(np.concatenate([x.ravel() for x in ref]),
-                                          np.concatenate([x.ravel() for x in outs]))), 2),
-             "snr_db_per_window": [round(float(snr_db(a.ravel(), b.ravel())), 2) for a, b in zip(ref, outs)],
-             **({} if args.vocoder else {"cosine_min_frame": round(min(_frame_cos(a, b) for a, b in zip(ref, outs)), 5)}),
+             "snr_db": json_number(snr_db(np.concatenate([x.ravel() for x in ref]),
+                                          np.concatenate([x.ravel() for x in outs]))),
+             "snr_db_per_window": [json_number(snr_db(a.ravel(), b.ravel())) for a, b in zip(ref, outs)],
+             **({} if args.vocoder else {"cosine_min_frame": round(min(float(cosine_per_row(a, b).min())
+                                                                       for a, b in zip(ref, outs)), 5)}),
              **score(outs), "cost": cost}
         results["variants"][variant] = r
         print(variant, {k: v for k, v in r.items() if k not in ("transcripts", "int8_layers")}, flush=True)

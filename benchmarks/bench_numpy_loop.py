@@ -61,7 +61,7 @@ def build(work: Path) -> Path:
     steps = {"first": export_step_onnx(VocoderStep(voc, 4), d / "step_B4.onnx"),
              "main": export_step_onnx(VocoderStep(voc, 16), d / "step_B16.onnx")}
     steps = {k: Path(v) for k, v in steps.items()}
-    write_plan(plan, impl="onnx", target=None, contracts={r: read_contract(p) for r, p in steps.items()}, onnx=steps)
+    write_plan(plan, placement="cpu-fp32", target=None, contracts={r: read_contract(p) for r, p in steps.items()}, onnx=steps)
     tts = TTSModel.load(root)
     talker = export_talker_pair(tts.net.talker.model, d / "talker", capacity=256, prefill_B=16)
     cp = export_talker_onnx(code_predictor_step(tts.net.talker.code_predictor), d / "cp_step.onnx")
@@ -70,9 +70,9 @@ def build(work: Path) -> Path:
         return json.loads(read_onnx_metadata(path)["rkspeech.contract"])
 
     raw = json.loads(plan.read_text())
-    raw["code_predictor"] = stage_section(impl="onnx", target=None, artifacts={"step": {"onnx": cp}},
+    raw["code_predictor"] = stage_section(placement="cpu-fp32", target=None, artifacts={"step": {"onnx": cp}},
                                           contract=contract(cp), base=d)
-    raw["talker"] = stage_section(impl="onnx", target=None, artifacts={r: {"onnx": p} for r, p in talker.items()},
+    raw["talker"] = stage_section(placement="cpu-fp32", target=None, artifacts={r: {"onnx": p} for r, p in talker.items()},
                                   contract=contract(talker["decode"]), base=d)
     plan.write_text(json.dumps(raw))
     return plan

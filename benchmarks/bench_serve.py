@@ -139,7 +139,7 @@ def main() -> int:
     key = "bench-key"
     pool = ServePool(transcribers=models, speakers=[speaker], max_queue=args.max_queue, request_timeout_s=600)
     server = ServerThread(pool, ServeOptions(wyoming="tcp://127.0.0.1:0", http="127.0.0.1:0", api_key=key,
-                                             language="en", max_queue=args.max_queue)).start()
+                                             asr_language="en", max_queue=args.max_queue)).start()
     base, wy = f"http://{server.addresses['http']}", server.addresses["wyoming"]
 
     async def run(until_s: float, stats: dict, hostile: dict | None = None):

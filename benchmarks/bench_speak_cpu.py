@@ -101,7 +101,7 @@ def prepare(work: Path, config: str, capacity: int, prefill: int, first: int, st
             if not steps[role].exists():
                 export_step_onnx(VocoderStep(voc, B), steps[role])
         del voc
-    write_plan(plans["torch"], impl="onnx", target=None,
+    write_plan(plans["torch"], placement="cpu-fp32", target=None,
                contracts={r: read_contract(p) for r, p in steps.items()}, onnx=steps)
     fp32 = {"prefill": d / f"talker_prefill_B{prefill}_cap{capacity}.onnx",
             "decode": d / f"talker_decode_B1_cap{capacity}.onnx", "step": d / "code_predictor_step.onnx"}
@@ -138,7 +138,7 @@ def prepare(work: Path, config: str, capacity: int, prefill: int, first: int, st
             tq = {**record, "graphs": {r: {k: per_graph[r][k] for k in GRAPH_KEYS if k in per_graph[r]}
                                        for r in ("prefill", "decode")}}
             cq = {**record, "graphs": {"step": {k: per_graph["step"][k] for k in GRAPH_KEYS if k in per_graph["step"]}}}
-        raw["talker"] = stage_section(impl="onnx", target=None, placement=placement, quantization=tq,
+        raw["talker"] = stage_section(target=None, placement=placement, quantization=tq,
                                       artifacts={r: {"onnx": files[r]} for r in ("prefill", "decode")},
                                       contract=contract(files["decode"]), base=d)
         heads, first_two = {}, {}
@@ -156,7 +156,7 @@ def prepare(work: Path, config: str, capacity: int, prefill: int, first: int, st
 
             lazy = lazy or LazyTTSModel(model_files)
             first_two = build_start(RunEveryStage(), placement, model_files, lazy, d / f"start_{v}", int4=extra)
-        raw["code_predictor"] = stage_section(impl="onnx", target=None, placement=placement, quantization=cq,
+        raw["code_predictor"] = stage_section(target=None, placement=placement, quantization=cq,
                                               artifacts={"step": {"onnx": files["step"]}},
                                               contract=contract(files["step"]), base=d, heads=heads.get("heads"),
                                               start=first_two.get("start"))

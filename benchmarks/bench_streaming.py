@@ -188,9 +188,9 @@ def main(argv=None) -> int:
             print(f"  rep {rep + 1} {name}: {r['decode_s']:.2f} s, RTF {r['rtf']:.3f}, "
                   f"TTFA {r['ttfa_s']:.3f} s", file=sys.stderr, flush=True)
     streams = [runs[name][-1]["audio"] for name, _ in configs[:2]]
-    from rkspeech.verify.compare import snr_db
+    from rkspeech.core.compare import json_number, snr_db
 
-    first_vs_main_db = round(snr_db(streams[1], streams[0]), 1)
+    first_vs_main_db = json_number(snr_db(streams[1], streams[0]), 1)
     for name, _ in configs:
         rows[name] = median_row(runs[name])
     load_end = loadavg()

@@ -94,7 +94,7 @@ def prepare(work: Path, config: str, first_B: int, main_B: int) -> tuple[Path, P
         from rkspeech.plan.plan import write_plan
 
         contracts = {role: read_contract(p) for role, p in graphs.items()}
-        write_plan(plan, impl="onnx", target=None, contracts=contracts, onnx=graphs)
+        write_plan(plan, placement="cpu-fp32", target=None, contracts=contracts, onnx=graphs)
     return root, plan
 
 

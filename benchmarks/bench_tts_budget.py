@@ -50,7 +50,7 @@ def plan_graphs(plan_path: Path) -> tuple[float, dict[str, dict]]:
         (role, files), = cp.artifacts.items()
         calls = float(cp.contract["capacity"]) if role == "step" else 1.0
         graphs[f"code_predictor {role}"] = {"rknn": files.get("rknn"), "calls_per_frame": calls}
-    graphs["vocoder"] = {"rknn": plan.artifacts.get("main"), "calls_per_frame": 1.0 / c.codes_length}
+    graphs["vocoder"] = {"rknn": plan.rknn.get("main"), "calls_per_frame": 1.0 / c.codes_length}
     return fps, graphs
 
 

@@ -47,7 +47,7 @@ def main() -> int:
     from rkspeech.stepgraph.step import VocoderStep
     from rkspeech.runtime.runners.torch_step import TorchStepRunner
     from rkspeech.export.vocoder_onnx import export_step_onnx
-    from rkspeech.verify.compare import snr_db
+    from rkspeech.core.compare import json_number, snr_db
     from rkspeech.verify.stepwise import random_codes
 
     load_start = os.getloadavg()
@@ -96,7 +96,7 @@ def main() -> int:
     for name, t, out in rows:
         snr = snr_db(reference, out) if out.size == reference.size else float("nan")
         results.append({"method": name, "seconds": t, "seconds_per_audio_second": t / audio_s,
-                        "realtime_factor": audio_s / t, "snr_db_vs_full": snr})
+                        "realtime_factor": audio_s / t, "snr_db_vs_full": json_number(snr, None)})
         print(f"{name:<36} {t / audio_s:>12.3f} {audio_s / t:>10.2f}x {snr:>10.1f} dB")
     by = {r["method"]: r for r in results}
     base = by["official chunked_decode(25, 25)"]["seconds"]

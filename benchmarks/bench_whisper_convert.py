@@ -96,7 +96,7 @@ def one_size(spec: str, model: str | None, out: Path, audio: str, threads: int, 
         row["weights"] = f"real ({model})"
     t = time.perf_counter()
     report = build_whisper_encoder(WhisperEncoderBuildOptions(
-        model=model, out=out / "build", verify_audio=audio, threads=threads, parts=parts))
+        model_dir=model, out_dir=out / "build", verify_audio=audio, threads=threads, pieces=parts))
     row["build_s"] = round(time.perf_counter() - t, 2)
     row["build_process_peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     if row["weights"] == "synthetic":
@@ -144,13 +144,15 @@ def pieces_row(report: dict) -> dict:
 def markdown_row(r: dict) -> str:
     if "failed" in r:
         return f"| {r['size']} | failed: {r['failed']} |"
+    from rkspeech.core.compare import db_text
+
     s = r["sim_vs_torch"]
     return (f"| {r['size']} | {r['weights'].split(' ')[0]} | {r['encoder_params'] / 1e6:.1f} M | {r['export_s']:.0f} "
             f"| {r['convert_s']:.0f} | {r['convert_peak_rss_mb'] / 1024:.2f} GB | {r['rknn_bytes']:,} "
             f"| {r['npu_ops']} / {r['cpu_ops']} | {r['regtask_lines']} "
             f"| {s['build_s']:.0f} + {s['seconds']:.0f} | {s['peak_rss_mb'] / 1024:.2f} GB "
-            f"| {s['cosine']:.7f} | {s['cosine_min_frame']:.5f} | {s['snr_db']:.1f} "
-            f"| {r['ort_vs_torch']['snr_db']:.1f} | {r['build_s']:.0f} | {r['peak_rss_gb']:.2f} GB |")
+            f"| {s['cosine']:.7f} | {s['cosine_min_frame']:.5f} | {db_text(s['snr_db'])} "
+            f"| {db_text(r['ort_vs_torch']['snr_db'])} | {r['build_s']:.0f} | {r['peak_rss_gb']:.2f} GB |")
 
 
 def main() -> int:

@@ -35,7 +35,7 @@ def reduced_speech(cache: Path = CACHE) -> tuple[Path, Path]:
             graphs[role] = plan.parent / f"step_B{batch}.onnx"
             if not graphs[role].is_file():
                 export_step_onnx(VocoderStep(model, batch), graphs[role])
-        write_plan(plan, impl="onnx", target=None, contracts={r: read_contract(p) for r, p in graphs.items()},
+        write_plan(plan, placement="cpu-fp32", target=None, contracts={r: read_contract(p) for r, p in graphs.items()},
                    onnx=graphs)
     return root, plan
 

@@ -94,7 +94,7 @@ def placeholder_vocoder_plan(tmp_path_factory, reduced_model):
     for role in graphs:
         rknn[role] = folder / f"{role}.rknn"
         rknn[role].write_bytes(b"placeholder, never loaded")
-    return write_plan(folder / "plan.json", impl="rknn", target="rk3588",
+    return write_plan(folder / "plan.json", placement="npu", target="rk3588",
                       contracts={r: read_contract(p) for r, p in graphs.items()}, rknn=rknn, onnx=graphs)
 
 

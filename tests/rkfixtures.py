@@ -125,3 +125,81 @@ def kill_parent_expect_child_gone(parent, child, what: str, within_s: float = 5.
             return
         time.sleep(0.1)
     pytest.fail(f"{what} {child.pid} still runs {within_s:g} s after its parent was SIGKILLed")
+
+
+def cli_commands(parser=None) -> dict:
+    """Every leaf command's parser of ``rkspeech.cli.build_parser()``, by the words that select it
+    ("build qwen3-tts")."""
+    import argparse
+
+    if parser is None:
+        from rkspeech.cli import build_parser
+
+        parser = build_parser()
+    out = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found = cli_commands(sub)
+                out.update({f"{name} {k}": v for k, v in found.items()} or {name: sub})
+    return out
+
+
+def format_1(raw: dict) -> dict:
+    """The format-1 JSON the writers before the stage record wrote for the plan ``raw``."""
+    out = {k: v for k, v in raw.items() if k not in ("vocoder", "talker", "code_predictor", "whisper_encoder")}
+    out["format"] = "rkspeech-plan/1"
+    v = raw["vocoder"]
+    sd = {"impl": "rknn" if v["placement"] == "npu" else "onnx",
+          **{k: x for k, x in v.items() if k not in ("placement", "artifacts", "backends")}}
+    for section, kind in (("artifacts", "rknn"), ("onnx", "onnx"), ("host_onnx", "host_onnx")):
+        sd[section] = {role: files[kind] for role, files in v["artifacts"].items() if kind in files}
+    if "backends" in v:
+        sd["backends"] = {b: {"rknn": "artifacts"}.get(k, k) for b, k in v["backends"].items()}
+    out["speech_decoder"] = sd
+    for name in ("talker", "code_predictor"):
+        if name in raw:
+            rec = raw[name]
+            sec = {**rec, "impl": "rknn" if rec["placement"] == "npu" else "onnx"}
+            sec["artifacts"] = {r: f for r, f in rec["artifacts"].items() if r in ("prefill", "decode", "step", "frame")}
+            heads = {r[4:]: f["onnx"] for r, f in rec["artifacts"].items() if r.startswith("head")}
+            if heads:
+                sec["heads"] = heads
+            if "start" in rec["artifacts"]:
+                sec["start"] = rec["artifacts"]["start"]["onnx"]
+            out[name] = sec
+    return out
+
+
+def fake_rk3588_cpus(root: Path, *, governors=("ondemand", "ondemand", "ondemand"), capacity: bool = True,
+                     max_freq: bool = True, ddr_governor: str | None = "dmc_ondemand") -> Path:
+    """A faked RK3588 CPU sysfs under ``root``: cpus 0-3 Cortex-A55 (``cpu_capacity`` 414, 1.8 GHz),
+    4-7 Cortex-A76 (1024, 2.4 GHz); cpufreq policies 0 (cpus 0-3), 4 (4-5), 6 (6-7) with
+    ``governors``; the DDR devfreq node ``dmc`` with ``ddr_governor`` (None: no node).
+    ``capacity`` / ``max_freq`` False leave those files out (the fallbacks of ``core.cpus``)."""
+    cpu = root / "sys/devices/system/cpu"
+    cpu.mkdir(parents=True, exist_ok=True)
+    (cpu / "online").write_text("0-7\n")
+    for c in range(8):
+        big = c >= 4
+        d = cpu / f"cpu{c}"
+        (d / "cpufreq").mkdir(parents=True, exist_ok=True)
+        if capacity:
+            (d / "cpu_capacity").write_text("1024\n" if big else "414\n")
+        if max_freq:
+            (d / "cpufreq/cpuinfo_max_freq").write_text("2400000\n" if big else "1800000\n")
+    for (policy, cpus, top), gov in zip(((0, "0 1 2 3", 1800000), (4, "4 5", 2400000), (6, "6 7", 2400000)),
+                                        governors):
+        p = cpu / f"cpufreq/policy{policy}"
+        p.mkdir(parents=True, exist_ok=True)
+        for name, text in (("scaling_governor", gov), ("related_cpus", cpus), ("affected_cpus", cpus),
+                           ("cpuinfo_max_freq", top), ("scaling_max_freq", top), ("scaling_cur_freq", 408000),
+                           ("scaling_available_governors", "ondemand userspace powersave performance schedutil")):
+            (p / name).write_text(f"{text}\n")
+    if ddr_governor is not None:
+        dmc = root / "sys/class/devfreq/dmc"
+        dmc.mkdir(parents=True, exist_ok=True)
+        (dmc / "governor").write_text(f"{ddr_governor}\n")
+        (dmc / "cur_freq").write_text("528000000\n")
+        (dmc / "available_frequencies").write_text("528000000 1068000000 1560000000 2112000000\n")
+    return root

@@ -56,4 +56,4 @@ def write_ort_plan(folder: Path, paths: dict[str, Path]) -> Path:
     from rkspeech.plan.plan import write_plan
 
     contracts = {role: read_contract(p) for role, p in paths.items()}
-    return write_plan(Path(folder) / "plan.json", impl="onnx", target=None, contracts=contracts, onnx=paths)
+    return write_plan(Path(folder) / "plan.json", placement="cpu-fp32", target=None, contracts=contracts, onnx=paths)

@@ -75,7 +75,7 @@ def plan_dir(tmp_path_factory) -> Path:
 
     d = tmp_path_factory.mktemp("hostile_plan")
     paths = {"first": _tiny_step(d / "first.onnx", _contract(4)), "main": _tiny_step(d / "main.onnx", _contract(16))}
-    write_plan(d / "plan.json", impl="onnx", target=None,
+    write_plan(d / "plan.json", placement="cpu-fp32", target=None,
                contracts={"first": _contract(4), "main": _contract(16)}, onnx=paths)
     rng = np.random.default_rng(0)
     np.save(d / "codes.npy", rng.integers(0, 2048, (40, 16)))
@@ -97,18 +97,18 @@ def bad_files(tmp_path_factory, plan_dir) -> Path:
     import shutil
 
     for role in ("first", "main"):  # the artifacts beside the variants: a plan names files in its folder only
-        shutil.copy(plan_dir / plan["speech_decoder"]["onnx"][role], d)
+        shutil.copy(plan_dir / plan["vocoder"]["artifacts"][role]["onnx"], d)
 
     def plan_variant(name, edit):
         p = json.loads(json.dumps(plan))
-        edit(p["speech_decoder"])
+        edit(p["vocoder"])
         (d / name).write_text(json.dumps(p))
 
-    plan_variant("plan_number_path.json", lambda sd: sd["onnx"].__setitem__("main", 5))
+    plan_variant("plan_number_path.json", lambda sd: sd["artifacts"]["main"].__setitem__("onnx", 5))
     plan_variant("plan_N_abc.json", lambda sd: sd["contract"].__setitem__("N", "abc"))
     plan_variant("plan_rate.json", lambda sd: sd["contract"].__setitem__("sample_rate", 16000))
     edited = _tiny_step(d / "edited.onnx", _contract(16), graph_contract=_contract(8))
-    plan_variant("plan_edited_onnx.json", lambda sd: sd["onnx"].__setitem__("main", edited.name))
+    plan_variant("plan_edited_onnx.json", lambda sd: sd["artifacts"]["main"].__setitem__("onnx", edited.name))
 
     base = {"model_type": MODEL_TYPE, "decoder_config": CONFIGS["reduced"].to_dict()}
     for name, dec, top in [("kv0", {"num_key_value_heads": 0}, {}), ("hidden_str", {"hidden_size": "128"}, {}),
@@ -182,7 +182,7 @@ TABLE = [
      r"decode_upsample_rate must be a positive integer, got 'abc'", []),
     # wrong types in a plan or contract (6)
     ("decode-plan-path-number", "decode --plan {bad}/plan_number_path.json {plan}/codes.npy -o {tmp}/x.wav",
-     r"speech_decoder\.onnx\.main must be a file path \(a string\), got 5", ["{tmp}"]),
+     r"vocoder\.artifacts\.main\.onnx must be a file path \(a string\), got 5", ["{tmp}"]),
     ("decode-contract-N-abc", "decode --plan {bad}/plan_N_abc.json {plan}/codes.npy -o {tmp}/x.wav",
      r"N must be an integer, got 'abc'", ["{tmp}"]),
     ("decode-onnx-contract-edited", "decode --plan {bad}/plan_edited_onnx.json {plan}/codes.npy -o {tmp}/x.wav",

@@ -1,9 +1,9 @@
 """The accuracy gate: is a quantized (or otherwise approximate) talker / code predictor safe to place?
 
 Each stage is measured against its fp32 graph over many utterances (``GATE_TEXTS``, speakers and
-languages cycled over the checkpoint's own lists), in the prompt form the checkpoint records
-(``TTSConfig.default_text_in_prompt``; the trained synthetic checkpoint is confident only in the
-streaming form), through the generation loop of the model it is given: the build gives it
+languages cycled over the checkpoint's own lists: ``core.capture.cycled_requests``), in the prompt
+form the checkpoint records (``TTSConfig.default_text_in_prompt``; the trained synthetic checkpoint
+is confident only in the streaming form), through the generation loop of the model it is given: the build gives it
 ``runtime.tts.numpy_loop.NumpyTTSModel`` with the stages opened for it (``pipelines.cpu_stages``),
 the loop ``speak`` runs on a stage plan (the numpy host, its RoPE recipe, its heads):
 
@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from rkspeech.core import progress
+from rkspeech.core.capture import cycled_requests
 from rkspeech.core.thresholds import (
     GATE_MIN_AGREEMENT,
     GATE_MIN_FRAMES,
@@ -68,25 +69,6 @@ class GateThresholds:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-def gate_requests(tts, n: int) -> list[dict]:
-    """``n`` generation requests over the checkpoint's speakers and languages (custom voice: round
-    r gives speaker s language ``(s + r) % L``, so the first ``S x L`` requests are distinct pairs
-    and every speaker and language occurs early; voice design: a fixed instruct, languages cycled)."""
-    kind = tts.cfg.tts_model_type
-    languages = list(tts.languages) or ["auto"]
-    if kind == "custom_voice":
-        speakers = tts.speakers
-        pairs = [(s, (s + r) % len(languages)) for r in range(len(languages)) for s in range(len(speakers))]
-        return [{"speaker": speakers[pairs[i % len(pairs)][0]], "language": languages[pairs[i % len(pairs)][1]]}
-                for i in range(n)]
-    if kind == "voice_design":
-        return [{"instruct": "A calm voice.", "language": languages[i % len(languages)]} for i in range(n)]
-    from rkspeech.core.errors import RkspeechError
-
-    raise RkspeechError(f"the accuracy gate runs custom-voice or voice-design models, not {tts.variant!r} "
-                        "(no reference audio to clone from); build with --gate off")
 
 
 def record_reference(tts, *, talker, code_predictor, texts, requests, frames: int):
@@ -206,7 +188,10 @@ def run_gate(tts, *, reference: dict, variants: dict, texts=GATE_TEXTS, frames: 
     thresholds = thresholds or GateThresholds()
     t0 = time.perf_counter()
     texts = list(texts)
-    runs = record_reference(tts, texts=texts, requests=gate_requests(tts, len(texts)), frames=frames, **reference)
+    # a base model is refused: no reference audio to clone from
+    requests = cycled_requests(tts, len(texts), what="the accuracy gate",
+                               hint=" (no reference audio to clone from); build with --gate off")
+    runs = record_reference(tts, texts=texts, requests=requests, frames=frames, **reference)
     ref_frames = sum(len(r.frames) for r in runs)
     out = {"texts": len(texts), "frames_per_text": frames,
            "prompt_form": "whole-text" if tts.cfg.default_text_in_prompt else "streaming",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from rkspeech.accuracy.fp16_model import FP16_MAX
-from rkspeech.accuracy.metrics import FP16_MIN_NORMAL
+from rkspeech.accuracy.metrics import FP16_MIN_NORMAL, snr_of
 
 
 def require_matplotlib() -> None:
@@ -17,12 +17,6 @@ def require_matplotlib() -> None:
 
     if importlib.util.find_spec("matplotlib") is None:
         raise RkspeechError("--plot needs matplotlib: pip install matplotlib==3.11.2 (requirements/host.txt)")
-
-
-def _snr(d) -> float:
-    if not d or d.get("snr_db") is None:
-        return math.nan
-    return d["snr_db"]
 
 
 def write_plot(rep: dict, path) -> None:
@@ -38,17 +32,17 @@ def write_plot(rep: dict, path) -> None:
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(12, 7), sharex=True,
                                       gridspec_kw={"height_ratios": [3, 2]})
     x = list(range(len(layers)))
-    top.plot(x, [_snr(e["fp16_model"]) for e in layers], color="0.6", lw=0.8,
+    top.plot(x, [snr_of(e["fp16_model"], math.nan) for e in layers], color="0.6", lw=0.8,
              label="fp16 storage model, each layer (cumulative)")
     ends = [b["layers"][1] - 1 for b in blocks]
     for key, style, label in (("sim_cumulative", dict(color="tab:red", marker="o"), "simulator, cumulative"),
                               ("sim_local", dict(color="tab:orange", marker="s", ls="--"), "simulator, local"),
                               ("fp16_model_cumulative", dict(color="tab:blue", marker="^"), "fp16 model, cumulative"),
                               ("fp16_model_local", dict(color="tab:cyan", marker="v", ls="--"), "fp16 model, local")):
-        ys = [_snr(b.get(key)) for b in blocks]
+        ys = [snr_of(b.get(key), math.nan) for b in blocks]
         if any(not math.isnan(y) for y in ys):
             top.plot(ends, ys, label=label, **style)
-    whole = [_snr(d.get("sim_whole")) for d in rep["graph_outputs"].values()]
+    whole = [snr_of(d.get("sim_whole"), math.nan) for d in rep["graph_outputs"].values()]
     whole = [w for w in whole if not math.isnan(w)]
     if whole:
         top.axhline(min(whole), color="k", ls=":", lw=1, label=f"whole graph on the simulator ({min(whole):.1f} dB)")

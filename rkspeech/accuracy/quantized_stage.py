@@ -37,6 +37,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rkspeech.core import progress
+from rkspeech.core.capture import RecordingCodePredictor, RecordingTalker, sample_request, teacher
+from rkspeech.core.compare import energies, json_number, snr_db_of_energy
 from rkspeech.core.errors import RkspeechError
 
 DEFAULT_TEXTS = ("Hello there, this is a check of the quantized stages.",
@@ -57,60 +59,6 @@ class ReferenceRun:
     cp_logits: list = field(default_factory=list)
 
 
-class _RecordingTalker:
-    def __init__(self, inner, run: ReferenceRun):
-        self.inner, self.run, self.name = inner, run, f"recording {inner.name}"
-
-    def start(self, capacity: int) -> None:
-        self.inner.start(capacity)
-
-    def forward(self, embeds):
-        out = self.inner.forward(embeds)
-        self.run.talker_calls.append((np.array(embeds, dtype=np.float32), np.array(out, dtype=np.float32)))
-        return out
-
-    def close(self) -> None:  # the caller owns the inner backend
-        pass
-
-
-class _RecordingCodePredictor:
-    def __init__(self, inner, run: ReferenceRun):
-        self.inner, self.run = inner, run
-        self.name = f"recording {inner.name}"
-        self.greedy_only = getattr(inner, "greedy_only", False)
-
-    def frame(self, hidden, first_embed, choose):
-        rows: list[np.ndarray] = []
-        if self.greedy_only:
-            logits = np.asarray(self.inner.infer(hidden, first_embed)["logits"], dtype=np.float32)
-            codes = [int(c) for c in logits.argmax(-1)]
-            rows = list(logits)
-        else:
-            def spy(j, lg):
-                rows.append(np.array(lg.numpy() if hasattr(lg, "numpy") else lg, dtype=np.float32))
-                return choose(j, lg)
-
-            codes = self.inner.frame(hidden, first_embed, spy)
-        self.run.cp_inputs.append((np.array(hidden, np.float32).reshape(-1), np.array(first_embed, np.float32).reshape(-1)))
-        self.run.cp_logits.append(np.stack(rows))
-        return codes
-
-    def close(self) -> None:
-        pass
-
-
-def _request(tts) -> dict:
-    kind = tts.cfg.tts_model_type
-    kw: dict = {"language": "english"}
-    if kind == "custom_voice":
-        kw["speaker"] = tts.speakers[0]
-    elif kind == "voice_design":
-        kw["instruct"] = "A calm voice."
-    else:
-        raise RkspeechError(f"the quantized-stage check runs custom-voice or voice-design models, not {kind!r}")
-    return kw
-
-
 def record_greedy_reference(tts, *, talker, code_predictor, texts=DEFAULT_TEXTS, frames: int = 16,
                             request: dict | None = None, text_in_prompt: bool | None = None) -> list[ReferenceRun]:
     """Greedy generation of up to ``frames`` frames per text with ``talker`` and
@@ -120,26 +68,20 @@ def record_greedy_reference(tts, *, talker, code_predictor, texts=DEFAULT_TEXTS,
 
     if frames < 1:
         raise RkspeechError(f"frames must be >= 1, got {frames}")
-    kw = dict(request) if request is not None else _request(tts)
+    kw = dict(request) if request is not None else sample_request(tts, what="the quantized-stage check")
     saved = (tts.talker_backend, tts.code_predictor_backend)
     runs = []
     try:
         for text in texts:
             run = ReferenceRun(text)
-            tts.use_backends(talker=_RecordingTalker(talker, run),
-                             code_predictor=_RecordingCodePredictor(code_predictor, run))
+            tts.use_backends(talker=RecordingTalker(talker, run.talker_calls),
+                             code_predictor=RecordingCodePredictor(code_predictor, run.cp_inputs, run.cp_logits))
             opts = GenerationOptions.greedy(max_new_tokens=frames + 1, text_in_prompt=text_in_prompt)
             run.frames = tts.generate_codes(text, options=opts, **kw)
             runs.append(run)
     finally:
         tts.talker_backend, tts.code_predictor_backend = saved
     return runs
-
-
-def _snr_db(sig: float, err: float) -> float | None:
-    if err == 0:
-        return None  # identical: no finite SNR (JSON has no infinity)
-    return round(10 * math.log10(sig / err), 2) if sig > 0 else None
 
 
 def margin_summary(margins) -> dict:
@@ -194,16 +136,16 @@ def talker_agreement(tts, runs: list[ReferenceRun], talker) -> dict:
         ref_top, got_top = np.array(ref_top), np.array(got_top)
         same = ref_top == got_top
         agree, total = agree + int(same.sum()), total + same.size
-        sig += float((ref_l ** 2).sum())
-        err += float(((got_l - ref_l) ** 2).sum())
+        s, e = energies(ref_l, got_l)
+        sig, err = sig + s, err + e
         stop = [int(np.argmax(v == eos)) if (v == eos).any() else None for v in (ref_top, got_top)]
         per_text.append({"text": run.text, "frames": int(same.size),
                          "first_diverging_frame": None if same.all() else int(np.argmin(same)),
                          "stop_frame_reference": stop[0], "stop_frame_quantized": stop[1],
                          "same_stop": stop[0] == stop[1],
-                         "logit_snr_db": _snr_db(float((ref_l ** 2).sum()), float(((got_l - ref_l) ** 2).sum()))})
+                         "logit_snr_db": json_number(snr_db_of_energy(s, e))})
     return {"stage": "talker", "decisions": total, "agreement": round(agree / total, 4) if total else None,
-            "logit_snr_db": _snr_db(sig, err), "same_stop": all(p["same_stop"] for p in per_text),
+            "logit_snr_db": json_number(snr_db_of_energy(sig, err)), "same_stop": all(p["same_stop"] for p in per_text),
             "first_diverging_frame": min((p["first_diverging_frame"] for p in per_text
                                           if p["first_diverging_frame"] is not None), default=None),
             "margin": margin_summary(margins), "texts": per_text}
@@ -224,12 +166,7 @@ def code_predictor_agreement(runs: list[ReferenceRun], code_predictor) -> dict:
             codes = [int(c) for c in run.frames[f, 1:]]
             if teacher_forced:
                 rows: list[np.ndarray] = []
-
-                def teacher(j, lg, rows=rows, codes=codes):
-                    rows.append(np.array(lg.numpy() if hasattr(lg, "numpy") else lg, dtype=np.float32))
-                    return codes[j - 1]
-
-                code_predictor.frame(hidden, first, teacher)
+                code_predictor.frame(hidden, first, teacher(codes, rows))
                 got = np.stack(rows)
             else:
                 got = np.asarray(code_predictor.infer(hidden, first)["logits"], dtype=np.float32)
@@ -242,13 +179,13 @@ def code_predictor_agreement(runs: list[ReferenceRun], code_predictor) -> dict:
             if first_div is None and not same.all():
                 first_div = f
             k = same.size if teacher_forced or same.all() else int(np.argmin(same)) + 1
-            sig += float((ref[:k] ** 2).sum())
-            err += float(((got[:k] - ref[:k]) ** 2).sum())
+            s, e = energies(ref[:k], got[:k])
+            sig, err = sig + s, err + e
             margins += [_top2_margin(r) for r in ref]
         per_text.append({"text": run.text, "frames": len(run.cp_inputs), "first_diverging_frame": first_div})
     return {"stage": "code_predictor", "teacher_forced": teacher_forced, "frames": frames, "decisions": total,
             "agreement": round(agree / total, 4) if total else None, "frames_identical": identical_frames,
-            "logit_snr_db": _snr_db(sig, err),
+            "logit_snr_db": json_number(snr_db_of_energy(sig, err)),
             "first_diverging_frame": min((p["first_diverging_frame"] for p in per_text
                                           if p["first_diverging_frame"] is not None), default=None),
             "margin": margin_summary(margins), "texts": per_text}

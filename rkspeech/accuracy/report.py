@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from rkspeech.accuracy.metrics import snr_of
+
 
 def _db(d: dict | None) -> str:
     if not d:
@@ -25,7 +27,7 @@ def summary(rep: dict) -> dict:
 
     layers = sorted(rep["layers"], key=lambda e: -e["max_abs"])
     return {
-        "outputs": {n: {k: (d.get(k) or {}).get("snr_db") for k in ("sim_whole", "sim_pieces", "fp16_model")}
+        "outputs": {n: {k: snr_of(d.get(k)) for k in ("sim_whole", "sim_pieces", "fp16_model")}
                     for n, d in rep["graph_outputs"].items()},
         "worst_blocks": [b["index"] for b in sorted(blocks, key=rank)[:3]],
         "largest_activations": [{"tensor": e["tensor"], "op": e["op"], "max_abs": e["max_abs"],
@@ -38,10 +40,6 @@ def summary(rep: dict) -> dict:
     }
 
 
-def _snr_of(d: dict | None):
-    return (d or {}).get("snr_db")
-
-
 def headline(rep: dict, worst: int = 3, layers: int = 5) -> dict:
     """The map in a few lines, for a build report: per graph output the final SNR (simulator
     whole graph / pieces chained, fp16 storage model), the ``worst`` blocks by local SNR with
@@ -49,7 +47,7 @@ def headline(rep: dict, worst: int = 3, layers: int = 5) -> dict:
     only per-layer figure the map has), the largest activations, fp16 overflow."""
     s = summary(rep)
     by_index = {b["index"]: b for b in rep["blocks"]}
-    finite = [e for e in rep["layers"] if _snr_of(e.get("fp16_model")) is not None
+    finite = [e for e in rep["layers"] if snr_of(e.get("fp16_model")) is not None
               or (e.get("fp16_model") or {}).get("nonfinite")]
     finite.sort(key=lambda e: -1e9 if e["fp16_model"].get("nonfinite") else e["fp16_model"]["snr_db"])
     return {
@@ -58,11 +56,11 @@ def headline(rep: dict, worst: int = 3, layers: int = 5) -> dict:
         "inputs": rep["inputs"],
         "final_snr_db": {n: {k: v for k, v in d.items() if v is not None} for n, d in s["outputs"].items()},
         "worst_blocks": [{"index": i, "label": by_index[i]["label"],
-                          **{k: _snr_of(by_index[i].get(k)) for k in
+                          **{k: snr_of(by_index[i].get(k)) for k in
                              ("sim_local", "sim_cumulative", "fp16_model_local", "fp16_model_cumulative")}}
                          for i in s["worst_blocks"][:worst]],
         "worst_layers": [{"node": e["node"], "op": e["op"], "block": e["block"],
-                          "fp16_model_snr_db": _snr_of(e["fp16_model"]),
+                          "fp16_model_snr_db": snr_of(e["fp16_model"]),
                           "nonfinite": e["fp16_model"].get("nonfinite", 0)} for e in finite[:layers]],
         "largest_activations": s["largest_activations"][:3],
         "overflow": s["overflow"],

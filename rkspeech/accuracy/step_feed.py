@@ -13,20 +13,12 @@ import numpy as np
 from rkspeech.core.errors import RkspeechError
 
 
-class _Recorder:
-    def __init__(self, runner):
-        self.runner, self.feeds = runner, []
-
-    def infer(self, feed):
-        self.feeds.append({k: np.array(v) for k, v in feed.items()})
-        return self.runner.infer(feed)
-
-
 def stepwise_feed(onnx_path, step: int, specs: dict, seed: int = 0, threads: int = 2) -> dict[str, np.ndarray]:
     """The feed of step ``step`` (1-based) of a stepwise decode of ``onnx_path``, cast to the
     graph's input dtypes ``specs``."""
     from rkspeech.contracts.read import read_contract
     from rkspeech.contracts.vocoder import VocoderContract
+    from rkspeech.core.capture import RecordingRunner
     from rkspeech.runtime.runners import open_runner
     from rkspeech.runtime.tts.streaming import Engine, StreamingVocoder
     from rkspeech.verify.stepwise import random_codes
@@ -38,7 +30,7 @@ def stepwise_feed(onnx_path, step: int, specs: dict, seed: int = 0, threads: int
     except RkspeechError as exc:
         raise RkspeechError(f"--stepwise needs a vocoder step graph with its contract ({exc})") from None
     with open_runner("ort", onnx_path, threads=threads) as runner:
-        rec = _Recorder(runner)
+        rec = RecordingRunner(runner)
         codes = random_codes(step * contract.codes_length, contract.num_quantizers, contract.codebook_size, seed)
         StreamingVocoder(Engine(rec, contract)).decode(codes)
     feed = rec.feeds[step - 1]

@@ -292,7 +292,7 @@ def exactness_db(original, transformed, feed: dict, threads: int = 2) -> float:
     """SNR (dB) of ``transformed`` against ``original`` on onnxruntime (optimisations off),
     worst over the graph outputs: the check that a rewrite is exact in fp32."""
     from rkspeech.accuracy.fp16_model import OrtGraph
-    from rkspeech.verify.compare import snr_db
+    from rkspeech.core.compare import snr_db
 
     a = OrtGraph(original, threads=threads).run(feed)
     b = OrtGraph(transformed, threads=threads).run(feed)

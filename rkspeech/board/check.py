@@ -8,7 +8,7 @@ only: a CPU stage never reaches the NPU), a Whisper encoder's ``encoder`` or ``p
 runs on ``backend``: ``rknnlite`` (the .rknn on the board's NPU), ``sim`` (the simulator, from the
 ONNX the .rknn came from) or ``ort`` (onnxruntime on that ONNX), so the command runs off a board.
 
-Per graph: each step's outputs against the golden (SNR and cosine, pass marks
+Per graph: each step's outputs against the golden (SNR and cosine from ``core.compare``, pass marks
 ``core.thresholds.SIM_MIN_SNR_DB`` and ``GOLDEN_MIN_COSINE``; integer outputs as agreement,
 reported, not graded: a near-tie of two logits may flip between fp16 implementations), and call
 times: the first call (it pays the runtime's lazy set-up), then the median and p95 of the rest
@@ -51,10 +51,12 @@ class CheckBoardOptions:
 
 
 def plan_graphs(raw: dict, base: Path) -> list[BoardGraph]:
-    """Every NPU graph of the plan ``raw`` (read through ``plan.plan.read_plan``), in run order."""
+    """Every NPU graph of the plan ``raw`` (read through ``plan.plan.read_plan``), in run order:
+    each role's .rknn (and the ONNX it came from) of the NPU-placed stages, and the vocoder's and
+    the Whisper encoder's whatever their placement (their goldens replay on onnxruntime too)."""
     from rkspeech.plan.integrity import golden_path
-
     from rkspeech.plan.paths import plan_file
+    from rkspeech.plan.record import START_ROLE, head_codebook, is_npu, stage_records
 
     def path(v):
         return None if not isinstance(v, str) else plan_file(base, v, f"plan in {base}")
@@ -66,22 +68,22 @@ def plan_graphs(raw: dict, base: Path) -> list[BoardGraph]:
         return golden_path(rknn or onnx)
 
     out = []
-    sd = raw.get("speech_decoder")
-    if isinstance(sd, dict):
-        arts, onnx = sd.get("artifacts") or {}, sd.get("onnx") or {}
-        for role in ("first", "main"):
-            if role in arts or role in onnx:
-                r, o = path(arts.get(role)), path(onnx.get(role))
-                out.append(BoardGraph(f"vocoder {role}", o, r, golden_of(r, o)))
-    for name in ("talker", "code_predictor", "whisper_encoder"):
-        sec = raw.get(name)
-        if not isinstance(sec, dict) or (sec.get("impl") != "rknn" and name != "whisper_encoder"):
+    records = stage_records(raw)
+    for name in ("vocoder", "talker", "code_predictor", "whisper_encoder"):
+        rec = records.get(name)
+        if rec is None or not (is_npu(rec) or name in ("vocoder", "whisper_encoder")):
             continue
-        q = sec.get("quantization") or {}
+        q = rec.get("quantization") or {}
         build = ({"dtype": q["dtype"], "dataset": str(path(q["dataset"])), "hybrid": q.get("hybrid")}
                  if isinstance(q, dict) and q.get("dtype") and q.get("dataset") else {})
-        for role, files in (sec.get("artifacts") or {}).items():
+        arts = rec.get("artifacts") or {}
+        roles = ([r for r in ("first", "main") if r in arts] if name == "vocoder" else
+                 [r for r in arts if r != START_ROLE and head_codebook(r) is None])  # heads, start: CPU graphs
+        for role in roles:
+            files = arts[role] if isinstance(arts[role], dict) else {}
             r, o = path(files.get("rknn")), path(files.get("onnx"))
+            if r is None and o is None:
+                continue
             label = name.replace("_", " ") + ("" if role == "encoder" else f" {role}")
             out.append(BoardGraph(label, o, r, golden_of(r, o), build))
     return out
@@ -102,9 +104,11 @@ def _estimate_ms(rknn: Path | None) -> dict:
 
 
 def _compare(name: str, ref, out) -> dict:
+    """One output against its golden: SNR (``core.compare``: null when identical) and cosine;
+    ``nonfinite``: how many inf / NaN values the output holds (then it fails)."""
     import numpy as np
 
-    from rkspeech.verify.compare import compare_tensors
+    from rkspeech.core.compare import compare_tensors, json_number
 
     ref, out = np.asarray(ref), np.asarray(out)
     if ref.shape != out.shape and ref.size == out.size:
@@ -113,9 +117,18 @@ def _compare(name: str, ref, out) -> dict:
         agree = float(np.mean(ref.reshape(-1) == out.reshape(-1).astype(ref.dtype))) if ref.size else 1.0
         return {"output": name, "agreement": agree, "graded": False, "ok": True}
     c = compare_tensors(ref.astype(np.float32), out.astype(np.float32))
-    ok = bool(np.isfinite(out).all()) and c["snr_db"] >= SIM_MIN_SNR_DB and c["cosine"] >= GOLDEN_MIN_COSINE
-    return {"output": name, "snr_db": round(c["snr_db"], 2) if np.isfinite(c["snr_db"]) else c["snr_db"],
-            "cosine": round(c["cosine"], 7), "max_abs_diff": c["max_abs_diff"], "graded": True, "ok": ok}
+    bad = int(out.size - np.isfinite(out).sum())
+    ok = not bad and c["snr_db"] >= SIM_MIN_SNR_DB and c["cosine"] >= GOLDEN_MIN_COSINE
+    return {"output": name, "snr_db": json_number(c["snr_db"]), "cosine": round(c["cosine"], 7),
+            "max_abs_diff": c["max_abs_diff"], "graded": True, "ok": ok, **({"nonfinite": bad} if bad else {})}
+
+
+def snr_text(row: dict, digits: int = 2) -> str:
+    """A graded output's SNR for people: the dB figure, ``identical`` (null, or an older report's
+    ``Infinity``), or ``inf/NaN xN``."""
+    from rkspeech.core.compare import db_text
+
+    return f"inf/NaN x{row['nonfinite']}" if row.get("nonfinite") else db_text(row["snr_db"], digits)
 
 
 def _open(g: BoardGraph, o: CheckBoardOptions, target: str | None):
@@ -179,7 +192,8 @@ def check_graph(g: BoardGraph, o: CheckBoardOptions, target: str | None) -> dict
 def _failure_line(graph: str, step: dict) -> str:
     bad = next(r for r in step["outputs"] if not r["ok"])
     return (f"{graph}, step {step['step']}: output {bad['output']} differs from the golden replay "
-            f"(SNR {bad['snr_db']} dB, cosine {bad['cosine']}; pass marks {SIM_MIN_SNR_DB:g} dB, "
+            f"(SNR {snr_text(bad)}{'' if bad.get('nonfinite') else ' dB'}, "
+            f"cosine {bad['cosine']}; pass marks {SIM_MIN_SNR_DB:g} dB, "
             f"{GOLDEN_MIN_COSINE:g})")
 
 

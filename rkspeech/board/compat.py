@@ -21,6 +21,8 @@ DEVFREQ = "sys/class/devfreq"
 NPU_DEBUGFS = "sys/kernel/debug/rknpu"
 #: governors that hold a clock where it is set
 PINNED_GOVERNORS = ("userspace", "performance")
+#: the CPU's cpufreq policies (one per cluster: RK3588 policy0 = A55 cpus 0-3, policy4 / policy6 = A76)
+CPUFREQ = "sys/devices/system/cpu/cpufreq"
 
 SOURCES = {
     "runtime-older-than-toolkit": "airockchip/rknn-toolkit2#281 (librknnrt 1.4.0, model from 2.3.0: \"Invalid RKNN "
@@ -33,6 +35,12 @@ SOURCES = {
     "clock-unpinned": "airockchip/rknn_model_zoo#180, airockchip/rknn-llm#409 and #532 (boards 2-3x slower than "
                       "the published figures until the NPU and DDR clocks are pinned); the pinning recipe: "
                       "airockchip/rknn-llm scripts/fix_freq_rk3588.sh",
+    "cpu-governor": ("public RK3588 measurements: the ondemand CPU governor costs 26-32 % of LM decode speed and of "
+                     "a TTS real-time factor against performance (eidolon-os HOST-RK3588.md); sbc-bench reviews "
+                     "(ThomasKaiser/sbc-bench) run with the performance governor for the same reason"),
+    "cpu-big-cores": ("public RK3588 measurements: a second model on the A76 cluster broke a TTS service's threads, "
+                      "on the A55 cluster it did not (contention is per cluster); STREAM ~12 GB/s for one A76 core, "
+                      "~20 GB/s for four (eidolon-os HOST-RK3588.md, sbc-bench)"),
     "chip-mismatch": "rknn-toolkit2 2.5.0 user guide: a .rknn runs only on the target_platform it was built for",
 }
 

@@ -5,10 +5,13 @@ Readings (every path below ``root``, "/" on a board; tests pass a faked tree): t
 (``/proc/device-tree/compatible``), librknnrt's version (the ``X.Y.Z (commit@date)`` string
 inside the library file, as its own log line prints it: "librknnrt version: 2.3.2
 (429f97ae6b@2025-04-09T09:09:27)"), the rknpu driver version, the NPU and DDR devfreq nodes
-(governor, current / available frequencies), the driver's debugfs ``freq`` / ``load``, and memory
-(``/proc/meminfo``).  Each rule of ``board.compat`` gives a one-line verdict with its fix.  Off a
-Rockchip board the readings say so and the plan's .rknn files are still checked (chip, toolkit
-version, the plan's integrity).  Standard library only.
+(governor, current / available frequencies), the driver's debugfs ``freq`` / ``load``, memory
+(``/proc/meminfo``), and the CPU: which cores are big (``core.cpus``: ``cpu_capacity``, else the
+max clock) and each cpufreq policy's governor (``ondemand`` costs 26-32 % of a TTS real-time
+factor on RK3588, public: ``compat.SOURCES["cpu-governor"]``).  Each rule of ``board.compat``
+gives a one-line verdict with its fix (a CPU governor: one per cpufreq policy).  Off a Rockchip
+board the readings say so and the plan's .rknn files are still checked (chip, toolkit version,
+the plan's integrity).  Standard library only.
 """
 
 from __future__ import annotations
@@ -95,6 +98,62 @@ def memory(root: Path) -> dict:
     return {"total_mb": out.get("MemTotal"), "available_mb": out.get("MemAvailable")}
 
 
+def cpus(root: Path) -> dict:
+    """The cores (``core.cpus.core_info``: which are big, from what) and each cpufreq policy:
+    its cores, governor, current and top clock (kHz)."""
+    from rkspeech.core.cpus import core_info
+
+    info = core_info(root)
+    policies = []
+    base = root / compat.CPUFREQ
+    for node in sorted(base.glob("policy*"), key=lambda p: int(p.name[6:]) if p.name[6:].isdigit() else 0):
+        def get(name):
+            return _read(node, name)
+
+        cores = (get("related_cpus") or get("affected_cpus") or "").split()
+        num = (lambda v: int(v) if v and v.isdigit() else None)
+        policies.append({"policy": node.name, "node": str(node),
+                         "cpus": [int(c) for c in cores if c.isdigit()],
+                         "governor": get("scaling_governor"), "cur_khz": num(get("scaling_cur_freq")),
+                         "max_khz": num(get("cpuinfo_max_freq"))})
+    return {"cpus": list(info.cpus), "big": list(info.big), "little": list(info.little), "source": info.source,
+            "figures": {str(k): v for k, v in info.figures.items()}, "policies": policies}
+
+
+def _cpu_findings(reading: dict) -> list[dict]:
+    """One finding per cpufreq policy not held at its top clock, and which cores speak / serve pin to."""
+    from rkspeech.core.cpus import format_cpus
+
+    out = []
+    for pol in reading["policies"]:
+        gov, cur, top = pol["governor"], pol["cur_khz"], pol["max_khz"]
+        if gov == "performance" or (gov == "userspace" and cur is not None and top is not None and cur >= top):
+            continue
+        kind = "big" if set(pol["cpus"]) <= set(reading["big"]) and reading["big"] != reading["cpus"] else \
+            "little" if set(pol["cpus"]) <= set(reading["little"]) else "CPU"
+        cost = " (public RK3588: ondemand costs 26-32 % of a TTS real-time factor)" if gov == "ondemand" else ""
+        out.append({"id": "cpu-governor", "severity": "warning",
+                    "message": (f"cpufreq {pol['policy']} ({kind} cores {format_cpus(pol['cpus'])}) governor {gov}: "
+                                f"the clock follows the load{cost}; as root: echo performance > "
+                                f"{pol['node']}/scaling_governor"),
+                    "source": compat.SOURCES["cpu-governor"]})
+    if reading["big"] != reading["cpus"]:
+        figures = reading["figures"]
+        fig = (lambda cs: "/".join(sorted({str(figures[str(c)]) for c in cs if str(c) in figures})))
+        out.append({"id": "cpu-big-cores", "severity": "info",
+                    "message": (f"big cores {format_cpus(reading['big'])} ({reading['source']} {fig(reading['big'])} "
+                                f"vs {fig(reading['little'])} on {format_cpus(reading['little'])}): speak and "
+                                "serve pin their CPU stages there (--cpu-affinity big, the default); keep other CPU-heavy work "
+                                "off them"),
+                    "source": compat.SOURCES["cpu-big-cores"]})
+    elif reading["source"] == "none" and len(reading["cpus"]) > 1:
+        out.append({"id": "cpu-big-cores-unknown", "severity": "warning",
+                    "message": ("which cores are big is unknown (no cpu_capacity or cpuinfo_max_freq readable): "
+                                "speak and serve leave the scheduler free; pass --cpu-affinity LIST (RK3588: 4-7)"),
+                    "source": compat.SOURCES["cpu-big-cores"]})
+    return out
+
+
 def _clock_finding(kind: str, reading: dict | None) -> dict | None:
     if reading is None:
         return None
@@ -148,7 +207,8 @@ def board_report(*, root: str | os.PathLike = "/", plan: str | os.PathLike | Non
     board = chip(root)
     rt = librknnrt(root)
     readings = {"chip": board, "librknnrt": rt, "rknpu_driver": driver_version(root),
-                "clocks": clocks(root), "memory": memory(root), "rknn_toolkit_lite2": lite_version}
+                "clocks": clocks(root), "memory": memory(root), "cpu": cpus(root),
+                "rknn_toolkit_lite2": lite_version}
     findings: list[dict] = []
     if board is None:
         findings.append({"id": "not-a-board", "severity": "info",
@@ -171,6 +231,7 @@ def board_report(*, root: str | os.PathLike = "/", plan: str | os.PathLike | Non
             f = _clock_finding(kind, reading)
             if f:
                 findings.append(f)
+        findings += _cpu_findings(readings["cpu"])
         lite = compat.version_tuple(lite_version)
         rtv = compat.version_tuple(rt.get("version"))
         if lite and rtv and lite[:2] != rtv[:2]:

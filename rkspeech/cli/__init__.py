@@ -32,6 +32,7 @@ COMMAND_MODULES = (
     "build",
     "decode",
     "speak",
+    "speech_check",
     "voices",
     "transcribe",
     "serve",

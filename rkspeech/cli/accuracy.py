@@ -26,9 +26,9 @@ def register(subparsers) -> None:
     f.add(NPU, "--target", default=DEFAULT_TARGET, choices=TARGETS, help="chip to simulate")
     f.add(NPU, "--pieces", type=int, default=4,
           help="cut the graph into N consecutive blocks, one simulator build each (default 4)")
-    f.add(NPU, "--skip-sim", dest="no_sim", action="store_true",
+    f.add(NPU, "--skip-sim", action="store_true",
           help="fp32 and the fp16 storage model only (no simulator)")
-    f.add(NPU, "--skip-whole", dest="no_whole", action="store_true",
+    f.add(NPU, "--skip-whole", action="store_true",
           help="skip the whole-graph simulator check (one build fewer)")
     f.add(NPU, "--min-snr", type=float, low=None, default=None,
           help="fail when a graph output's whole-graph simulator SNR is below this (dB)")
@@ -57,8 +57,8 @@ def run(args: argparse.Namespace) -> int:
     opts = AccuracyOptions(model=Path(args.model), target=args.target,
                            inputs=Path(args.inputs) if args.inputs else None, stepwise=args.stepwise,
                            pieces=args.pieces,
-                           seed=args.seed, threads=resolve_threads(args.threads), simulate=not args.no_sim,
-                           whole_graph=not args.no_whole, sim_log=args.sim_log)
+                           seed=args.seed, threads=resolve_threads(args.threads), simulate=not args.skip_sim,
+                           whole_graph=not args.skip_whole, sim_log=args.sim_log)
     rep = analyse(opts)
     print_report(rep)
     if args.report:

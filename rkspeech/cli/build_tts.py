@@ -21,7 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     f.add(INPUT, "--vocoder-plan", default=None,
           help="reuse this built qwen3-tts-vocoder plan.json (checked against the model) instead of "
                "building the vocoder; the vocoder flags below are then ignored")
-    f.add(OUTPUT, "--out-dir", writes="folder", dest="out", required=True, metavar="DIR",
+    f.add(OUTPUT, "--out-dir", writes="folder", required=True, metavar="DIR",
           help="output folder (plan.json, build-report.json, graphs)")
     f.add(NPU, "--target", default=DEFAULT_TARGET, choices=TARGETS)
     f.add(NPU, "--codes-length", "-B", type=int, default=64, help="vocoder tokens per main step (default 64)")
@@ -39,9 +39,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     f.add(NPU, "--talker-prefill", type=int, default=32, help="talker positions per prefill call")
     f.add(NPU, "--timeout", type=float, default=None, help="per-conversion timeout, seconds")
     f.add(NPU, "--fail-on-cpu", action="store_true", help="fail when compute ops land on the CPU")
-    f.add(SIM_CHECK, "--skip-sim", dest="skip_verify", action="store_true",
+    f.add(SIM_CHECK, "--skip-sim", action="store_true",
           help="no simulator verification (the talker's onnxruntime check is skipped with it)")
-    f.add(SIM_CHECK, "--pieces", dest="sim_pieces", type=int, default=1, metavar="N",
+    f.add(SIM_CHECK, "--pieces", type=int, default=1, metavar="N",
           help="simulate the vocoder in N graph pieces (default 1)")
     f.add(SIM_CHECK, "--verify-steps", type=int, default=3, help="vocoder main steps run on the simulator")
     f.add(SIM_CHECK, "--verify-frames", type=int, default=50,
@@ -80,14 +80,14 @@ def options_from(args: argparse.Namespace):
     from rkspeech.pipelines.tts_build import TTSBuildOptions
 
     return TTSBuildOptions(
-        out=args.out, model_dir=args.model_dir, target=args.target, vocoder_plan=args.vocoder_plan,
+        out_dir=args.out_dir, model_dir=args.model_dir, target=args.target, vocoder_plan=args.vocoder_plan,
         codes_length=args.codes_length,
         first_length=args.first_length, formulation=args.formulation, verify_steps=args.verify_steps,
-        sim_pieces=args.sim_pieces, verify_frames=args.verify_frames, skip_code_predictor=args.skip_code_predictor,
+        pieces=args.pieces, verify_frames=args.verify_frames, skip_code_predictor=args.skip_code_predictor,
         code_predictor_dtype=args.code_predictor_dtype, code_predictor_form=args.code_predictor_form,
         code_predictor_calibration_frames=args.code_predictor_calibration_frames,
         talker_capacity=args.talker_capacity, talker_prefill=args.talker_prefill, skip_talker=args.skip_talker,
-        skip_talker_rknn=args.skip_talker_rknn, skip_verify=args.skip_verify, timeout=args.timeout,
+        skip_talker_rknn=args.skip_talker_rknn, skip_sim=args.skip_sim, timeout=args.timeout,
         fail_on_cpu=args.fail_on_cpu, force=args.force, talker=args.talker, code_predictor=args.code_predictor,
         vocoder=args.vocoder, cpu_threads=args.cpu_threads, int4_block=args.int4_block,
         int4_symmetric=args.int4_symmetric, cpu_check_frames=args.cpu_check_frames,
@@ -105,6 +105,8 @@ def _ops(row: dict) -> str:
 
 def _cpu_rows(name: str, cpu: dict | None) -> list[tuple]:
     """A CPU stage: its weights (record, sizes) and its agreement with the fp32 graph."""
+    from rkspeech.core.compare import db_text
+
     if not cpu:
         return []
     q = cpu.get("quantization")
@@ -123,7 +125,7 @@ def _cpu_rows(name: str, cpu: dict | None) -> list[tuple]:
     c = cpu.get("check")
     if c:
         tf, free = c["teacher_forced"], c["free_running"]
-        snr = f"{tf['logit_snr_db']:.1f} dB" if tf.get("logit_snr_db") is not None else "identical"
+        snr = db_text(tf.get("logit_snr_db")) + ("" if tf.get("logit_snr_db") is None else " dB")
         rows.append((f"{name} vs fp32 (teacher forced)",
                      f"agreement {100 * tf['agreement']:.2f} % of {tf['decisions']} decisions, logit SNR {snr}, "
                      f"fp32 margin median {tf['margin'].get('median', 0):.2f}"))
@@ -153,6 +155,8 @@ def _gate_rows(gate: dict | None) -> list[tuple]:
 
 
 def summary_rows(summary: dict) -> list[tuple]:
+    from rkspeech.core.compare import db_text
+
     rows: list[tuple] = [("target", summary["target"])]
     for name, row in summary["graphs"].items():
         rows.append((f"{name}: NPU / CPU ops", _ops(row)))
@@ -168,18 +172,18 @@ def summary_rows(summary: dict) -> list[tuple]:
     if sim:
         rows.append((f"code predictor on the simulator ({cp_row.get('dtype') or 'fp16'})",
                      f"greedy agreement {100 * sim['code_agreement']:.1f} % over {sim.get('frames')} frames, "
-                     f"logit SNR {sim['logit_snr_db']:.1f} dB"))
+                     f"logit SNR {db_text(sim['logit_snr_db'])} dB"))
     tv = (summary["graphs"].get("talker") or {}).get("verify")
     if tv:
         parts = []
         if tv.get("codes_identical_ort") is not None:
             parts.append(f"onnxruntime greedy codes {'identical' if tv['codes_identical_ort'] else 'DIFFER'}")
-        if tv.get("logit_snr_db") is not None:
-            parts.append(f"simulator logit SNR {tv['logit_snr_db']:.1f} dB")
+        if "logit_snr_db" in tv:  # null: identical (core.compare)
+            parts.append(f"simulator logit SNR {db_text(tv['logit_snr_db'])} dB")
         rows.append(("talker checks", "; ".join(parts) or "-"))
     v = (summary["graphs"].get("vocoder") or {}).get("verify")
     if v:
-        rows.append(("vocoder simulator step vs full decode", f"{v['snr_db']['rknn_sim_step']:.1f} dB"))
+        rows.append(("vocoder simulator step vs full decode", f"{db_text(v['snr_db']['rknn_sim_step'])} dB"))
     rows += _gate_rows(summary.get("accuracy_gate"))
     rows.append(("plan", summary["plan"]))
     rows.append(("total", f"{summary['seconds']:.0f} s"))

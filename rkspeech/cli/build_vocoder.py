@@ -15,7 +15,7 @@ HELP = "Qwen3-TTS 12 Hz vocoder step graph -> .rknn"
 def add_arguments(p: argparse.ArgumentParser) -> None:
     f = Flags(p, "build qwen3-tts-vocoder")
     f.add(INPUT, "--model-dir", default=None, metavar="DIR", help="checkpoint (default $QWEN3_TTS_MODEL)")
-    f.add(OUTPUT, "--out-dir", writes="folder", dest="out", required=True, metavar="DIR", help="output folder")
+    f.add(OUTPUT, "--out-dir", writes="folder", required=True, metavar="DIR", help="output folder")
     f.add(NPU, "--target", default=DEFAULT_TARGET, choices=TARGETS)
     f.add(NPU, "--codes-length", "-B", type=int, default=64, help="tokens per main step (default 64)")
     f.add(NPU, "--first-length", type=int, default=16,
@@ -25,9 +25,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                "(alias seed): the model's own ops; see docs)")
     f.add(NPU, "--timeout", type=float, default=None, help="per-conversion timeout, seconds")
     f.add(NPU, "--fail-on-cpu", action="store_true", help="fail when compute ops land on the CPU")
-    f.add(SIM_CHECK, "--skip-sim", dest="skip_verify", action="store_true",
+    f.add(SIM_CHECK, "--skip-sim", action="store_true",
           help="no simulator verification (it costs a rebuild)")
-    f.add(SIM_CHECK, "--pieces", dest="sim_pieces", type=int, default=1, metavar="N",
+    f.add(SIM_CHECK, "--pieces", type=int, default=1, metavar="N",
           help="verify on the simulator in N graph pieces, one at a time (bounded memory, N builds per step)")
     f.add(SIM_CHECK, "--verify-steps", type=int, default=3, help="main steps run on the simulator (default 3)")
     f.add(ACCURACY_MAP, "--accuracy-pieces", type=int, default=0, metavar="N",
@@ -35,7 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                "3 of a stepwise decode): headline in build-report.json, the map in "
                "accuracy-report.json (rkspeech verify --plot draws it); about one more "
                "conversion of cost (default 0: off)")
-    f.add(ACCURACY_MAP, "--accuracy-skip-sim", dest="accuracy_no_sim", action="store_true",
+    f.add(ACCURACY_MAP, "--accuracy-skip-sim", action="store_true",
           help="the accuracy map without the simulator (fp32 and the fp16 storage model only)")
     f.add(ADVANCED, "--force", action="store_true", help="re-run every stage")
 
@@ -44,23 +44,25 @@ def options_from(args: argparse.Namespace):
     from rkspeech.pipelines.vocoder_build import VocoderBuildOptions
 
     return VocoderBuildOptions(
-        out=args.out, model_dir=args.model_dir, target=args.target, codes_length=args.codes_length,
-        first_length=args.first_length, verify_steps=args.verify_steps, skip_verify=args.skip_verify,
-        sim_pieces=args.sim_pieces, timeout=args.timeout, fail_on_cpu=args.fail_on_cpu,
+        out_dir=args.out_dir, model_dir=args.model_dir, target=args.target, codes_length=args.codes_length,
+        first_length=args.first_length, verify_steps=args.verify_steps, skip_sim=args.skip_sim,
+        pieces=args.pieces, timeout=args.timeout, fail_on_cpu=args.fail_on_cpu,
         formulation=args.formulation, force=args.force, accuracy_pieces=args.accuracy_pieces,
-        accuracy_sim=not args.accuracy_no_sim)
+        accuracy_sim=not args.accuracy_skip_sim)
 
 
 def summary_rows(summary: dict) -> list[tuple]:
+    from rkspeech.core.compare import db_text
+
     rows = [("target", summary["target"]), ("B main / first", f"{summary['B']} / {summary['first_B'] or '-'}")]
     e = summary["export"]
     rows.append(("SNR torch step / onnxruntime step",
-                 f"{e['snr_db']['torch_step']:.1f} / {e['snr_db']['onnxruntime_step']:.1f} dB"))
+                 f"{db_text(e['snr_db']['torch_step'])} / {db_text(e['snr_db']['onnxruntime_step'])} dB"))
     rows.append(("ONNX nodes (main)", e["onnx"]["nodes"]))
     h = summary.get("export_host") or {}
     if h.get("snr_db"):  # the exact graphs the host backends run (plan.json host_onnx)
         rows.append(("host graphs (reference): torch / onnxruntime step",
-                     f"{h['snr_db']['torch_step']:.1f} / {h['snr_db']['onnxruntime_step']:.1f} dB "
+                     f"{db_text(h['snr_db']['torch_step'])} / {db_text(h['snr_db']['onnxruntime_step'])} dB "
                      "(what --backend ort runs)"))
     for role, c in summary["convert"].items():
         pl, b = c["placement"], c["build"]
@@ -83,8 +85,8 @@ def summary_rows(summary: dict) -> list[tuple]:
     if v:
         s = v["snr_db"]
         rows.append(("simulator step vs full decode",
-                     f"{s['rknn_sim_step']:.1f} dB (onnxruntime {s['onnxruntime_step']:.1f} dB)"))
-        rows.append(("simulator vs onnxruntime", f"{v['sim_vs_onnxruntime_db']:.1f} dB"))
+                     f"{db_text(s['rknn_sim_step'])} dB (onnxruntime {db_text(s['onnxruntime_step'])} dB)"))
+        rows.append(("simulator vs onnxruntime", f"{db_text(v['sim_vs_onnxruntime_db'])} dB"))
     rows.extend(accuracy_rows(summary.get("accuracy")))
     skipped = [k for k, st in summary["stages"].items() if st.get("skipped")]
     if skipped:
@@ -121,11 +123,12 @@ def accuracy_rows(acc: dict | None) -> list[tuple]:
 
 def print_summary(summary: dict) -> None:
     from rkspeech.core import progress
+    from rkspeech.core.compare import db_value
     from rkspeech.core.reporting import print_table
 
     print_table("qwen3-tts-vocoder build (NPU numerics from the x86 simulator; no board here)", summary_rows(summary))
     v = summary.get("verify")
-    if v and v["snr_db"]["rknn_sim_step"] < SIM_MIN_SNR_DB:
+    if v and db_value(v["snr_db"]["rknn_sim_step"]) < SIM_MIN_SNR_DB:
         progress.info(f"warning: simulator SNR {v['snr_db']['rknn_sim_step']:.1f} dB is below {SIM_MIN_SNR_DB:.0f} dB")
 
 

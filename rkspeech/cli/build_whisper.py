@@ -28,10 +28,10 @@ def window_list(text: str) -> tuple[int, ...]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     f = Flags(parser, "build whisper-encoder")
-    f.add(INPUT, "--model-dir", dest="model", required=True, metavar="DIR",
+    f.add(INPUT, "--model-dir", required=True, metavar="DIR",
           help="CTranslate2/faster-whisper folder, transformers folder, or an openai-whisper .pt file")
     f.add(INPUT, "--verify-audio", default=None, help="audio file for the checks (default: synthetic)")
-    f.add(OUTPUT, "--out-dir", writes="folder", dest="out", required=True, metavar="DIR",
+    f.add(OUTPUT, "--out-dir", writes="folder", required=True, metavar="DIR",
           help="output folder (encoder.onnx, encoder.rknn, build-report.json)")
     f.add(OUTPUT, "--json", action="store_true", help="print the report JSON on stdout")
     f.add(NPU, "--target", default=DEFAULT_TARGET, choices=TARGETS, help="Rockchip chip (default rk3588)")
@@ -42,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                "plan.json; transcribe/serve given that plan run the smallest window that holds the audio. The 30 s "
                "window is always built; shorter ones change some transcripts (docs/whisper-buckets.md). "
                "Default: 30 only")
-    f.add(NPU, "--pieces", dest="parts", type=int, default=1, metavar="N",
+    f.add(NPU, "--pieces", type=int, default=1, metavar="N",
           help="cut the encoder at block boundaries into N graphs, each converted and simulated "
                "in turn (large: 4 pieces of ~4.2 GB to convert; docs/whisper-sizes.md)")
     f.add(NPU, "--skip-convert", action="store_true", help="stop after the ONNX export and checks")
@@ -57,6 +57,8 @@ def _fmt(value, spec: str) -> str:
 
 
 def format_table(report: dict) -> str:
+    from rkspeech.core.compare import db_text
+
     d = report["dims"]
     lines = [f"Whisper encoder  {report['source']['format']} ({report['source']['stored_dtype']})  "
              f"n_mels={d['n_mels']} d={d['n_audio_state']} layers={d['n_audio_layer']} heads={d['n_audio_head']}"]
@@ -71,7 +73,7 @@ def format_table(report: dict) -> str:
         rows.append(("simulator vs torch", report["simulator"]))
     lines.append(f"{'check':<22} {'cosine':>10} {'min frame':>10} {'SNR dB':>8}")
     for name, r in rows:
-        lines.append(f"{name:<22} {r['cosine']:>10.7f} {r['cosine_min_frame']:>10.7f} {r['snr_db']:>8.1f}")
+        lines.append(f"{name:<22} {r['cosine']:>10.7f} {r['cosine_min_frame']:>10.7f} {db_text(r['snr_db']):>8}")
     lint = report.get("lint") or {}
     lint = {"": lint} if "errors" in lint else lint
     if lint:
@@ -104,12 +106,12 @@ def run(args: argparse.Namespace) -> int:
         build_whisper_encoder,
     )
 
-    check_writable(args.out, what="output", folder=True)
-    with folder_lock(args.out):
+    check_writable(args.out_dir, what="output", folder=True)
+    with folder_lock(args.out_dir):
         report = build_whisper_encoder(WhisperEncoderBuildOptions(
-            model=args.model, out=args.out, target=args.target, frames=args.frames,
+            model_dir=args.model_dir, out_dir=args.out_dir, target=args.target, frames=args.frames,
             verify_audio=args.verify_audio, skip_convert=args.skip_convert, skip_sim=args.skip_sim,
-            timeout=args.timeout, threads=resolve_threads(args.threads), parts=args.parts, force=args.force,
+            timeout=args.timeout, threads=resolve_threads(args.threads), pieces=args.pieces, force=args.force,
             windows=args.windows))
     if args.json:
         print(json.dumps(report, indent=2, default=str))

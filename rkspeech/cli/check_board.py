@@ -35,9 +35,11 @@ def _fmt(v, nd=2) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    import math
     import sys
 
-    from rkspeech.board.check import CheckBoardOptions, check_board
+    from rkspeech.board.check import CheckBoardOptions, check_board, snr_text
+    from rkspeech.core.compare import db_value
     from rkspeech.core.reporting import print_table
 
     rep = check_board(CheckBoardOptions(plan=args.plan, backend=args.backend, core_mask=args.core_mask,
@@ -46,10 +48,11 @@ def run(args: argparse.Namespace) -> int:
     rows = []
     for g in rep["graphs"]:
         graded = [r for s in g["steps"] for r in s["outputs"] if r["graded"]]
-        worst = min(graded, key=lambda r: r["snr_db"]) if graded else None
+        worst = (min(graded, key=lambda r: -math.inf if r.get("nonfinite") else db_value(r["snr_db"]))
+                 if graded else None)
         t, e = g["timing"], g["estimate"]
         rows.append((g["graph"], "ok" if g["ok"] else "FAIL", len(g["steps"]),
-                     _fmt(worst["snr_db"], 1) if worst else "-", _fmt(worst["cosine"], 6) if worst else "-",
+                     snr_text(worst, 1) if worst else "-", _fmt(worst["cosine"], 6) if worst else "-",
                      _fmt(t["first_ms"], 1), _fmt(t["median_ms"], 2), _fmt(t["p95_ms"], 2),
                      _fmt(e.get("est_step_ms"), 2)))
     print_table(f"check-board, {rep['backend']} on {rep['machine']}: worst output vs the golden (the "

@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
                 "rknnlite": "rknn-lite contexts"}[args.backend]
         with progress.stage(f"load {what}: {roles}"):
             pool = open_pool(plan, args.backend, size=1, threads=args.threads,
-                             core_masks=[args.core_mask], target=target)
+                             core_mask=[args.core_mask], target=target)
         try:
             first_B = plan.contracts["first"].codes_length if "first" in plan.contracts else 0
             B = c.codes_length

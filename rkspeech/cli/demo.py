@@ -40,7 +40,7 @@ def register(subparsers) -> None:
     f.add(INPUT, "--config", choices=("published", "reduced"), default="published",
           help="synthetic checkpoint size (published: the real model's size, most of an hour and ~10 GB; "
                "reduced: a few minutes)")
-    f.add(OUTPUT, "--out-dir", writes="folder", dest="out", default="out/demo", metavar="DIR",
+    f.add(OUTPUT, "--out-dir", writes="folder", default="out/demo", metavar="DIR",
           help="output folder (default out/demo)")
     f.add(OUTPUT, "--speech-frames", writes=None, type=int, default=25,
           help="frames of the spoken sentence at the end (default 25 = 2 s; 0 = no speech)")
@@ -50,7 +50,7 @@ def register(subparsers) -> None:
     f.add(NPU, "--first-length", type=int, default=DEMO_FIRST_LENGTH,
           help=f"vocoder first step B (default {DEMO_FIRST_LENGTH}: the first audio sooner)")
     f.add(NPU, "--formulation", choices=CHOICES, default=DEFAULT_FORMULATION)
-    f.add(NPU, "--skip-sim", dest="skip_verify", action="store_true", help="no simulator verification")
+    f.add(NPU, "--skip-sim", action="store_true", help="no simulator verification")
     p.set_defaults(func=run)
 
 
@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.speech_frames < 0:
         raise RkspeechError(f"--speech-frames must be >= 0, got {args.speech_frames}")
-    out = check_writable(args.out, what="output", folder=True)
+    out = check_writable(args.out_dir, what="output", folder=True)
     ckpt = out / f"model-{args.config}-custom-voice"
     if not (ckpt / "config.json").is_file():  # written last: a root with config.json is complete
         with progress.stage(f"synthetic {args.config} Qwen3-TTS model (custom voice)"):
@@ -76,8 +76,8 @@ def run(args: argparse.Namespace) -> int:
     build_dir = out / (f"build-{args.config}-{args.formulation}-{args.target}-B{args.codes_length}"
                        f"-first{args.first_length}-cpu-int4")
     summary = build_tts(TTSBuildOptions(
-        out=build_dir, model_dir=ckpt, target=args.target, codes_length=args.codes_length,
-        first_length=args.first_length, formulation=args.formulation, skip_verify=args.skip_verify,
+        out_dir=build_dir, model_dir=ckpt, target=args.target, codes_length=args.codes_length,
+        first_length=args.first_length, formulation=args.formulation, skip_sim=args.skip_sim,
         gate="warn", **CPU_PLACEMENT))
     print_table("qwen3-tts build (NPU numerics from the x86 simulator; no board here)", summary_rows(summary))
     gate = summary.get("accuracy_gate") or {}
@@ -95,6 +95,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _build_rows(summary: dict) -> list[tuple]:
     """Ops per graph, the simulator's dB and the gate's verdict, one row each."""
+    from rkspeech.core.compare import db_text
+
     rows = []
     for name, row in summary["graphs"].items():
         roles = row.get("roles") or ({"": row} if row.get("placement") else {})
@@ -111,7 +113,7 @@ def _build_rows(summary: dict) -> list[tuple]:
                                   if q.get("bits") == 4 else "")))
     voc = (summary["graphs"].get("vocoder") or {}).get("verify")
     if voc:
-        rows.append(("vocoder on the simulator", f"{voc['snr_db']['rknn_sim_step']:.1f} dB against the full decode"))
+        rows.append(("vocoder on the simulator", f"{db_text(voc['snr_db']['rknn_sim_step'])} dB against the full decode"))
     gate = summary.get("accuracy_gate") or {}
     if gate:
         rows.append(("accuracy gate", "passed" if gate.get("passed") else

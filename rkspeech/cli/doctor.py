@@ -65,7 +65,8 @@ def register(subparsers) -> None:
     from rkspeech.cli.vocabulary import Flags
 
     p = subparsers.add_parser("doctor", help="show toolchain versions and known-bad combinations; on a board: "
-                                             "runtime, driver, clocks, and the plan's .rknn files against them")
+                                             "runtime, driver, NPU / DDR / CPU clocks, big cores, and the plan's "
+                                             ".rknn files against them")
     f = Flags(p, "doctor")
     f.add(None, "--json", action="store_true")
     f.add(None, "--plan", default=None, help="also check this plan's .rknn files (chip, toolkit version vs the "
@@ -146,6 +147,23 @@ def run(args: argparse.Namespace) -> int:
     return 1 if any(f["severity"] == "error" for f in info["findings"]) else 0
 
 
+def _print_cpu(cpu: dict | None) -> None:
+    from rkspeech.core.cpus import format_cpus
+
+    if not cpu:
+        return
+    if cpu["big"] != cpu["cpus"]:
+        print(f"{'CPU cores':<20} big {format_cpus(cpu['big'])}, little {format_cpus(cpu['little'])} "
+              f"(from {cpu['source']})")
+    else:
+        print(f"{'CPU cores':<20} {format_cpus(cpu['cpus']) or '?'}, all alike (from {cpu['source']})")
+    for pol in cpu["policies"]:
+        top = "?" if pol["max_khz"] is None else f"{pol['max_khz'] / 1e3:.0f}"
+        cur = "?" if pol["cur_khz"] is None else f"{pol['cur_khz'] / 1e3:.0f}"
+        print(f"{'CPU ' + pol['policy']:<20} cores {format_cpus(pol['cpus'])}: {cur} of {top} MHz, "
+              f"governor {pol['governor']}")
+
+
 def _print_board(b: dict, models: list[dict]) -> None:
     def mhz(r):
         if not r:
@@ -163,5 +181,6 @@ def _print_board(b: dict, models: list[dict]) -> None:
         print(f"{'NPU clock':<20} {mhz(b['clocks']['npu'])}")
         print(f"{'DDR clock':<20} {mhz(b['clocks']['ddr'])}")
         print(f"{'memory':<20} {mem['available_mb'] or '?'} of {mem['total_mb'] or '?'} MB available")
+        _print_cpu(b.get("cpu"))
     for m in models:
         print(f"{'rknn':<20} {m['file']}: {', '.join(m['chip'])}, toolkit {m['toolkit_version'] or '?'}")

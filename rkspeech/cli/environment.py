@@ -5,9 +5,9 @@ Home Assistant add-ons; ``Environment=`` / ``EnvironmentFile=``), and a secret i
 as a file (``/run/secrets/...``, systemd ``LoadCredential=``): it then shows in neither ``ps`` nor
 ``systemctl show``.  So a command that opts in (``vocabulary.Flags(..., environment=True)``) takes
 every flag from a variable whose name is derived here, once, from the flag's spelling:
-``--max-connections`` -> ``RKSPEECH_MAX_CONNECTIONS`` (the spelling, not the ``dest``: dests keep
-old names, ``--asr-model-dir`` stores ``whisper_model``), and from ``<that>_FILE``, the name of a
-file holding the value.
+``--max-connections`` -> ``RKSPEECH_MAX_CONNECTIONS`` (from the spelling; a flag's ``dest`` is
+its spelling too, ``--asr-model-dir`` stores ``asr_model_dir``), and from ``<that>_FILE``, the name
+of a file holding the value.
 
 Precedence: the command line, then the environment, then the flag's default.  A flag counts as
 given on the command line when argparse called its action (:func:`tracked`), so ``--max-queue 8``

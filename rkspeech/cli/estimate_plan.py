@@ -16,12 +16,16 @@ def add_arguments(f) -> None:
     plan = "whole text-to-speech plan (--plan)"
     f.add(INPUT, "--plan", metavar="plan.json",
           help="estimate every stage of this plan (talker, code predictor, vocoder) and the pipeline")
-    f.add(plan, "--target", "--chip", dest="chip", choices=("rk3588", "rk3576"), default=None,
+    f.add(plan, "--target", "--chip", choices=("rk3588", "rk3576"), default=None,
           help="the board (default: the plan's target, else rk3588)")
     f.add(plan, "--dispatch-us", type=float, default=None,
           help="NPU dispatch per compiled layer, us (default 19: nsbb/rknn-stt, RK3588)")
     f.add(plan, "--a76-gbps", type=float, default=None,
-          help="memory bandwidth of the CPU stages, GB/s (default 17: RK3588 measured, low end)")
+          help="memory bandwidth of every CPU stage, GB/s (default: by the threads each runs with, public "
+               "RK3588 STREAM: 1 A76 ~12, 4 A76 ~20 GB/s, 2-3 interpolated)")
+    f.add(plan, "--threads", dest="threads", type=int, low=None, default=None, metavar="N",
+          help="price the CPU stages as run with N threads (speak --threads N; default: each stage's plan "
+               "threads, else the runtime's default 2)")
     f.add(plan, "--shared-ddr-gbps", type=float, default=None,
           help="what CPU and NPU stream together, GB/s (default 22)")
     f.add(plan, "--kv-read", choices=("capacity", "position"), default=None,
@@ -51,12 +55,13 @@ def run(args: argparse.Namespace) -> int:
         from rkspeech.core.atomic import check_writable
 
         check_writable(args.report, what="report")
-    chip = args.chip
+    chip = args.target
     if chip is None:
         from rkspeech.estimate.plan_inputs import plan_target
 
         chip = plan_target(args.plan) or "rk3588"
     given = {"chip": chip, "layer_dispatch_us": args.dispatch_us, "cpu_gbps": args.a76_gbps,
+             "cpu_threads": getattr(args, "threads", None),
              "ddr_shared_gbps": args.shared_ddr_gbps, "kv_read": args.kv_read,
              "prompt_tokens": args.prompt_tokens, "utterance_s": args.utterance_s}
     # the single-graph flags that mean the same here, when changed from their defaults
@@ -81,7 +86,8 @@ def run(args: argparse.Namespace) -> int:
     for r in rep["stages"]:
         how = (f"{r['layers']} layers: table {r['layer_table_ms']:.2f} + dispatch {r['dispatch_ms']:.2f} ms"
                if r["unit"] == "npu" else
-               f"{r['variant']}, {_fmt_bytes(r['bytes_per_call'])} a call, {r['bound']}-bound")
+               f"{r['variant']}, {_fmt_bytes(r['bytes_per_call'])} a call, {r['bound']}-bound, "
+               f"{r['threads']} thread(s) at {r['cpu_gbps']:.1f} GB/s")
         rows.append((r["stage"], r["unit"], _ms(r["ms_per_call"]), f"{r['calls_per_audio_s']:,.3g}",
                      _ms(r["ms_per_audio_s"]), how))
     print_table("per stage", rows, headers=("stage", "unit", "ms / call", "calls / audio s", "ms / audio s",

@@ -6,7 +6,6 @@ import argparse
 
 from rkspeech.contracts.formulations import CHOICES, DEFAULT_FORMULATION
 from rkspeech.cli.vocabulary import INPUT, NPU, OUTPUT, Flags
-from rkspeech.contracts.formulations import CHOICES, DEFAULT_FORMULATION
 
 
 def register(subparsers) -> None:
@@ -31,6 +30,7 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from rkspeech.core.atomic import check_writable, write_json
+    from rkspeech.core.compare import db_text
     from rkspeech.core.reporting import print_table
     from rkspeech.pipelines.vocoder_export import ExportOptions, export_vocoder
 
@@ -42,9 +42,9 @@ def run(args: argparse.Namespace) -> int:
         formulation=args.formulation))
     r = result.report
     rows = [("B", r["B"]), ("cache_numel", f"{r['cache_numel']:,}"),
-            ("SNR torch step vs full decode", f"{r['snr_db']['torch_step']:.1f} dB")]
+            ("SNR torch step vs full decode", f"{db_text(r['snr_db']['torch_step'])} dB")]
     if "onnxruntime_step" in r["snr_db"]:
-        rows.append(("SNR onnxruntime step vs full decode", f"{r['snr_db']['onnxruntime_step']:.1f} dB"))
+        rows.append(("SNR onnxruntime step vs full decode", f"{db_text(r['snr_db']['onnxruntime_step'])} dB"))
     if "onnx" in r:
         o = r["onnx"]
         rows += [("ONNX", o["path"]), ("nodes", o["nodes"]),

@@ -34,36 +34,37 @@ NETWORK, LIMITS = "network", "limits"
 def register(subparsers) -> None:
     p = subparsers.add_parser("serve", help="Wyoming + OpenAI-compatible HTTP speech server over a pool of engines")
     f = Flags(p, "serve", environment=True)
-    f.add(ASR, "--asr-model-dir", dest="whisper_model", metavar="DIR", help="CTranslate2/faster-whisper Whisper folder")
-    f.add(ASR, "--asr-encoder", dest="encoder", metavar="FILE",
+    f.add(ASR, "--asr-model-dir", metavar="DIR", help="CTranslate2/faster-whisper Whisper folder")
+    f.add(ASR, "--asr-encoder", metavar="FILE",
           help="offloaded encoder enc.onnx / enc.rknn, or a 'build whisper-encoder --windows' plan.json (the "
                "smallest window that holds each request's audio; omit: CTranslate2's)")
-    f.add(ASR, "--asr-backend", dest="backend", choices=BACKENDS, default=None,
+    f.add(ASR, "--asr-backend", choices=BACKENDS, default=None,
           help="encoder runtime (default: ort for .onnx, rknnlite for .rknn and NPU plans)")
-    f.add(ASR, "--asr-engines", dest="engines", type=int, default=None, metavar="N",
+    f.add(ASR, "--asr-engines", type=int, default=None, metavar="N",
           help="transcription engines = requests transcribed at once (default: 1; rknnlite: one per NPU core)")
-    f.add(ASR, "--asr-core-mask", dest="core_masks", nargs="+", choices=CORE_MASKS, default=None, metavar="MASK",
+    f.add(ASR, "--asr-core-mask", nargs="+", choices=CORE_MASKS, default=None, metavar="MASK",
           help="rknnlite: NPU core mask per engine, cycled (default: one engine per core of --target; "
                "with speech on the NPU too, the cores but the last)")
     f.threads(ASR, "each Whisper engine (CTranslate2, onnxruntime)")
-    f.add(ASR, "--asr-compute-type", dest="compute_type", default="float32",
+    f.add(ASR, "--asr-compute-type", default="float32",
           help="CTranslate2 compute type (default float32)")
-    f.add(ASR, "--asr-beam-size", dest="beam_size", type=int, default=5, help="beam size (default 5, as transcribe)")
-    f.add(ASR, "--asr-language", dest="language", default="auto",
+    f.add(ASR, "--asr-beam-size", type=int, default=5, help="beam size (default 5, as transcribe)")
+    f.add(ASR, "--asr-language", default="auto",
           help="default language when a request names none (default auto)")
-    f.add(ASR, "--asr-vad", dest="vad", action="store_true", help="faster-whisper's Silero VAD filter on every request")
-    f.add(ASR, "--asr-hotwords-file", dest="hotwords_file", metavar="FILE",
+    f.add(ASR, "--asr-vad", action="store_true", help="faster-whisper's Silero VAD filter on every request")
+    f.add(ASR, "--asr-hotwords-file", metavar="FILE",
           help="phrases to bias transcripts toward, one per line (faster-whisper hotwords; re-read when "
                "the file changes, e.g. Home Assistant's entity names)")
-    f.add(TTS, "--tts-model-dir", dest="tts_model", metavar="DIR", help="Qwen3-TTS model folder")
-    f.add(TTS, "--tts-plan", dest="plan", metavar="PLAN", help="plan.json of the vocoder built for --tts-model-dir")
+    f.add(TTS, "--tts-model-dir", metavar="DIR", help="Qwen3-TTS model folder")
+    f.add(TTS, "--tts-plan", metavar="PLAN", help="plan.json of the vocoder built for --tts-model-dir")
     f.add(TTS, "--tts-backend", choices=BACKENDS, default="ort", help="vocoder runtime (default ort)")
-    f.add(TTS, "--tts-core-mask", dest="tts_core_masks", nargs="+", choices=CORE_MASKS, default=None,
+    f.add(TTS, "--tts-core-mask", nargs="+", choices=CORE_MASKS, default=None,
           metavar="MASK", help="rknnlite: NPU core mask per vocoder engine; the talker and code predictor "
                                "run on the first unless the plan's stage names its core_mask (default: the "
                                "last core of --target when transcription is on the NPU too, else all)"),
     f.add(NPU, "--target", default=DEFAULT_TARGET,
           help=f"chip of the .rknn files, both engines (default {DEFAULT_TARGET})")
+    f.cpu_affinity(NPU)
     f.add(NETWORK, "--wyoming", default="tcp://127.0.0.1:10300", metavar="URI",
           help="Wyoming listener tcp://HOST:PORT or unix://PATH, or 'off' (default tcp://127.0.0.1:10300)")
     f.add(NETWORK, "--zeroconf", nargs="?", const=DEFAULT_ZEROCONF_NAME, default=None, metavar="NAME",
@@ -76,7 +77,7 @@ def register(subparsers) -> None:
                f"${API_KEY_ENV}_FILE keep it out of ps)")
     f.add(LIMITS, "--max-queue", type=int, default=8, metavar="N",
           help="requests that may wait per engine kind; more are refused at once (default 8)")
-    f.add(LIMITS, "--request-timeout", dest="timeout", type=float, default=300.0, metavar="S",
+    f.add(LIMITS, "--request-timeout", type=float, default=300.0, metavar="S",
           help="per-request time limit (default 300)")
     f.add(LIMITS, "--max-upload-mb", type=float, default=25.0, help="upload size limit (default 25 MB)")
     f.add(LIMITS, "--max-audio-s", type=float, default=600.0, help="audio length limit (default 600 s)")
@@ -116,16 +117,16 @@ def options_from_args(args: argparse.Namespace):
         wyoming=None if args.wyoming.lower() in off else args.wyoming,
         http=None if args.http.lower() in off else args.http,
         api_key=api_key,
-        max_queue=args.max_queue, request_timeout_s=args.timeout,
+        max_queue=args.max_queue, request_timeout_s=args.request_timeout,
         max_upload_bytes=int(args.max_upload_mb * 1024 * 1024), max_audio_s=args.max_audio_s,
         max_text_chars=args.max_text_chars, idle_timeout_s=args.idle_timeout,
         max_connections=args.max_connections, header_timeout_s=args.header_timeout,
         body_timeout_s=args.body_timeout, keep_alive_timeout_s=args.keep_alive_timeout,
-        memory_budget_bytes=int(args.memory_budget_mb * 1024 * 1024), beam_size=args.beam_size,
-        language=None if args.language in ("auto", "") else args.language, vad=args.vad,
-        hotwords_file=_hotwords_file(args.hotwords_file), zeroconf=args.zeroconf,
-        model_name=os.path.basename(os.path.normpath(args.whisper_model)) if args.whisper_model else "whisper",
-        speech_model_name=os.path.basename(os.path.normpath(args.tts_model)) if args.tts_model else "speech")
+        memory_budget_bytes=int(args.memory_budget_mb * 1024 * 1024), asr_beam_size=args.asr_beam_size,
+        asr_language=None if args.asr_language in ("auto", "") else args.asr_language, asr_vad=args.asr_vad,
+        hotwords_file=_hotwords_file(args.asr_hotwords_file), zeroconf=args.zeroconf,
+        model_name=os.path.basename(os.path.normpath(args.asr_model_dir)) if args.asr_model_dir else "whisper",
+        speech_model_name=os.path.basename(os.path.normpath(args.tts_model_dir)) if args.tts_model_dir else "speech")
 
 
 def _hotwords_file(path):
@@ -144,14 +145,14 @@ def _hotwords_file(path):
 
 
 def _asr_on_npu(args) -> bool:
-    if args.backend is not None or not args.encoder:
-        return args.backend == "rknnlite"
+    if args.asr_backend is not None or not args.asr_encoder:
+        return args.asr_backend == "rknnlite"
     from rkspeech.runtime.whisper.model import default_backend
 
-    return default_backend(args.encoder) == "rknnlite"
+    return default_backend(args.asr_encoder) == "rknnlite"
 
 
-def _core_masks(args) -> tuple:
+def _core_mask(args) -> tuple:
     """(transcription masks, speech masks): as given, else each kind on its own cores when both
     run on the NPU (``core.targets.split_cores``), else every core of ``--target``.  Masks that
     overlap while both kinds are on the NPU get one warning line (they then share a core)."""
@@ -159,12 +160,12 @@ def _core_masks(args) -> tuple:
 
     from rkspeech.core.targets import cores_for, mask_cores, split_cores
 
-    asr_npu = bool(args.whisper_model) and _asr_on_npu(args)
-    tts_npu = bool(args.tts_model) and args.tts_backend == "rknnlite"
+    asr_npu = bool(args.asr_model_dir) and _asr_on_npu(args)
+    tts_npu = bool(args.tts_model_dir) and args.tts_backend == "rknnlite"
     both = asr_npu and tts_npu
     asr_default, tts_default = split_cores(args.target) if both else (cores_for(args.target),) * 2
-    asr = tuple(args.core_masks or asr_default)
-    tts = tuple(args.tts_core_masks or tts_default)
+    asr = tuple(args.asr_core_mask or asr_default)
+    tts = tuple(args.tts_core_mask or tts_default)
     if both:
         shared = set().union(*map(mask_cores, asr)) & set().union(*map(mask_cores, tts))
         if shared:
@@ -173,10 +174,10 @@ def _core_masks(args) -> tuple:
     return asr, tts
 
 
-def _open_speaker(args, core_masks=None):
+def _open_speaker(args, core_mask=None):
     from rkspeech.core.errors import RkspeechError
 
-    if not args.plan:
+    if not args.tts_plan:
         raise RkspeechError("--tts-model-dir needs --tts-plan plan.json (the vocoder built for it)")
     import math
 
@@ -184,8 +185,8 @@ def _open_speaker(args, core_masks=None):
 
     if not args.max_speech_s > 0:
         raise RkspeechError(f"--max-speech-s must be > 0, got {args.max_speech_s}")
-    speaker = Speaker(args.tts_model, args.plan, backend=args.tts_backend, target=args.target,
-                      core_masks=list(core_masks) if args.tts_backend == "rknnlite" and core_masks else None)
+    speaker = Speaker(args.tts_model_dir, args.tts_plan, backend=args.tts_backend, target=args.target,
+                      core_mask=list(core_mask) if args.tts_backend == "rknnlite" and core_mask else None)
     c = speaker.plan.contract
     frames = math.ceil(args.max_speech_s * c.sample_rate / c.samples_per_token)
     # N talker steps give at most N - 1 frames (the last token's codes would come in step N + 1)
@@ -204,34 +205,37 @@ def run(args: argparse.Namespace) -> int:
     from rkspeech.serve.server import Server, serve_forever
 
     options = options_from_args(args)  # address and limit errors before anything loads
-    if not args.whisper_model and not args.tts_model:
+    if not args.asr_model_dir and not args.tts_model_dir:
         raise RkspeechError("nothing to serve: give --asr-model-dir DIR and/or --tts-model-dir DIR --tts-plan plan.json")
-    if args.backend and not args.encoder:
-        raise RkspeechError(f"--asr-backend {args.backend} needs --asr-encoder FILE")
-    if args.plan and not args.tts_model:
+    if args.asr_backend and not args.asr_encoder:
+        raise RkspeechError(f"--asr-backend {args.asr_backend} needs --asr-encoder FILE")
+    if args.tts_plan and not args.tts_model_dir:
         raise RkspeechError("--tts-plan needs --tts-model-dir DIR")
-    if args.threads < 0 or (args.engines is not None and args.engines < 1):
+    if args.asr_threads < 0 or (args.asr_engines is not None and args.asr_engines < 1):
         raise RkspeechError("--asr-threads must be >= 0 and --asr-engines >= 1")
-    asr_masks, tts_masks = _core_masks(args)
+    asr_masks, tts_masks = _core_mask(args)
+    from rkspeech.core.cpus import pin_cpu_stages
+
+    pin_cpu_stages(args.cpu_affinity)  # before any engine opens a session: their threads inherit it
     transcribers, speakers = [], []
     try:
-        if args.whisper_model:
+        if args.asr_model_dir:
             from rkspeech.runtime.whisper.model import (
                 check_language,
                 check_model_dir,
                 is_multilingual,
             )
 
-            check_model_dir(args.whisper_model)
-            check_language(options.language, multilingual=is_multilingual(args.whisper_model))
-            engines = args.engines
+            check_model_dir(args.asr_model_dir, flag="--asr-model-dir")
+            check_language(options.asr_language, multilingual=is_multilingual(args.asr_model_dir))
+            engines = args.asr_engines
             if engines is None:
                 engines = len(asr_masks) if _asr_on_npu(args) else 1
             with progress.stage(f"load {engines} Whisper engine(s)"):
-                transcribers = open_transcribers(args.whisper_model, engines=engines, encoder=args.encoder,
-                                                 backend=args.backend, target=args.target, core_masks=asr_masks,
-                                                 threads=args.threads, compute_type=args.compute_type)
-        if args.tts_model:
+                transcribers = open_transcribers(args.asr_model_dir, engines=engines, encoder=args.asr_encoder,
+                                                 backend=args.asr_backend, target=args.target, core_mask=asr_masks,
+                                                 threads=args.asr_threads, compute_type=args.asr_compute_type)
+        if args.tts_model_dir:
             with progress.stage("load the speech model"):
                 speakers = [_open_speaker(args, tts_masks)]
         pool = ServePool(transcribers=transcribers, speakers=speakers, max_queue=options.max_queue,

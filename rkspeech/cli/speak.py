@@ -61,6 +61,7 @@ def register(subparsers) -> None:
           help="at most this many frames of audio, N frames = N/12.5 s (fewer if the talker ends the "
                "utterance first); qwen-tts' max_new_tokens=N+1 gives the same N frames")
     f.threads(ADVANCED, "onnxruntime (intra-op)")
+    f.cpu_affinity(ADVANCED)
     f.add(ADVANCED, "--host-loop", choices=("auto", "numpy", "torch"), default="auto",
           help="what runs the prompt, heads and sampling around the graphs: numpy (no torch; needs a plan "
                "from `build qwen3-tts` that places the talker and the code predictor), torch (the reference), "
@@ -101,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
 
     from rkspeech.core import progress
     from rkspeech.core.atomic import atomic_path, check_writable, output_lock, write_json
+    from rkspeech.core.cpus import pin_cpu_stages
     from rkspeech.core.errors import RkspeechError
     from rkspeech.core.reporting import print_table
     from rkspeech.core.targets import board_target
@@ -130,13 +132,14 @@ def run(args: argparse.Namespace) -> int:
     if args.max_frames is not None and args.max_frames < 1:
         raise RkspeechError(f"--max-frames must be >= 1, got {args.max_frames}")
     target = args.target or (board_target() if args.backend == "rknnlite" else None)
+    pinned = pin_cpu_stages(args.cpu_affinity)  # before any onnxruntime session: its threads inherit it
 
     with contextlib.ExitStack() as stack:
         if out is not None:
             stack.enter_context(output_lock(out, what="output wav"))
         with progress.stage("load the model and the vocoder plan"):
             speaker = stack.enter_context(Speaker(args.model_dir, args.plan, backend=args.backend,
-                                                  threads=args.threads, core_masks=[args.core_mask], target=target,
+                                                  threads=args.threads, core_mask=[args.core_mask], target=target,
                                                   host_stages=args.host_stages, host=args.host_loop))
         options = _options(args, speaker)
         rate = speaker.sample_rate
@@ -172,6 +175,7 @@ def run(args: argparse.Namespace) -> int:
                 np.save(tmp, utterance_array(codes))
     report = {"text": args.text, "backend": args.backend, "stage_backends": speaker.stage_names,
               "host_loop": speaker.host, "output": args.output,
+              "cpu_affinity": {"asked": args.cpu_affinity, "cores": list(pinned) if pinned else None},
               "sample_rate": rate,
               **timing.to_dict(rate)}
     if args.report:

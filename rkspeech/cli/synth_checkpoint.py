@@ -14,7 +14,7 @@ def register(subparsers) -> None:
     f = Flags(v, "synth-checkpoint qwen3-tts-vocoder")
     f.add(None, "--config", choices=("published", "reduced"), default="reduced")
     f.add(None, "--seed", type=int, default=0)
-    f.add(None, "--out-dir", writes="folder", dest="out", required=True, metavar="DIR", help="model root to write (gets speech_tokenizer/)")
+    f.add(None, "--out-dir", writes="folder", required=True, metavar="DIR", help="model root to write (gets speech_tokenizer/)")
     f.add(None, "--no-encoder-keys", action="store_true", help="write decoder keys only")
     v.set_defaults(func=run)
     t = models.add_parser("qwen3-tts", help="full Qwen3-TTS 12 Hz model root (talker, code predictor, speaker "
@@ -23,7 +23,7 @@ def register(subparsers) -> None:
     f.add(None, "--config", choices=("published", "reduced"), default="reduced")
     f.add(None, "--variant", choices=("base", "custom-voice", "voice-design"), default="custom-voice")
     f.add(None, "--seed", type=int, default=0)
-    f.add(None, "--out-dir", writes="folder", dest="out", required=True, metavar="DIR", help="model root to write")
+    f.add(None, "--out-dir", writes="folder", required=True, metavar="DIR", help="model root to write")
     f.add(None, "--trained", action="store_true",
           help="train the reduced talker and code predictor for a few CPU minutes on a fixed text -> codes "
                "rule, so they are confident and stop by themselves (custom-voice; cached under "
@@ -41,9 +41,9 @@ def run(args: argparse.Namespace) -> int:
     from rkspeech.core.atomic import check_writable
     from rkspeech.models.qwen3_tts.synthetic_vocoder import write_checkpoint
 
-    check_writable(args.out, what="output", folder=True)
+    check_writable(args.out_dir, what="output", folder=True)
     with progress.stage(f"synthetic {args.config} checkpoint (seed {args.seed})"):
-        folder = write_checkpoint(args.out, args.config, args.seed, with_encoder_keys=not args.no_encoder_keys)
+        folder = write_checkpoint(args.out_dir, args.config, args.seed, with_encoder_keys=not args.no_encoder_keys)
     print(folder)
     return 0
 
@@ -53,11 +53,11 @@ def run_tts(args: argparse.Namespace) -> int:
     from rkspeech.core.atomic import check_writable
     from rkspeech.models.qwen3_tts.synthetic_tts import write_tts_checkpoint
 
-    check_writable(args.out, what="output", folder=True)
+    check_writable(args.out_dir, what="output", folder=True)
     if getattr(args, "trained", False):
         return _run_trained(args)
     with progress.stage(f"synthetic {args.config} {args.variant} Qwen3-TTS model (seed {args.seed})"):
-        root = write_tts_checkpoint(args.out, args.config, args.variant, args.seed)
+        root = write_tts_checkpoint(args.out_dir, args.config, args.variant, args.seed)
     _massive(args, root)
     print(root)
     return 0
@@ -81,7 +81,7 @@ def _run_trained(args: argparse.Namespace) -> int:
     from rkspeech.models.qwen3_tts.trained import default_cache_dir, write_trained_tts_checkpoint
 
     with progress.stage(f"trained synthetic {args.config} {args.variant} Qwen3-TTS model (seed {args.seed})"):
-        root, record = write_trained_tts_checkpoint(args.out, args.config, args.variant, args.seed,
+        root, record = write_trained_tts_checkpoint(args.out_dir, args.config, args.variant, args.seed,
                                                     cache_dir=default_cache_dir(), log=progress.info)
     how = f"from the cache {record['cached']}" if record.get("cached") else f"trained in {record['seconds']} s"
     progress.info(f"{how}; final losses: talker {record['talker_loss_last50']}, code predictor "

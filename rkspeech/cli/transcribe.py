@@ -32,13 +32,13 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("transcribe", help="faster-whisper transcripts with the encoder offloaded (ort/sim/board)")
     f = Flags(p, "transcribe")
     f.add(INPUT, "audio", metavar="AUDIO", nargs="+", help="audio files (any format PyAV decodes)")
-    f.add(INPUT, "--model-dir", dest="model", required=True, metavar="DIR",
+    f.add(INPUT, "--model-dir", required=True, metavar="DIR",
           help="CTranslate2/faster-whisper Whisper folder (model.bin, config.json, tokenizer.json)")
     f.add(INPUT, "--encoder", metavar="FILE", help="offloaded encoder: enc.onnx (ort, sim), enc.rknn (rknnlite), or "
           "the encoder-pieces.json a 'build whisper-encoder --pieces N' wrote (the pieces run in turn), or the "
           "plan.json of a 'build whisper-encoder --windows 10,30' (the smallest window that holds each file); "
           "omit to run CTranslate2's own CPU encoder")
-    f.add(OUTPUT, "--out-dir", writes="folder", dest="output_dir", default=None, metavar="DIR",
+    f.add(OUTPUT, "--out-dir", writes="folder", default=None, metavar="DIR",
           help="where output files go (default: .)")
     f.add(OUTPUT, "--output-format", writes=None, choices=FORMATS + ("all",), default=None,
           help="write AUDIO-stem.<fmt> files (default with --out-dir: all)")
@@ -78,11 +78,11 @@ def _check_args(args) -> None:
             raise RkspeechError(f"{flag} must be >= {low}, got {value}")
     if args.backend and not args.encoder:
         raise RkspeechError(f"--backend {args.backend} needs --encoder FILE")
-    if args.output_format and not args.output_dir:  # an --out-dir was checked with every output (cli.outputs)
+    if args.output_format and not args.out_dir:  # an --out-dir was checked with every output (cli.outputs)
         from rkspeech.core.atomic import check_writable
 
         check_writable(".", what="--output-format's folder (the current one; --out-dir picks another)", folder=True)
-    if args.output_dir or args.output_format:
+    if args.out_dir or args.output_format:
         stems = Counter(Path(a).stem for a in args.audio)
         twice = [s for s, n in stems.items() if n > 1]
         if twice:
@@ -115,11 +115,11 @@ def run(args: argparse.Namespace) -> int:
 
     # every check that reads files only comes first: a bad input is one line on stderr, nothing else
     _check_args(args)
-    geometry = model_geometry(check_model_dir(args.model))  # a folder that is not Whisper fails here
-    language = check_language(args.language, multilingual=is_multilingual(args.model))
+    geometry = model_geometry(check_model_dir(args.model_dir))  # a folder that is not Whisper fails here
+    language = check_language(args.language, multilingual=is_multilingual(args.model_dir))
     backend = args.backend
     if args.encoder:
-        backend, _ = check_encoder_file(args.encoder, model_dir=args.model, backend=backend, target=args.target)
+        backend, _ = check_encoder_file(args.encoder, model_dir=args.model_dir, backend=backend, target=args.target)
     from rkspeech.runtime.whisper.long_audio import transcribe_file, whole_file_needed
 
     streamed = not (whole_file_needed(vad=args.vad, batch_size=args.batch_size) or args.compare)
@@ -130,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
 
     start = time.perf_counter()
     with progress.stage(f"load Whisper (CTranslate2 decoder{', encoder on ' + backend if backend else ''})"):
-        model = WhisperModel(args.model, encoder=args.encoder, backend=backend, threads=args.threads,
+        model = WhisperModel(args.model_dir, encoder=args.encoder, backend=backend, threads=args.threads,
                              target=args.target, core_mask=args.core_mask, compute_type=args.compute_type)
     setup_s = time.perf_counter() - start
     try:
@@ -146,13 +146,13 @@ def run(args: argparse.Namespace) -> int:
             import faster_whisper
 
             with progress.stage("load stock faster-whisper (for --compare)"):
-                stock = faster_whisper.WhisperModel(args.model, device="cpu", compute_type=args.compute_type,
+                stock = faster_whisper.WhisperModel(args.model_dir, device="cpu", compute_type=args.compute_type,
                                                     cpu_threads=args.threads)
                 if args.batch_size:
                     stock = faster_whisper.BatchedInferencePipeline(model=stock)
 
         formats = None
-        if args.output_dir or args.output_format:
+        if args.out_dir or args.output_format:
             fmt = args.output_format or "all"
             formats = FORMATS if fmt == "all" else (fmt,)
         files, status = [], 0
@@ -176,9 +176,9 @@ def run(args: argparse.Namespace) -> int:
                                     "reference_total_s": round(ref.timing["total_s"], 4)}
                 status = status or (0 if cmp["identical"] else 1)
             if formats:
-                extra = {"audio": path, "model": str(args.model), "encoder": args.encoder,
+                extra = {"audio": path, "model": str(args.model_dir), "encoder": args.encoder,
                          "backend": backend or "ct2-cpu"}
-                written = write_outputs(result, args.output_dir or ".", Path(path).stem, formats, extra)
+                written = write_outputs(result, args.out_dir or ".", Path(path).stem, formats, extra)
                 entry["outputs"] = [str(p) for p in written]
             files.append(entry)
             if not args.json:
@@ -186,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         model.close()
 
-    report = {"model": str(args.model), "geometry": geometry, "encoder": args.encoder,
+    report = {"model": str(args.model_dir), "geometry": geometry, "encoder": args.encoder,
               "backend": backend or "ct2-cpu", "encoder_setup_s": round(setup_s, 3),
               "options": options, "batch_size": args.batch_size, "files": files}
     if args.json:

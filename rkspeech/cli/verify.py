@@ -27,7 +27,7 @@ def register(subparsers) -> None:
     f.add(OUTPUT, "--report", writes="file", default=None, help="write the report JSON here")
     f.add(NPU, "--target", default=None, choices=TARGETS, help="chip to simulate (default: the .rknn's, else rk3588)")
     f.add(NPU, "--steps", type=int, default=3, help="main steps to run (the last one partial)")
-    f.add(NPU, "--pieces", dest="sim_pieces", type=int, default=1, metavar="N",
+    f.add(NPU, "--pieces", type=int, default=1, metavar="N",
           help="simulate the graph in N consecutive pieces, one child at a time: for graphs whose "
                "simulator does not fit in memory (npu B=64 on 24 GB: 4); each step costs N builds")
     f.add(NPU, "--min-snr", type=float, low=None, default=SIM_MIN_SNR_DB,
@@ -43,6 +43,7 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from rkspeech.core.atomic import write_json
+    from rkspeech.core.compare import db_text
     from rkspeech.core.errors import RkspeechError
     from rkspeech.core.reporting import print_table
     from rkspeech.verify.simulator import load_artifact, verify_vocoder
@@ -70,10 +71,11 @@ def run(args: argparse.Namespace) -> int:
     main = load_artifact(args.onnx, args.rknn, args.target)
     first = load_artifact(args.first_onnx, args.first_rknn, args.target) if args.first_onnx else None
     res = verify_vocoder(args.model_dir, main, first, steps=args.steps, target=args.target or main.target,
-                         sim_pieces=args.sim_pieces)
+                         pieces=args.pieces)
     rep = res.to_report()
-    rows = [(stage, f"{db:.1f} dB", " ".join(f"{x:.1f}" for x in res.per_step[stage])) for stage, db in res.snr_db.items()]
-    rows.append(("simulator vs onnxruntime", f"{res.sim_vs_ort_db:.1f} dB", ""))
+    rows = [(stage, f"{db_text(db)} dB", " ".join(db_text(x) for x in res.per_step[stage]))
+            for stage, db in res.snr_db.items()]
+    rows.append(("simulator vs onnxruntime", f"{db_text(res.sim_vs_ort_db)} dB", ""))
     print_table(f"SNR against the full decode, {res.tokens} tokens (simulator: NPU numerics, not speed)",
                 rows, headers=("stage", "whole signal", "per main step"))
     if args.plot:

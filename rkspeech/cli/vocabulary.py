@@ -62,6 +62,8 @@ VOCABULARY = (
     Word("NPU core mask(s)", "--core-mask", ("--core-masks",), "serve: --asr-core-mask MASK..., one per engine"),
     Word("conversion time limit", "--timeout", ()),
     Word("per-request time limit (serve)", "--request-timeout", ()),
+    Word("CPU cores the process runs on", "--cpu-affinity", (),
+         "big (default: the big cores where cores differ, core.cpus), all, or a list such as 4-7"),
 )
 
 #: command (as typed: "build qwen3-tts") -> {old spelling: new spelling}
@@ -84,7 +86,7 @@ ALIASES: dict[str, dict[str, str]] = {
 }
 
 #: Flags serve leaves unprefixed although transcribe or speak has them: they apply to both engines.
-SERVE_SHARED = ("--target",)
+SERVE_SHARED = ("--target", "--cpu-affinity")
 
 #: Commands whose ``--threads`` default is not the common one (None: ``core.threads``), and why.
 THREADS_DEFAULTS = {
@@ -240,9 +242,19 @@ class Flags:
             self.environment.add(action)
         return action
 
+    def cpu_affinity(self, group: str | None) -> argparse.Action:
+        """``--cpu-affinity big|all|LIST``: the cores the process (its CPU-stage threads) runs on;
+        a string here, resolved when the command runs (``core.cpus.apply_affinity``)."""
+        from rkspeech.core.cpus import DEFAULT_AFFINITY
+
+        return self.add(group, "--cpu-affinity", default=DEFAULT_AFFINITY, metavar="big|all|LIST",
+                        help="CPU cores for the CPU stages' threads: big (default; the big cores, e.g. RK3588's "
+                             "A76 cpus 4-7, where the cores differ; nothing changes where they are alike), all "
+                             "(leave the scheduler free), or a list such as 4-7 or 4,5")
+
     def threads(self, group: str | None, what: str) -> argparse.Action:
         """``--threads N``: one meaning, one default (``THREADS_DEFAULTS`` lists the exceptions)."""
         spelling = "--asr-threads" if self.command == "serve" else "--threads"
         # low=None: each command says its own bound in one line (0 = the libraries' default in some)
-        return self.add(group, spelling, dest="threads", type=int, low=None, default=threads_default(self.command),
+        return self.add(group, spelling, type=int, low=None, default=threads_default(self.command),
                         metavar="N", help=threads_help(self.command, what))

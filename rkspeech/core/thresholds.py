@@ -34,3 +34,15 @@ GATE_MIN_STOPPED_REFERENCE = 0.5  # utterances the fp32 run must end by itself (
 #: What the build does with the gate (``build qwen3-tts --gate``): refuse an unsafe placement (the
 #: default), warn (the plan is written, the failures recorded as a warning), off (not measured).
 GATE_MODES = ("refuse", "warn", "off")
+
+# The speech check (``rkspeech speech-check qwen3-tts``, ``accuracy.speech_judge``): held-out
+# sentences spoken through the fp32 stages and through the plan, both transcribed by Whisper.
+#: the plan's character error rate may exceed fp32's by at most this (public practice: a CER delta
+#: below 0.05 between an accelerated Qwen3-TTS and its reference, qwen3-tts-triton).  Measured on
+#: espeak-ng speech through Whisper tiny.en, 5 sentences (docs/speech-check.md): the same speech on
+#: both sides 0.000; under 40 dB white noise -0.013 .. -0.008; 30 dB up to +0.048; 5 dB +0.27 .. +0.29.
+SPEECH_MAX_CER_DELTA = 0.05
+#: above this character error rate the fp32 side does not speak: nothing is judged.  Measured:
+#: clean espeak-ng 0.024 (5 longest sentences) and 0.127 (all 18) through tiny.en; a synthetic
+#: root's noise 1.000 (Whisper heard nothing), docs/speech-check.md.
+SPEECH_MAX_REFERENCE_CER = 0.5

@@ -28,6 +28,9 @@ class StageInput:
     positions: int = 1  # positions per call (prefill B)
     B: int | None = None  # vocoder frames per call
     cache_capacity: int = 0  # the talker decode's KV capacity (kv_read="position")
+    threads: int | None = None  # a CPU stage's threads as the plan records them (None: not recorded)
+    min_threads: int = 1  # the runtime gives it at least these (the talker prefill)
+    fixed_threads: int | None = None  # runs on these whatever the caller says (the host heads: 1)
 
     @property
     def unit(self) -> str:
@@ -81,10 +84,10 @@ def plan_inputs(plan_path: str | os.PathLike, a: PlanAssumptions) -> tuple[list[
             from rkspeech.contracts.read import read_contract
 
             # the file's own contract (the section's is one role's: the decode graph's B)
-            file_contract = read_contract(files["rknn"] if sp.impl == "rknn" else files["onnx"])
+            file_contract = read_contract(files["rknn"] if sp.on_npu else files["onnx"])
             positions = int(getattr(file_contract, "B", 1) or 1)
             contract = {**sp.contract, **file_contract.to_dict()}
-            if sp.impl == "rknn":
+            if sp.on_npu:
                 call = rknn_call(files["rknn"], a)
             else:
                 call = onnx_call(files["onnx"], positions=positions)
@@ -96,8 +99,11 @@ def plan_inputs(plan_path: str | os.PathLike, a: PlanAssumptions) -> tuple[list[
                 if rec and rec not in (call.variant, "fp16", "int16-hybrid"):
                     info["notes"].append(f"{label}: the plan records {rec}, the file holds {call.variant} "
                                          "weights; the file's bytes are used")
-            st, after = StageInput(label, call, impl=sp.impl), None
+            st, after = StageInput(label, call, impl="rknn" if sp.on_npu else "onnx", threads=sp.threads), None
             if role == "prefill":
+                from rkspeech.estimate.assumptions import BOARD_DEFAULT_THREADS
+
+                st.min_threads = BOARD_DEFAULT_THREADS  # runtime.tts.talker_backend: at least the default
                 st.positions = positions
                 st.per_utterance = math.ceil(a.prompt_tokens / st.positions)
                 st.note = f"ceil({a.prompt_tokens} / B={st.positions}) calls once per utterance"
@@ -114,7 +120,7 @@ def plan_inputs(plan_path: str | os.PathLike, a: PlanAssumptions) -> tuple[list[
                     st.note = (f"step form: {st.per_frame:g} calls a frame (the step contract's capacity less "
                                f"the start graph's {start.B} positions)")
                     after = StageInput("code predictor start", onnx_call(sp.start, positions=int(start.B)),
-                                       impl=sp.impl, per_frame=1.0,
+                                       impl="rknn" if sp.on_npu else "onnx", per_frame=1.0, threads=sp.threads,
                                        note=f"one call a frame: positions 0-{int(start.B) - 1} in one call")
             else:
                 st.per_frame = 1.0
@@ -129,17 +135,17 @@ def plan_inputs(plan_path: str | os.PathLike, a: PlanAssumptions) -> tuple[list[
                              "torch on the host, not estimated); the vocoder is estimated alone")
     info["tts_stages"] = sorted(plan.stages)
     # the vocoder
-    if plan.impl == "rknn" and plan.artifacts:
+    if plan.placement == "npu" and plan.rknn:
         for role in ("first", "main"):
-            if role not in plan.artifacts:
+            if role not in plan.rknn:
                 continue
             from rkspeech.contracts.rknn_file import read_container
 
-            c = read_container(plan.artifacts[role])
+            c = read_container(plan.rknn[role])
             B = c.contract.codes_length if c.contract is not None else None
             if B is None:
                 raise RkspeechError(f"plan {p}: vocoder {role} artifact carries no step contract (B unknown)")
-            st = StageInput(f"vocoder {role}", rknn_call(plan.artifacts[role], a), impl="rknn", B=B)
+            st = StageInput(f"vocoder {role}", rknn_call(plan.rknn[role], a), impl="rknn", B=B)
             out.append(st)
     else:
         graphs = plan.graphs("ort")
@@ -182,18 +188,20 @@ def host_heads_input(plan, notes: list) -> StageInput | None:
         source = f"plan build.host_heads (codec head) + {len(calls)} head graphs"
     macs = v * h + (math.prod(rec["code_predictor_heads"]) if "step" in cp.artifacts else 0)
     call = CpuCall(weight_bytes=nbytes, macs=macs, variant=variant, source=source)
-    return StageInput("host heads", call, per_frame=1.0, impl="numpy",
+    return StageInput("host heads", call, per_frame=1.0, impl="numpy", fixed_threads=1,
                       note="the host loop's heads (codec head + code predictor heads), read once a frame")
 
 
 def plan_target(plan_path: str | os.PathLike) -> str | None:
-    """The chip a plan says it was built for (``speech_decoder.target``), None when it does not
+    """The chip a plan says it was built for (``vocoder.target``), None when it does not
     say or cannot be read (``load_plan`` reports the reason later)."""
     import json
 
+    from rkspeech.plan.record import upgrade
+
     try:
-        raw = json.loads(Path(plan_path).read_text())
-        t = raw["speech_decoder"]["target"]
-    except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError):
+        raw = upgrade(json.loads(Path(plan_path).read_text()), str(plan_path))
+        t = raw["vocoder"]["target"]
+    except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError, RkspeechError):
         return None
     return t if isinstance(t, str) and t in CHIPS else None

@@ -9,7 +9,10 @@ Per stage, one call:
   ``steptime`` (the compiler's layer table: compute and traffic per layer, summed; one core) plus
   a dispatch term, ``layers x layer_dispatch_us`` (the compute layers of the log's table).
 * **CPU stage** (impl ``onnx``, onnxruntime on the A76 cores): the bytes the call reads over the
-  cores' memory bandwidth, or its MACs over their arithmetic rate, whichever is longer:
+  memory bandwidth of the threads it runs with (``PlanAssumptions.cpu_bandwidth``: public RK3588
+  STREAM, ~12 GB/s for one A76 core, ~20 GB/s for four, 2-3 interpolated; the threads are the
+  caller's ``--threads``, else the plan stage's ``threads``, else the runtime's 2), or its MACs
+  over those threads' share of the 4 cores' arithmetic peak, whichever is longer:
   bytes = every initializer a node reads (MatMul / Gemm / Conv weights at their stored precision:
   fp32, int8 + scales and zero points, 4-bit blocks + scales; embedding tables read by ``Gather``
   are not counted: a call reads one row) + the KV cache inputs (``cache*``) x ``cache_passes``
@@ -42,17 +45,24 @@ from dataclasses import asdict, replace
 from typing import Any
 
 from rkspeech.core.errors import RkspeechError
-from rkspeech.estimate.assumptions import NPU_BOARD_FACTOR, PlanAssumptions
+from rkspeech.estimate.assumptions import NPU_BOARD_FACTOR, SOURCES, PlanAssumptions
 from rkspeech.estimate.calls import CpuCall, NpuCall
 from rkspeech.estimate.plan_inputs import StageInput, plan_inputs
 
 
 # ---- per call ---------------------------------------------------------------------------------
-def cpu_call_ms(c: CpuCall, a: PlanAssumptions, cache_fraction: float = 1.0) -> tuple[float, float, float, float]:
-    """(ms, memory ms, compute ms, bytes) of one CPU call."""
+#: the cores the CPU peaks (cpu_fp32_gflops, cpu_int8_gops) are for: RK3588's 4 A76
+PEAK_CORES = 4
+
+
+def cpu_call_ms(c: CpuCall, a: PlanAssumptions, cache_fraction: float = 1.0,
+                threads: int | None = None) -> tuple[float, float, float, float]:
+    """(ms, memory ms, compute ms, bytes) of one CPU call run with ``threads`` (None: the
+    runtime's default, ``PlanAssumptions.stage_threads``)."""
+    threads = threads or a.stage_threads(None)
     nbytes = c.weight_bytes + c.cache_bytes * c.cache_passes * cache_fraction
-    mem = nbytes / (a.cpu_gbps * 1e9) * 1e3
-    rate = (a.cpu_int8_gops if c.int8_compute else a.cpu_fp32_gflops) * 1e9
+    mem = nbytes / (a.cpu_bandwidth(threads)[0] * 1e9) * 1e3
+    rate = (a.cpu_int8_gops if c.int8_compute else a.cpu_fp32_gflops) * 1e9 * min(threads, PEAK_CORES) / PEAK_CORES
     comp = 2 * c.macs / rate * 1e3
     return max(mem, comp), mem, comp, nbytes
 
@@ -104,8 +114,11 @@ def estimate_stages(stages: list[StageInput], fps: float, a: PlanAssumptions,
             if a.kv_read == "position" and cap:
                 mean_pos = min(a.prompt_tokens + frames_utt / 2, cap)
                 frac = mean_pos / cap
-            ms, mem, comp, nbytes = cpu_call_ms(s.call, a, frac)
+            threads = a.stage_threads(s.threads, at_least=s.min_threads, fixed=s.fixed_threads)
+            gbps, how = a.cpu_bandwidth(threads)
+            ms, mem, comp, nbytes = cpu_call_ms(s.call, a, frac, threads)
             r.update(ms_per_call=ms, memory_ms=mem, compute_ms=comp, bytes_per_call=nbytes,
+                     threads=threads, cpu_gbps=gbps, cpu_gbps_how=how,
                      weight_bytes=s.call.weight_bytes, cache_bytes=s.call.cache_bytes * s.call.cache_passes * frac,
                      bound="memory" if mem >= comp else "compute", variant=s.call.variant, source=s.call.source,
                      detail=s.call.detail)
@@ -150,7 +163,13 @@ def estimate_stages(stages: list[StageInput], fps: float, a: PlanAssumptions,
         ttfa["ms"] = ttfa["prefill_ms"] + ttfa["frames_ms"] + ttfa["vocoder_step_ms"]
         if not (pre and dec and cp):
             ttfa["note"] = "stages absent from the plan count 0"
-    notes = [f"frames per audio second: {fps:g} ({frames_source or 'given'})",
+    cpu_rows = [r for r in rows if r["unit"] == "cpu"]
+    notes = [f"frames per audio second: {fps:g} ({frames_source or 'given'})"]
+    if cpu_rows:
+        per_stage = "; ".join(f"{r['stage']} {r['threads']} thread(s) -> {r['cpu_gbps']:.1f} GB/s "
+                              f"({r['cpu_gbps_how']})" for r in cpu_rows)
+        notes.append(f"CPU bandwidth per stage: {per_stage} [{SOURCES['cpu_gbps'].split(';')[0]}]")
+    notes += [
              "CPU stages add up (same cores); NPU stages add up (one NPU); the two overlap: steady state = "
              "max(CPU, NPU, DDR floor)",
              f"DDR floor: every stage's bytes per audio second ({total_bytes / 1e9:.2f} GB) over the shared "
@@ -179,8 +198,12 @@ def sensitivity(stages: list[StageInput], fps: float, a: PlanAssumptions, factor
     base = estimate_stages(stages, fps, a)["rtf"]
     worse = {"cpu_gbps": 1 / factor, "ddr_shared_gbps": 1 / factor, "cpu_int8_gops": 1 / factor,
              "cpu_fp32_gflops": 1 / factor, "layer_dispatch_us": factor}
-    cases = [(name, [replace(s) for s in stages], replace(a, **{name: getattr(a, name) * f}))
-             for name, f in worse.items()]
+    def worse_a(name: str, f: float) -> PlanAssumptions:
+        if name == "cpu_gbps" and a.cpu_gbps is None:  # the per-thread figures, each worse
+            return replace(a, cpu_gbps_by_threads=tuple((n, g * f) for n, g in a.cpu_gbps_by_threads))
+        return replace(a, **{name: getattr(a, name) * f})
+
+    cases = [(name, [replace(s) for s in stages], worse_a(name, f)) for name, f in worse.items()]
     cases.append(("cache_passes_flat",
                   [replace(s, call=replace(s.call, cache_passes=s.call.cache_passes * factor))
                    if isinstance(s.call, CpuCall) and s.call.cache_passes > 1 else s for s in stages], a))

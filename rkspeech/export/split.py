@@ -80,8 +80,8 @@ def work_nodes(graph) -> list:
     return [n for n in graph.node if n.op_type != "Constant"]
 
 
-def split_onnx(onnx_path, parts: int, out_dir, cuts: list[int] | None = None) -> list[Path]:
-    """Write ``parts`` consecutive pieces of ``onnx_path`` to ``out_dir``; return their paths.
+def split_onnx(onnx_path, pieces: int, out_dir, cuts: list[int] | None = None) -> list[Path]:
+    """Write ``pieces`` consecutive pieces of ``onnx_path`` to ``out_dir``; return their paths.
 
     A tensor ``t`` crossing a cut is the output ``t + FLAT_SUFFIX`` (1-D) of its piece and the
     input of the same name of every later piece that reads it.  ``cuts``: where pieces 2.. start,
@@ -89,8 +89,8 @@ def split_onnx(onnx_path, parts: int, out_dir, cuts: list[int] | None = None) ->
     import onnx
     from onnx import TensorProto, helper
 
-    if parts < 2:
-        raise RkspeechError(f"split into >= 2 pieces, got {parts}")
+    if pieces < 2:
+        raise RkspeechError(f"split into >= 2 pieces, got {pieces}")
     model = onnx.load(os.fspath(onnx_path), load_external_data=False)
     base_dir = os.fspath(Path(onnx_path).parent)
     g = model.graph
@@ -107,7 +107,7 @@ def split_onnx(onnx_path, parts: int, out_dir, cuts: list[int] | None = None) ->
         cuts, acc, total = [0], 0, sum(volume)
         for i, v in enumerate(volume):
             acc += v
-            if len(cuts) < parts and acc >= total * len(cuts) / parts:
+            if len(cuts) < pieces and acc >= total * len(cuts) / pieces:
                 cuts.append(i + 1)
     pieces = [[n for n in work[a:b] if n.output[0] not in consts] for a, b in zip(cuts, cuts[1:] + [len(work)])]
     pieces = [nodes for nodes in pieces if nodes]

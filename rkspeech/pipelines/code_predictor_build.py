@@ -18,7 +18,7 @@ against fp16's 98.48 %; step form 99.06 % against fp16's 98.14 % over the build'
 docs/code-predictor-step.md).
 
 ``build_code_predictor`` returns the JSON-able report the ``rkspeech build qwen3-tts`` plan keeps
-per graph: ``artifacts``, ``placement``, ``build``, ``rknn``, ``sim`` (None with ``skip_verify``).
+per graph: ``artifacts``, ``placement``, ``build``, ``rknn``, ``sim`` (None with ``skip_sim``).
 The verify frames come from greedy ``TTSModel`` runs (the talker in torch) whose code-predictor
 inputs are captured (``greedy_frames_with_inputs``) and replayed through the simulator; the talker
 is the slow part at the published size (~2 s a frame on the 2-core build host).
@@ -31,6 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
+from rkspeech.core.capture import CALM_CLEAR_VOICE, sample_request, tone_clip
+from rkspeech.core.compare import energies, json_number, snr_db_of_energy
 from rkspeech.core.errors import RkspeechError
 from rkspeech.core.targets import TARGETS
 from rkspeech.pipelines.code_predictor_forms import DEFAULT_FORM, get_form
@@ -51,15 +53,8 @@ VERIFY_TEXTS = ("Hello there, this is a test of the code predictor.",
 
 
 def _request(tts, i: int) -> dict:
-    """generate_frames keywords for verify run ``i`` on this checkpoint's variant."""
-    kind = tts.cfg.tts_model_type
-    if kind == "custom_voice":
-        return {"speaker": tts.speakers[i % len(tts.speakers)], "language": "english"}
-    if kind == "voice_design":
-        return {"instruct": "A calm, clear voice.", "language": "english"}
-    t = np.arange(24000, dtype=np.float32) / 24000  # base: clone a 1 s two-tone reference
-    return {"ref_audio": (0.3 * np.sin(2 * np.pi * 220 * t) + 0.1 * np.sin(2 * np.pi * 1330 * t)).astype(np.float32),
-            "language": "english"}
+    """generate_frames keywords for verify run ``i`` (a base model clones a 1 s two-tone clip)."""
+    return sample_request(tts, i, instruct=CALM_CLEAR_VOICE, ref_audio=tone_clip((220, 0.3), (1330, 0.1)))
 
 
 def capture_frames(tts, frames: int, texts=VERIFY_TEXTS, first_run: int = 0) -> list[tuple]:
@@ -95,13 +90,12 @@ def compare_frames(torch_logits, torch_codes, graph_logits) -> dict:
         bad = np.nonzero(gc[f] != tc[f])[0]
         k = int(bad[0]) + 1 if bad.size else tc.shape[1]
         identical += not bad.size
-        s, e = float((tl[f, :k] ** 2).sum()), float(((gl[f, :k] - tl[f, :k]) ** 2).sum())
+        s, e = energies(tl[f, :k], gl[f, :k])
         sig, err = sig + s, err + e
-        worst = min(worst, 10 * math.log10(s / e) if e > 0 else math.inf)
-    snr = 10 * math.log10(sig / err) if err > 0 else math.inf
+        worst = min(worst, snr_db_of_energy(s, e))
     return {"frames": int(tl.shape[0]), "code_agreement": float((gc == tc).mean()),
-            "frames_identical": identical, "logit_snr_db": round(snr, 2) if math.isfinite(snr) else None,
-            "worst_frame_snr_db": round(worst, 2) if math.isfinite(worst) else None}
+            "frames_identical": identical, "logit_snr_db": json_number(snr_db_of_energy(sig, err)),
+            "worst_frame_snr_db": json_number(worst)}
 
 
 def torch_frame_logits(tts, captured) -> np.ndarray:
@@ -137,7 +131,7 @@ def check_torch_frame_graph(ref_logits, torch_codes) -> None:
 
 
 def build_code_predictor(stages, files, out: Path, *, target: str, verify_frames: int = 20,
-                         skip_verify: bool = False, timeout: float | None = None, model=None,
+                         skip_sim: bool = False, timeout: float | None = None, model=None,
                          dtype: str = "fp16", calibration_frames: int = 240, hybrid=None,
                          form: str = DEFAULT_FORM, convert: bool = True, layout: dict | None = None) -> dict:
     """Run (or resume) the code predictor's stages in ``out / "code_predictor"``; the report.
@@ -226,12 +220,12 @@ def build_code_predictor(stages, files, out: Path, *, target: str, verify_frames
     # the golden replay: onnxruntime's when the simulator is skipped, else the verify stage's own
     # simulator build records it (one build instead of two)
     seq = run_sequence(stages, [graph], target=target, timeout=timeout, prefix="code_predictor_",
-                       golden="ort" if skip_verify else None)
+                       golden="ort" if skip_sim else None)
     lint = {k: seq["lint"][shape.role][k] for k in ("errors", "warnings")}
     conv, inspect = seq["convert"][shape.role], seq["inspect"][shape.role]
 
     sim = None
-    if not skip_verify:
+    if not skip_sim:
         def do_verify():
             tts = model.get()
             captured = capture_frames(tts, verify_frames)

@@ -16,7 +16,6 @@ The built graphs open through the runtime's ``open_talker(artifacts, backend)``.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import numpy as np
@@ -49,9 +48,9 @@ def onnx_vs_torch(step, path, *, start: int | None = None) -> dict:
     return {name: float(np.abs(got[name] - w).max()) for name, w in zip(contract.output_names, want)}
 
 def build_talker(stages, files, out: Path, *, target: str, capacity: int, prefill_B: int, skip_rknn: bool,
-                 skip_verify: bool, timeout: float | None, verify_frames: int = 24,
+                 skip_sim: bool, timeout: float | None, verify_frames: int = 24,
                  kv_layout: str = "heads", cache_io: str = "flat", model=None) -> dict:
-    """Export, lint, convert (unless ``skip_rknn``) and verify (unless ``skip_verify``) the talker.
+    """Export, lint, convert (unless ``skip_rknn``) and verify (unless ``skip_sim``) the talker.
     ``model``: a ``LazyTTSModel`` shared with the build's other stages (default: one of its own)."""
     if model is None:
         from rkspeech.models.qwen3_tts.generate import LazyTTSModel
@@ -95,13 +94,13 @@ def build_talker(stages, files, out: Path, *, target: str, capacity: int, prefil
     # the golden replays: onnxruntime's when the simulator is skipped, else recorded by the verify
     # stage's own simulator build (no separate one)
     seq = run_sequence(stages, graphs, target=target, timeout=timeout, prefix="talker_", convert=not skip_rknn,
-                       golden=None if skip_rknn else ("ort" if skip_verify else None))
+                       golden=None if skip_rknn else ("ort" if skip_sim else None))
     lint_rep, convert_reps = seq["lint"], seq["convert"]
 
     artifacts = {role: {"onnx": str(onnx_paths[role]), "rknn": None if skip_rknn else str(rknn_paths[role])}
                  for role in ROLES}
     verify_rep = None
-    if not skip_verify:
+    if not skip_sim:
         def do_verify():
             return verify_talker(model.get(), artifacts, sim=not skip_rknn, frames=verify_frames, target=target,
                                  sim_log=str(root / "simulator.log"), goldens=None if skip_rknn else graphs)
@@ -150,32 +149,6 @@ def _report(artifacts, export_rep, lint_rep, convert_reps, verify_rep, capacity,
     return rep
 
 
-class RecordingTalker:
-    """Wraps a TalkerBackend and records every ``forward``'s input and output (for replays)."""
-
-    def __init__(self, inner):
-        self.inner, self.name = inner, f"recording-{inner.name}"
-        self.calls: list[tuple[np.ndarray, np.ndarray]] = []
-
-    def start(self, capacity: int) -> None:
-        self.calls.clear()
-        self.inner.start(capacity)
-
-    def forward(self, embeds: np.ndarray) -> np.ndarray:
-        out = self.inner.forward(embeds)
-        self.calls.append((np.array(embeds, dtype=np.float32), out.copy()))
-        return out
-
-    def close(self) -> None:
-        self.inner.close()
-
-
-def _snr_db(ref: np.ndarray, got: np.ndarray) -> float:
-    err = float(np.sum((got.astype(np.float64) - ref) ** 2))
-    sig = float(np.sum(ref.astype(np.float64) ** 2))
-    return math.inf if err == 0 else round(10 * math.log10(sig / err), 2)
-
-
 def verify_talker(tts, artifacts: dict, *, sim: bool, frames: int, target: str = DEFAULT_TARGET,
                   sim_log: str | None = None, text: str = VERIFY_TEXT, goldens=None) -> dict:
     """``tts``: the loaded ``TTSModel`` (its talker backend is torch again on return).
@@ -185,15 +158,14 @@ def verify_talker(tts, artifacts: dict, *, sim: bool, frames: int, target: str =
     simulator build of each graph, which also records ``goldens`` (``sequence.Graph`` per role)."""
     import torch
 
+    from rkspeech.core.capture import RecordingTalker, sample_request, step_sine_clip
+    from rkspeech.core.compare import json_number, snr_db
     from rkspeech.models.qwen3_tts.backends import TorchTalker
     from rkspeech.models.qwen3_tts.generate import GenerationOptions
 
     model = tts.net.talker.model
-    kw = dict(speaker=tts.speakers[0] if tts.cfg.tts_model_type == "custom_voice" else None,
-              instruct="A calm voice." if tts.cfg.tts_model_type == "voice_design" else None,
+    kw = dict(sample_request(tts, language=None, ref_audio=step_sine_clip()),
               options=GenerationOptions.greedy(max_new_tokens=frames + 1))
-    if tts.cfg.tts_model_type == "base":
-        kw["ref_audio"] = np.sin(np.arange(24000, dtype=np.float32) * 0.05) * 0.3
     rec = RecordingTalker(TorchTalker(tts.net.talker))
     tts.use_backends(talker=rec)
     ref = tts.generate_codes(text, **kw)
@@ -233,8 +205,8 @@ def verify_talker(tts, artifacts: dict, *, sim: bool, frames: int, target: str =
     with torch.no_grad():
         lr = head(torch.from_numpy(np.stack(refs))).numpy()
         lg = head(torch.from_numpy(np.stack(outs))).numpy()
-    rep["logit_snr_db"] = _snr_db(lr, lg)
-    rep["hidden_snr_db"] = _snr_db(np.stack(refs), np.stack(outs))
+    rep["logit_snr_db"] = json_number(snr_db(lr, lg))
+    rep["hidden_snr_db"] = json_number(snr_db(np.stack(refs), np.stack(outs)))
     rep["greedy_argmax_agreement"] = float(np.mean(lr.argmax(-1) == lg.argmax(-1)))
     n = min(len(free), len(ref))
     rep["sim_frames"] = int(len(free))

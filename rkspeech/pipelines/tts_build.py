@@ -11,7 +11,7 @@ artifact with its contract (``plan.sections``) and ``OUT/build-report.json`` wit
 Placement per stage (``talker``, ``code_predictor``; ``core.placement.PLACEMENTS``): ``npu`` (the
 default: converted as above) or ``cpu-fp32`` / ``cpu-int8`` / ``cpu-int4``: exported and checked
 as above, never converted; the int8 / int4 variants written by a resumable stage
-(``pipelines.cpu_stages``), the plan's section ``impl`` ``onnx`` pointing at them with their
+(``pipelines.cpu_stages``), the stage's record in the plan (``plan.record``) pointing at them with their
 record under ``quantization``; the report's ``graphs.<stage>.cpu`` holds the record, the file
 sizes and the accuracy gate's figures against the fp32 graph (``accuracy.gate``: teacher forced
 and free running over 20 utterances, at most ``cpu_check_frames`` frames each).
@@ -47,7 +47,7 @@ from rkspeech.contracts.formulations import DEFAULT_FORMULATION
 
 @dataclass(frozen=True)
 class TTSBuildOptions:
-    out: str | os.PathLike
+    out_dir: str | os.PathLike
     model_dir: str | os.PathLike | None = None  # a full model root (None: $QWEN3_TTS_MODEL)
     target: str = DEFAULT_TARGET
     # vocoder
@@ -56,7 +56,7 @@ class TTSBuildOptions:
     first_length: int | None = 16
     formulation: str = DEFAULT_FORMULATION
     verify_steps: int = 3
-    sim_pieces: int = 1
+    pieces: int = 1  # the vocoder's simulator check in N graph pieces
     # code predictor
     verify_frames: int = 50  # frames replayed through the simulator (greedy agreement, logit SNR)
     skip_code_predictor: bool = False
@@ -82,7 +82,7 @@ class TTSBuildOptions:
     cpu_check_frames: int = 48  # frames per utterance at most of the accuracy gate (cpu_stages.DEFAULT_CHECK_FRAMES)
     gate: str = "refuse"  # core.thresholds.GATE_MODES: refuse an unsafe placement, warn, or off (not measured)
     # all
-    skip_verify: bool = False
+    skip_sim: bool = False
     timeout: float | None = None
     fail_on_cpu: bool = False
     force: bool = False
@@ -101,7 +101,7 @@ def _validate(o: TTSBuildOptions) -> None:
     if o.code_predictor_dtype not in DTYPES:
         raise RkspeechError(f"unknown --code-predictor-dtype {o.code_predictor_dtype!r}; choose one of "
                             f"{', '.join(DTYPES)}")
-    for name in ("codes_length", "verify_steps", "sim_pieces", "verify_frames", "talker_capacity", "talker_prefill",
+    for name in ("codes_length", "verify_steps", "pieces", "verify_frames", "talker_capacity", "talker_prefill",
                  "code_predictor_calibration_frames"):
         if getattr(o, name) < 1:
             raise RkspeechError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(o, name)}")
@@ -160,7 +160,7 @@ def build_tts(options: TTSBuildOptions) -> dict:
     read_tts_config(files)
     vfiles = resolve_checkpoint(files.root)
     read_config(vfiles)
-    out = check_writable(o.out, what="output", folder=True)
+    out = check_writable(o.out_dir, what="output", folder=True)
     with folder_lock(out):
         return _build(o, files, vfiles, out)
 
@@ -183,8 +183,8 @@ def _reuse_vocoder(o: TTSBuildOptions, vfiles):
     from rkspeech.plan.plan import check_plan_for_model, load_plan
 
     vplan = load_plan(o.vocoder_plan, backend="ort")
-    if vplan.impl != "rknn" or vplan.target != o.target or not vplan.artifacts:
-        raise RkspeechError(f"--vocoder-plan {o.vocoder_plan}: holds {vplan.impl} graphs for {vplan.target}, "
+    if vplan.placement != "npu" or vplan.target != o.target or not vplan.rknn:
+        raise RkspeechError(f"--vocoder-plan {o.vocoder_plan}: holds {vplan.placement} graphs for {vplan.target}, "
                             f"not .rknn graphs for {o.target}")
     if vplan.stages:
         raise RkspeechError(f"--vocoder-plan {o.vocoder_plan}: already a qwen3-tts plan; give the vocoder's plan")
@@ -214,7 +214,7 @@ def _npu_figures(graphs: dict) -> dict:
         out["code_predictor"] = {"source": "simulator", "dtype": cp.get("dtype"),
                                  **{k: cp["sim"].get(k) for k in ("frames", "code_agreement", "logit_snr_db")}}
     tv = (graphs.get("talker") or {}).get("verify") or {}
-    if "cpu" not in (graphs.get("talker") or {}) and tv.get("logit_snr_db") is not None:
+    if "cpu" not in (graphs.get("talker") or {}) and "logit_snr_db" in tv:  # null: identical (core.compare)
         out["talker"] = {"source": "simulator", "logit_snr_db": tv["logit_snr_db"]}
     return out
 
@@ -268,9 +268,9 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
             vplan = load_plan(import_plan(vplan.path, out / "vocoder"), backend="ort")
     else:
         (out / "vocoder").mkdir(parents=True, exist_ok=True)
-        vo = VocoderBuildOptions(out=out / "vocoder", model_dir=files.root, target=o.target,
+        vo = VocoderBuildOptions(out_dir=out / "vocoder", model_dir=files.root, target=o.target,
                                  codes_length=o.codes_length, first_length=o.first_length,
-                                 verify_steps=o.verify_steps, skip_verify=o.skip_verify, sim_pieces=o.sim_pieces,
+                                 verify_steps=o.verify_steps, skip_sim=o.skip_sim, pieces=o.pieces,
                                  timeout=o.timeout, formulation=o.formulation, force=o.force)
         vocoder = build_vocoder_in(vo, vfiles, out / "vocoder")
         vplan = load_plan(out / "vocoder" / PLAN_FILE, backend="ort")
@@ -288,7 +288,7 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
         from rkspeech.pipelines.code_predictor_build import build_code_predictor
 
         cp = build_code_predictor(stages, files, out, target=o.target, verify_frames=o.verify_frames,
-                                  skip_verify=o.skip_verify, timeout=o.timeout, model=model,
+                                  skip_sim=o.skip_sim, timeout=o.timeout, model=model,
                                   dtype=o.code_predictor_dtype,
                                   calibration_frames=o.code_predictor_calibration_frames,
                                   form=o.code_predictor_form, convert=cp_place == "npu",
@@ -305,9 +305,8 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
             start = (build_start(stages, cp_place, files, model, out / "code_predictor" / "cpu", int4=int4_options(o))
                      if step_form else {})
             sections["code_predictor"] = stage_section(
-                impl="onnx", target=None, artifacts={r: {"onnx": p} for r, p in q["artifacts"].items()},
-                contract=read_contract(a["onnx"]).to_dict(), base=out, quantization=q["record"],
-                placement=cp_place, threads=o.cpu_threads, heads=heads.get("heads"), start=start.get("start"))
+                placement=cp_place, target=None, artifacts={r: {"onnx": p} for r, p in q["artifacts"].items()},
+                contract=read_contract(a["onnx"]).to_dict(), base=out, quantization=q["record"], threads=o.cpu_threads, heads=heads.get("heads"), start=start.get("start"))
             graphs["code_predictor"] = {**_graph_row(None, None), "form": cp.get("form"), "dtype": "fp32",
                                         "sim": None, "cpu": {**cpu_row(q, src), "heads": heads.get("record"),
                                                              "start": start.get("record")}}
@@ -321,7 +320,7 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
                 quant = {"dtype": cp["dtype"], "dataset": cp["calibration"]["dataset"],
                          "hybrid": HybridInt16Options.from_dict(cp.get("hybrid")).to_dict()}
             sections["code_predictor"] = stage_section(
-                impl="rknn", target=o.target, artifacts={cp["role"]: {"onnx": a["onnx"], "rknn": a["rknn"]}},
+                placement="npu", target=o.target, artifacts={cp["role"]: {"onnx": a["onnx"], "rknn": a["rknn"]}},
                 contract=read_contract(a["onnx"]).to_dict(), base=out, quantization=quant)
             graphs["code_predictor"] = {**_graph_row(cp.get("convert") or cp, (cp.get("rknn") or {}).get("bytes")),
                                         "form": cp.get("form"), "dtype": cp.get("dtype"), "sim": cp.get("sim")}
@@ -330,7 +329,7 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
 
         talker = build_talker(stages, files, out, target=o.target, capacity=o.talker_capacity,
                               prefill_B=o.talker_prefill, skip_rknn=talker_place != "npu",
-                              skip_verify=o.skip_verify, timeout=o.timeout, model=model,
+                              skip_sim=o.skip_sim, timeout=o.timeout, model=model,
                               **(CPU_EXPORT if talker_place != "npu" else {}))
         a = talker["artifacts"]
         src = {r: Path(a[r]["onnx"]) for r in ("prefill", "decode")}
@@ -339,14 +338,14 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
              if talker_place != "npu" else None)
         if q is not None:
             sections["talker"] = stage_section(
-                impl="onnx", target=None, artifacts={r: {"onnx": p} for r, p in q["artifacts"].items()},
+                placement=talker_place, target=None, artifacts={r: {"onnx": p} for r, p in q["artifacts"].items()},
                 contract=read_contract(a["decode"]["onnx"]).to_dict(), base=out, quantization=q["record"],
-                placement=talker_place, threads=o.cpu_threads)
+                threads=o.cpu_threads)
             if q["record"]:
                 cpu_checks["talker"]["variant"] = q["artifacts"]
         else:
             sections["talker"] = stage_section(
-                impl="rknn", target=o.target,
+                placement="npu", target=o.target,
                 artifacts={r: {"onnx": a[r]["onnx"], "rknn": a[r].get("rknn")} for r in ("prefill", "decode")},
                 contract=read_contract(a["decode"]["onnx"]).to_dict(), base=out)
         graphs["talker"] = {**_graph_row(talker if talker.get("placement") else None, None),
@@ -366,13 +365,13 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
     graphs["vocoder"] = _vocoder_row(vocoder, vplan)
     if gate["failures"] and o.gate == "refuse":
         _refuse(o, out, graphs, gate, vocoder, cp, talker, stages, started)
-    # the vocoder's sections as its plan has them (NPU graphs, exact host graphs, which backend runs
+    # the vocoder's record as its plan has it (NPU graphs, exact host graphs, which backend runs
     # which); vplan.contracts are those of the graphs ort runs, so each set's are read from its ONNX
     from rkspeech.contracts.vocoder import VocoderContract
 
     npu_contracts = {role: read_contract(p, VocoderContract) for role, p in vplan.onnx.items()}
-    plan_path = write_plan(out / PLAN_FILE, impl="rknn", target=o.target, contracts=npu_contracts,
-                           rknn=vplan.artifacts, onnx=vplan.onnx, host_onnx=vplan.host_onnx,
+    plan_path = write_plan(out / PLAN_FILE, placement="npu", target=o.target, contracts=npu_contracts,
+                           rknn=vplan.rknn, onnx=vplan.onnx, host_onnx=vplan.host_onnx,
                            host_contracts={role: read_contract(p, VocoderContract) for role, p in vplan.host_onnx.items()},
                            backends=vplan.backends, stages=sections,
                            extra={"checkpoint": str(files.root.resolve()), "formulation": npu_contracts["main"].formulation,

@@ -35,14 +35,14 @@ PLAN_FILE = "plan.json"
 
 @dataclass(frozen=True)
 class VocoderBuildOptions:
-    out: str | os.PathLike  # output folder
+    out_dir: str | os.PathLike  # output folder
     model_dir: str | os.PathLike | None = None  # None: $QWEN3_TTS_MODEL
     target: str = DEFAULT_TARGET
     codes_length: int = 64  # B of the main step
     first_length: int | None = 16  # B of the first step (earlier first audio); None or 0: main only
     verify_steps: int = 3  # main steps run on the simulator
-    skip_verify: bool = False
-    sim_pieces: int = 1  # simulate in N graph pieces, one child at a time (bounded memory)
+    skip_sim: bool = False
+    pieces: int = 1  # simulate in N graph pieces, one child at a time (bounded memory)
     timeout: float | None = None  # per conversion, seconds
     fail_on_cpu: bool = False
     formulation: str = DEFAULT_FORMULATION
@@ -62,8 +62,8 @@ def _validate(o: VocoderBuildOptions) -> None:
         raise RkspeechError(f"unknown target {o.target!r}; choose one of {', '.join(TARGETS)}")
     if o.verify_steps < 1:
         raise RkspeechError(f"--verify-steps must be >= 1, got {o.verify_steps}")
-    if o.sim_pieces < 1:
-        raise RkspeechError(f"--pieces must be >= 1, got {o.sim_pieces}")
+    if o.pieces < 1:
+        raise RkspeechError(f"--pieces must be >= 1, got {o.pieces}")
     from rkspeech.accuracy.stage import check_pieces
 
     check_pieces(o.accuracy_pieces)
@@ -83,7 +83,7 @@ def build_vocoder(options: VocoderBuildOptions) -> dict:
     _validate(o)
     files = resolve_checkpoint(o.model_dir)
     read_config(files)
-    out = check_writable(o.out, what="output", folder=True)
+    out = check_writable(o.out_dir, what="output", folder=True)
     with folder_lock(out):
         return _build(o, files, out)
 
@@ -115,23 +115,24 @@ def _build(o: VocoderBuildOptions, files, out: Path) -> dict:
     graphs = [Graph(role, path, rknn_paths[role], read_contract(path, VocoderContract).to_json())
               for role, path in roles.items()]
     # goldens: recorded by the verify stage on its own simulator builds (onnxruntime's when skipped)
-    seq = run_sequence(stages, graphs, target=o.target, timeout=o.timeout, golden="ort" if o.skip_verify else None)
+    seq = run_sequence(stages, graphs, target=o.target, timeout=o.timeout, golden="ort" if o.skip_sim else None)
     lint_report, convert_reports, inspect_report = seq["lint"], seq["convert"], seq["inspect"]
 
     verify_report = None
     from rkspeech.plan.integrity import golden_path
 
-    if not o.skip_verify:
+    if not o.skip_sim:
         def do_verify():
             from rkspeech.verify.simulator import load_artifact, verify_vocoder
 
             artifacts = {role: load_artifact(roles[role], rknn_paths[role], o.target) for role in roles}
             return verify_vocoder(files.folder, artifacts["main"], artifacts.get("first"), steps=o.verify_steps,
-                                  target=o.target, sim_pieces=o.sim_pieces, sim_log=str(out / "simulator.log"),
+                                  target=o.target, pieces=o.pieces, sim_log=str(out / "simulator.log"),
                                   goldens=goldens).to_report()
 
         goldens = {role: golden_path(p) for role, p in rknn_paths.items()}
-        verify_report = stages.run("verify", {"steps": o.verify_steps, "target": o.target, "sim_pieces": o.sim_pieces,
+        # "sim_pieces": the fingerprint keeps the flag's old name, so a folder built before resumes
+        verify_report = stages.run("verify", {"steps": o.verify_steps, "target": o.target, "sim_pieces": o.pieces,
                                               "golden": 1},
                                    ckpt_inputs + list(roles.values()) + list(rknn_paths.values()),
                                    lambda: list(goldens.values()), do_verify)
@@ -153,7 +154,7 @@ def _build(o: VocoderBuildOptions, files, out: Path) -> dict:
     from rkspeech.plan.plan import write_plan
 
     contracts = {role: read_contract(p, VocoderContract) for role, p in roles.items()}
-    plan_path = write_plan(out / PLAN_FILE, impl="rknn", target=o.target, contracts=contracts,
+    plan_path = write_plan(out / PLAN_FILE, placement="npu", target=o.target, contracts=contracts,
                            rknn=rknn_paths, onnx=roles, host_onnx=host_roles,
                            host_contracts={role: read_contract(p, VocoderContract) for role, p in host_roles.items()},
                            extra={"checkpoint": str(files.folder.resolve()), "formulation": contracts["main"].formulation,

@@ -18,6 +18,7 @@ from rkspeech.core.atomic import atomic_path
 from rkspeech.core.errors import RkspeechError
 from rkspeech.core.threads import default_threads
 from rkspeech.contracts.formulations import DEFAULT_FORMULATION, canonical
+from rkspeech.core.compare import json_number
 from rkspeech.verify.stepwise import (
     check_tokens,
     full_decode,
@@ -105,7 +106,7 @@ def export_vocoder(options: ExportOptions) -> ExportResult:
     with progress.stage("torch stepwise check"):
         first_engine = Engine(TorchStepRunner(first_step), first_step.contract) if first_step else None
         res = stepwise_check(reference, codes, Engine(TorchStepRunner(main_step), contract), first_engine)
-    report["snr_db"]["torch_step"] = round(res.snr_db, 2)
+    report["snr_db"]["torch_step"] = json_number(res.snr_db)
     min_snr = o.min_snr_db if o.min_snr_db is not None else main_step.fp32_min_snr_db
     require(res, min_snr, "torch step")
     result = ExportResult(report)
@@ -128,7 +129,7 @@ def export_vocoder(options: ExportOptions) -> ExportResult:
             engines = {role: Engine(stack.enter_context(open_runner("ort", staged[role], threads=threads)),
                                     step.contract) for role, (_, step) in targets.items()}
             res = stepwise_check(reference, codes, engines["main"], engines.get("first"))
-        report["snr_db"]["onnxruntime_step"] = round(res.snr_db, 2)
+        report["snr_db"]["onnxruntime_step"] = json_number(res.snr_db)
         require(res, min_snr, "onnxruntime step")
     report["onnx"]["path"] = str(out)
     if first_out:

@@ -13,8 +13,8 @@ lint, conversion and the .rknn check the build sequence every model shares, ``pi
 5. run the encoder on rknn-toolkit2's x86 simulator (child process) and compare with the torch
    encoder (cosine, SNR).
 
-``parts > 1`` (for encoders too big to convert or load whole: large, 637 M parameters, a 2.55 GB
-fp32 graph): after step 3 the graph is cut at encoder-block boundaries into ``parts`` consecutive
+``pieces > 1`` (for encoders too big to convert or load whole: large, 637 M parameters, a 2.55 GB
+fp32 graph): after step 3 the graph is cut at encoder-block boundaries into ``pieces`` consecutive
 graphs (``encoder.partK.onnx``, :func:`rkspeech.export.split.split_onnx`; only the residual
 stream crosses a cut, flattened to 1-D), each converted in its own converter child to
 ``encoder.partK.rknn`` (``encoder-pieces.json`` lists them in order, with the contract string:
@@ -69,8 +69,8 @@ LEGACY_REPORT = "build_report.json"
 
 @dataclass(frozen=True)
 class WhisperEncoderBuildOptions:
-    model: str | os.PathLike  # CTranslate2/faster-whisper folder, openai-whisper .pt, or transformers folder
-    out: str | os.PathLike  # output folder (encoder.onnx, encoder.rknn, build-report.json)
+    model_dir: str | os.PathLike  # CTranslate2/faster-whisper folder, openai-whisper .pt, or transformers folder
+    out_dir: str | os.PathLike  # output folder (encoder.onnx, encoder.rknn, build-report.json)
     target: str = DEFAULT_TARGET
     frames: int | None = None  # mel frames per window (None: 2 * n_audio_ctx = 3000, 30 s)
     verify_audio: str | os.PathLike | None = None  # audio for the checks (None: synthetic)
@@ -78,7 +78,7 @@ class WhisperEncoderBuildOptions:
     skip_sim: bool = False
     timeout: float | None = None  # conversion timeout, seconds
     threads: int = 0  # CPU threads for torch/ctranslate2/onnxruntime (0: library default)
-    parts: int = 1  # > 1: cut the encoder at block boundaries into this many consecutive graphs
+    pieces: int = 1  # > 1: cut the encoder at block boundaries into this many consecutive graphs
     force: bool = False  # re-run every stage, even those whose inputs are unchanged
     #: window lengths in seconds: 30 (always built) and shorter buckets, e.g. (10, 30)
     windows: tuple[int, ...] = (WINDOW_SECONDS,)
@@ -110,7 +110,7 @@ def _windows(args, out_dir: Path) -> list[_Window]:
         seconds = sorted({WINDOW_SECONDS, *(int(w) for w in args.windows if bucket_frames(w))})
     except (TypeError, ValueError) as exc:
         raise RkspeechError(f"--windows: {exc}") from None
-    if len(seconds) > 1 and args.parts > 1:
+    if len(seconds) > 1 and args.pieces > 1:
         raise RkspeechError("--windows with --pieces is not supported; build the window buckets of an encoder "
                             "that converts whole")
     if len(seconds) > 1 and args.frames not in (None, WINDOW_FRAMES):
@@ -146,14 +146,14 @@ def build_whisper_encoder(options: WhisperEncoderBuildOptions) -> dict:
     args = options
     if args.target not in TARGETS:
         raise RkspeechError(f"unknown target {args.target!r}; choose one of {', '.join(TARGETS)}")
-    if args.parts < 1:
-        raise RkspeechError(f"--pieces must be >= 1, got {args.parts}")
-    if not Path(args.model).exists():
-        raise RkspeechError(f"{args.model}: no such Whisper model (a CTranslate2 folder, an openai .pt or a "
+    if args.pieces < 1:
+        raise RkspeechError(f"--pieces must be >= 1, got {args.pieces}")
+    if not Path(args.model_dir).exists():
+        raise RkspeechError(f"{args.model_dir}: no such Whisper model (a CTranslate2 folder, an openai .pt or a "
                             "transformers folder)")
     if args.verify_audio is not None and not Path(args.verify_audio).is_file():
         raise RkspeechError(f"--verify-audio {args.verify_audio}: no such file")
-    out_dir = Path(args.out)
+    out_dir = Path(args.out_dir)
     windows = _windows(args, out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     stages = StageRunner(out_dir, args.force)
@@ -174,13 +174,13 @@ def _build_window(args, stages, w: _Window, out_dir: Path) -> dict:
     """Steps 1-5 for one window (its own stages)."""
     onnx_path, check = w.onnx, w.check
     export_key = {"frames": w.frames, "verify_audio": str(args.verify_audio) if args.verify_audio else None}
-    inputs = _model_inputs(args.model) + ([Path(args.verify_audio)] if args.verify_audio else [])
+    inputs = _model_inputs(args.model_dir) + ([Path(args.verify_audio)] if args.verify_audio else [])
     report = dict(stages.run(f"whisper_{w.stage}export", export_key, inputs, lambda: [onnx_path, *check.values()],
                              lambda: _export(args, w)))
-    report.update({"model": str(args.model), "target": args.target, "window_s": w.seconds})
+    report.update({"model": str(args.model_dir), "target": args.target, "window_s": w.seconds})
     report["onnxruntime"] = stages.run(f"whisper_{w.stage}onnxruntime", {}, [onnx_path, *check.values()],
                                        lambda: [], lambda: _ort_check(onnx_path, *_load_check(check), args.threads))
-    if args.parts > 1:
+    if args.pieces > 1:
         return _build_pieces(args, stages, onnx_path, out_dir, check, report)
     return _build_whole(args, stages, w, report)
 
@@ -204,25 +204,26 @@ def _save_golden(rknn_path: Path, role: str, inputs: dict, outputs: dict, target
 
 
 def _write_plan(args, out_dir: Path, report: dict, windows: list[_Window]) -> Path:
-    """``plan.json`` with one ``whisper_encoder`` section (role -> {onnx, rknn}: ``encoder``, or
+    """``plan.json`` with one ``whisper_encoder`` record (``plan.record``; role -> {onnx, rknn}: ``encoder``, or
     ``part0``, ``part1``, ... in order; with buckets also ``10s``, ... and ``windows``: role ->
     seconds, ``plan.whisper``) and the integrity record of every file and golden replay, for
     ``rkspeech check-board`` and ``rkspeech doctor --plan``."""
-    from rkspeech.plan.plan import PLAN_FORMAT, write_plan_data
+    from rkspeech.plan.plan import write_plan_data
+    from rkspeech.plan.record import PLAN_FORMAT
     from rkspeech.plan.whisper import windows_section
     from rkspeech.pipelines.vocoder_build import PLAN_FILE
 
-    onnx = [Path(p) for p in report["split"]["pieces"]] if args.parts > 1 else [w.onnx for w in windows]
-    roles = [f"part{k}" for k in range(len(onnx))] if args.parts > 1 else [w.role for w in windows]
+    onnx = [Path(p) for p in report["split"]["pieces"]] if args.pieces > 1 else [w.onnx for w in windows]
+    roles = [f"part{k}" for k in range(len(onnx))] if args.pieces > 1 else [w.role for w in windows]
     arts = {}
     for role, p in zip(roles, onnx):
         rknn = p.with_suffix(".rknn")
         arts[role] = {"onnx": os.path.relpath(p.resolve(), out_dir.resolve()),
                       **({"rknn": os.path.relpath(rknn.resolve(), out_dir.resolve())} if rknn.is_file() else {})}
-    section = {"impl": "onnx" if args.skip_convert else "rknn", "target": args.target, "artifacts": arts,
-               "custom_string": report.get("custom_string"),
-               **windows_section({w.role: w.seconds for w in windows})}
-    return write_plan_data(out_dir / PLAN_FILE, {"format": PLAN_FORMAT, "whisper_encoder": section})
+    record = {"placement": "cpu-fp32" if args.skip_convert else "npu", "target": args.target, "artifacts": arts,
+              "custom_string": report.get("custom_string"),
+              **windows_section({w.role: w.seconds for w in windows})}
+    return write_plan_data(out_dir / PLAN_FILE, {"format": PLAN_FORMAT, "whisper_encoder": record})
 
 
 def _export(args, w: _Window) -> dict:
@@ -235,13 +236,13 @@ def _export(args, w: _Window) -> dict:
     from rkspeech.core.atomic import atomic_path
     from rkspeech.export.whisper_onnx import export_encoder
     from rkspeech.models.whisper.weights import load_whisper_encoder
-    from rkspeech.verify.compare import compare_tensors as compare
+    from rkspeech.core.compare import report_tensors as compare
 
     if args.threads:
         torch.set_num_threads(args.threads)
     report: dict = {"stages": {}}
     with progress.stage("load Whisper encoder weights"):
-        loaded = load_whisper_encoder(args.model)
+        loaded = load_whisper_encoder(args.model_dir)
     encoder = loaded.model
     report["source"] = {"format": loaded.source, "stored_dtype": loaded.stored_dtype, "notes": loaded.notes}
     report["dims"] = loaded.dims.to_dict()
@@ -286,7 +287,7 @@ def _load_check(check: dict[str, Path]):
 def _build_whole(args, stages, w: _Window, report: dict) -> dict:
     """Steps 4-5 for one graph: the shared sequence, then the simulator on the check window."""
     from rkspeech.pipelines.sequence import Graph, run_sequence
-    from rkspeech.verify.compare import compare_tensors as compare
+    from rkspeech.core.compare import report_tensors as compare
 
     onnx_path, rknn_path, check, role = w.onnx, w.rknn, w.check, w.role
     graph = Graph(role, onnx_path, rknn_path, report["custom_string"])
@@ -312,10 +313,10 @@ def _build_whole(args, stages, w: _Window, report: dict) -> dict:
 
 
 def _build_pieces(args, stages, onnx_path: Path, out_dir: Path, check: dict[str, Path], report: dict) -> dict:
-    """Steps 4-5 for ``parts > 1``: split, the shared sequence per piece, the pieces chained on
+    """Steps 4-5 for ``pieces > 1``: split, the shared sequence per piece, the pieces chained on
     the simulator."""
     from rkspeech.pipelines.sequence import Graph, run_sequence
-    from rkspeech.verify.compare import compare_tensors as compare
+    from rkspeech.core.compare import report_tensors as compare
 
     def do_split():
         import gc
@@ -324,10 +325,10 @@ def _build_pieces(args, stages, onnx_path: Path, out_dir: Path, check: dict[str,
         from rkspeech.export.split import split_onnx
         from rkspeech.runtime.whisper.pieces import write_manifest
 
-        with progress.stage(f"cut the graph into {args.parts} pieces at block boundaries"):
-            cuts = block_cuts(onnx_path, args.parts)
+        with progress.stage(f"cut the graph into {args.pieces} pieces at block boundaries"):
+            cuts = block_cuts(onnx_path, args.pieces)
             paths = []
-            for k, p in enumerate(split_onnx(onnx_path, args.parts, out_dir / "pieces", cuts=cuts)):
+            for k, p in enumerate(split_onnx(onnx_path, args.pieces, out_dir / "pieces", cuts=cuts)):
                 paths.append(p.rename(out_dir / f"encoder.part{k}.onnx"))
                 data = p.with_name(p.name + ".data")
                 if data.is_file():  # the piece names its data file by this name: keep it beside it
@@ -338,13 +339,14 @@ def _build_pieces(args, stages, onnx_path: Path, out_dir: Path, check: dict[str,
         manifest = write_manifest(out_dir, paths, input_name=report["onnx"]["input"]["name"],
                                   output_name=report["onnx"]["output"]["name"],
                                   custom_string=report["custom_string"], target=args.target)
-        return {"parts": len(paths), "cuts": cuts, "pieces": [str(p) for p in paths], "manifest": str(manifest)}
+        return {"cuts": cuts, "pieces": [str(p) for p in paths], "manifest": str(manifest)}
 
     def split_outputs() -> list[Path]:
         found = sorted(out_dir.glob("encoder.part*.onnx*"))
         return found + [out_dir / "encoder-pieces.json"]
 
-    report["split"] = stages.run("whisper_split", {"parts": args.parts, "target": args.target}, [onnx_path],
+    # the fingerprint keeps its key ("parts", the flag's old name): a folder built before resumes
+    report["split"] = stages.run("whisper_split", {"parts": args.pieces, "target": args.target}, [onnx_path],
                                  split_outputs, do_split)
     paths = [Path(p) for p in report["split"]["pieces"]]
     graphs = [Graph(f"part{k}", p, p.with_suffix(".rknn"), report["custom_string"] if k == 0 else None)
@@ -389,9 +391,9 @@ def _build_pieces(args, stages, onnx_path: Path, out_dir: Path, check: dict[str,
     return report
 
 
-def block_cuts(onnx_path, parts: int) -> list[int]:
-    """Where pieces 2..``parts`` start (indices into ``split.work_nodes``, as ``split_onnx``
-    takes them): the first node of encoder block ``round(k * n_layers / parts)``, so only the
+def block_cuts(onnx_path, pieces: int) -> list[int]:
+    """Where pieces 2..``pieces`` start (indices into ``split.work_nodes``, as ``split_onnx``
+    takes them): the first node of encoder block ``round(k * n_layers / pieces)``, so only the
     residual stream ``[1, 1500, d]`` crosses each cut.  Reads the graph without its weights."""
     import re
 
@@ -407,9 +409,9 @@ def block_cuts(onnx_path, parts: int) -> list[int]:
         if m:
             first.setdefault(int(m.group(1)), i)
     layers = len(first)
-    if not 2 <= parts <= layers:
-        raise RkspeechError(f"cannot cut an encoder of {layers} blocks into {parts} pieces at block boundaries")
-    return [first[round(k * layers / parts)] for k in range(1, parts)]
+    if not 2 <= pieces <= layers:
+        raise RkspeechError(f"cannot cut an encoder of {layers} blocks into {pieces} pieces at block boundaries")
+    return [first[round(k * layers / pieces)] for k in range(1, pieces)]
 
 
 def _write_report(out_dir: Path, report: dict) -> None:
@@ -428,7 +430,7 @@ def _ort_check(onnx_path: Path, mel, ref, threads: int) -> dict:
     import time
 
     from rkspeech.runtime.whisper.encoder import open_encoder
-    from rkspeech.verify.compare import compare_tensors as compare
+    from rkspeech.core.compare import report_tensors as compare
 
     with open_encoder("ort", onnx_path, threads=threads or None) as enc:
         enc(mel)  # warm-up

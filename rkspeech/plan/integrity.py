@@ -3,10 +3,9 @@ written and checked when it is read, so a file damaged in copying to a board is 
 line naming it before anything runs.
 
 ``plan.json`` holds ``"integrity": {"files": {relative path: {"bytes": n, "sha256": hex}}}``:
-every graph of every section (``speech_decoder``'s ``artifacts`` / ``onnx`` / ``host_onnx``, the
-talker's and code predictor's ``artifacts`` (and the latter's ``heads`` and ``start``),
-``whisper_encoder``'s ``artifacts``), an ONNX graph's external ``.data`` file, and each graph's
-golden replay (:func:`golden_path`).
+every graph of every stage record (``plan.record``: each role's ``rknn``, ``onnx`` and
+``host_onnx`` files), an ONNX graph's external ``.data`` file, and each graph's golden replay
+(:func:`golden_path`).
 
 Checking is cheap: the size of every file always (one ``stat``), the hash once per file, cached
 in :func:`hash_cache_path` (a small JSON file; a published-size plan's ~1 GB of graphs hashes in
@@ -26,12 +25,11 @@ from pathlib import Path
 
 from rkspeech.core.errors import RkspeechError
 from rkspeech.plan.paths import plan_file
+from rkspeech.plan.record import is_npu, record_files, stage_records
 
 INTEGRITY_KEY = "integrity"
 #: the golden replay file beside a graph: ``X.rknn`` -> ``X.golden.npz``
 GOLDEN_SUFFIX = ".golden.npz"
-#: sections whose ``artifacts`` map role -> {"onnx": path, "rknn": path}
-_STAGE_SECTIONS = ("talker", "code_predictor", "whisper_encoder")
 _CHUNK = 1 << 20
 
 
@@ -48,28 +46,10 @@ def hash_cache_path() -> Path:
 
 
 def plan_files(raw: dict, base: Path) -> list[Path]:
-    """Every file the plan ``raw`` (its JSON, in folder ``base``) names, with each graph's external
-    data file and golden replay when they exist; in a stable order, without repeats."""
-    named: list[str] = []
-    sd = raw.get("speech_decoder")
-    if isinstance(sd, dict):
-        for section in ("artifacts", "onnx", "host_onnx"):
-            entries = sd.get(section)
-            if isinstance(entries, dict):
-                named += [v for v in entries.values() if isinstance(v, str)]
-    for name in _STAGE_SECTIONS:
-        sec = raw.get(name)
-        arts = sec.get("artifacts") if isinstance(sec, dict) else None
-        if isinstance(arts, dict):
-            for files in arts.values():
-                if isinstance(files, dict):
-                    named += [files[k] for k in ("onnx", "rknn") if isinstance(files.get(k), str)]
-        heads = sec.get("heads") if isinstance(sec, dict) else None
-        if isinstance(heads, dict):
-            named += [v for v in heads.values() if isinstance(v, str)]
-        start = sec.get("start") if isinstance(sec, dict) else None
-        if isinstance(start, str):
-            named.append(start)
+    """Every file the plan ``raw`` (its JSON, format 2, in folder ``base``) names, with each
+    graph's external data file and golden replay when they exist; in a stable order, without
+    repeats."""
+    named = [f for rec in stage_records(raw).values() for f in record_files(rec)]
     out: dict[Path, None] = {}
     for v in named:
         p = plan_file(base, v, f"plan in {base}")
@@ -81,29 +61,12 @@ def plan_files(raw: dict, base: Path) -> list[Path]:
 
 
 def board_files(raw: dict, base: Path) -> set[Path]:
-    """The files of :func:`plan_files` a board runs (``rknnlite``): the vocoder's .rknn graphs,
-    each NPU-placed stage's .rknn, and each CPU-placed stage's ONNX (with its heads and start
-    graph).  The rest (the vocoder's ONNX sections, the ONNX an .rknn came from) serve ``ort``
-    and ``sim`` on a host; a board copy may leave them out."""
-    out: set[Path] = set()
-    sd = raw.get("speech_decoder")
-    arts = sd.get("artifacts") if isinstance(sd, dict) else None
-    if isinstance(arts, dict):
-        out |= {plan_file(base, v, f"plan in {base}") for v in arts.values() if isinstance(v, str)}
-    for name in _STAGE_SECTIONS:
-        sec = raw.get(name)
-        if not isinstance(sec, dict):
-            continue
-        key = "onnx" if sec.get("impl") == "onnx" else "rknn"
-        for files in (sec.get("artifacts") or {}).values():
-            if isinstance(files, dict) and isinstance(files.get(key), str):
-                out.add(plan_file(base, files[key], f"plan in {base}"))
-        if key == "onnx":
-            heads = sec.get("heads")
-            out |= {plan_file(base, v, f"plan in {base}") for v in (heads or {}).values() if isinstance(v, str)}
-            if isinstance(sec.get("start"), str):
-                out.add(plan_file(base, sec["start"], f"plan in {base}"))
-    return out
+    """The files of :func:`plan_files` a board runs (``rknnlite``): each NPU-placed stage's
+    .rknn graphs, and each CPU-placed stage's ONNX (with a code predictor's heads and start
+    graph).  The rest (the vocoder's exact host graphs, the ONNX an .rknn came from) serve
+    ``ort`` and ``sim`` on a host; a board copy may leave them out."""
+    return {plan_file(base, v, f"plan in {base}") for rec in stage_records(raw).values()
+            for v in record_files(rec, ("rknn",) if is_npu(rec) else ("onnx",))}
 
 
 def expected_files(raw: dict, base: Path) -> list[Path]:

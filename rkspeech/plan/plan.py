@@ -1,13 +1,14 @@
-"""Execution plans: which artifacts run the speech decoder, written by ``build``, read by runtimes.
+"""Execution plans: which graphs run each stage, written by ``build``, read by runtimes.
 
-``plan.json`` keeps the seed project's runtime shape (``{"speech_decoder": {"impl": "rknn",
-"artifacts": {"main": ..., "first": ...}}}``) and adds the ONNX artifacts and the contract.
-Paths are stored relative to the plan's folder so the folder can be copied to a board; a name
-that leaves the folder is refused (``plan.paths``).
+``plan.json`` holds one stage record per stage (``plan.record``: one shape for the vocoder, the
+talker, the code predictor and the Whisper encoder); this module reads and writes the vocoder's
+(``vocoder``), ``plan.sections`` the talker's and code predictor's.  Paths are stored relative to
+the plan's folder so the folder can be copied to a board; a name that leaves the folder is
+refused (``plan.paths``).
 
-The vocoder's step graphs come in up to three sections, role (``main``, ``first``) -> file:
+The vocoder's step graphs, role (``main``, ``first``) -> kind -> file, come in up to three kinds:
 
-* ``artifacts``: the .rknn graphs (rknn-toolkit-lite2 on a board);
+* ``rknn``: the .rknn graphs (rknn-toolkit-lite2 on a board);
 * ``onnx``: the ONNX those were converted from (the build's formulation, ``npu`` by default;
   the simulator builds from it);
 * ``host_onnx``: exact step graphs for the host (the ``reference`` formulation: the model's own
@@ -15,10 +16,10 @@ The vocoder's step graphs come in up to three sections, role (``main``, ``first`
   ~72 dB in fp32), with their own ``host_contract`` (int64 codes, channel-major cache tails;
   same B per role, signal and cache size as the NPU graphs).
 
-``backends`` says which section each backend runs (``{"ort": "host_onnx", "sim": "onnx",
-"rknnlite": "artifacts"}`` from ``build``); :meth:`Plan.graphs` is the one place that answers.
-A plan without these fields (written by earlier versions) runs as it did: ``ort`` and ``sim`` the
-``onnx`` section, ``rknnlite`` the ``artifacts``.
+``backends`` says which kind each backend runs (``{"ort": "host_onnx", "sim": "onnx",
+"rknnlite": "rknn"}`` from ``build``); :meth:`Plan.graphs` is the one place that answers.
+A plan without it runs as earlier ones did: ``ort`` and ``sim`` the ``onnx`` graphs,
+``rknnlite`` the ``rknn``.
 
 Validation turns every inconsistency into one clear error: a missing file, a value of the wrong
 type, first/main caches of different sizes, a contract that disagrees with an artifact (the
@@ -30,7 +31,6 @@ the stdlib ONNX walker), so a board can load plans.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,28 +38,29 @@ from rkspeech.core.atomic import write_json
 from rkspeech.core.errors import RkspeechError
 from rkspeech.contracts.vocoder import VocoderContract
 from rkspeech.plan.paths import plan_file
+from rkspeech.plan.record import KINDS, PLAN_FORMAT, upgrade
 
-PLAN_FORMAT = "rkspeech-plan/1"
-IMPLS = ("rknn", "onnx")
-#: the sections each backend can run (runtime.runners.BACKENDS; a .rknn only on a board)
-BACKEND_SECTIONS = {"ort": ("host_onnx", "onnx"), "sim": ("onnx", "host_onnx"), "rknnlite": ("artifacts",)}
+#: the vocoder's placements: its .rknn on the NPU, or (a build that did not convert) its ONNX on the CPU
+VOCODER_PLACEMENTS = ("npu", "cpu-fp32")
+#: the kinds each backend can run (runtime.runners.BACKENDS; a .rknn only on a board)
+BACKEND_KINDS = {"ort": ("host_onnx", "onnx"), "sim": ("onnx", "host_onnx"), "rknnlite": ("rknn",)}
 #: what ``build`` writes as ``backends`` when it exports host graphs
-BUILD_BACKENDS = {"ort": "host_onnx", "sim": "onnx", "rknnlite": "artifacts"}
+BUILD_BACKENDS = {"ort": "host_onnx", "sim": "onnx", "rknnlite": "rknn"}
 
 
 def default_backends(has_host: bool) -> dict[str, str]:
     """``backends`` of a plan that does not name them: a plan with ``host_onnx`` runs it on
-    onnxruntime; older plans run their ``onnx`` section on onnxruntime and the simulator."""
-    return {"ort": "host_onnx" if has_host else "onnx", "sim": "onnx", "rknnlite": "artifacts"}
+    onnxruntime; older plans run their ``onnx`` graphs on onnxruntime and the simulator."""
+    return {"ort": "host_onnx" if has_host else "onnx", "sim": "onnx", "rknnlite": "rknn"}
 
 
 @dataclass
 class Plan:
     path: Path
-    impl: str
+    placement: str  # VOCODER_PLACEMENTS
     target: str | None
     contract: VocoderContract
-    artifacts: dict[str, Path]  # rknn: main/first
+    rknn: dict[str, Path]  # main/first: the .rknn graphs
     onnx: dict[str, Path] = field(default_factory=dict)  # main/first, the graphs the .rknn came from
     #: the graphs of the backend the plan was loaded for (``backend``), per role (B differs)
     contracts: dict[str, VocoderContract] = field(default_factory=dict)
@@ -67,15 +68,15 @@ class Plan:
     #: text-to-speech stages placed by the plan (``plan.sections``): talker, code_predictor
     stages: dict = field(default_factory=dict)
     host_onnx: dict[str, Path] = field(default_factory=dict)  # main/first: exact host graphs
-    #: backend -> the section it runs (``default_backends`` for plans that do not say)
+    #: backend -> the kind it runs (``default_backends`` for plans that do not say)
     backends: dict[str, str] = field(default_factory=lambda: default_backends(False))
     backend: str | None = None  # the backend ``load_plan`` validated the graphs for
 
     def roles(self) -> list[str]:
         return [r for r in ("first", "main") if r in self.contracts]
 
-    def section(self, backend: str) -> str:
-        """The ``speech_decoder`` section whose step graphs ``backend`` runs."""
+    def kind(self, backend: str) -> str:
+        """The kind of vocoder graph ``backend`` runs."""
         if backend not in self.backends:
             raise RkspeechError(f"unknown backend {backend!r}; choose one of {', '.join(self.backends)}")
         return self.backends[backend]
@@ -84,58 +85,51 @@ class Plan:
         """role -> the step graph ``backend`` runs: the one place that picks it (``ort``: the
         exact host graphs when the plan has them, ``sim``: the ONNX the .rknn was converted
         from, ``rknnlite``: the .rknn)."""
-        return dict(getattr(self, self.section(backend)))
+        return dict(getattr(self, self.kind(backend)))
 
 
-def write_plan(path, *, impl: str, target: str | None, contracts: dict[str, VocoderContract],
+def write_plan(path, *, placement: str, target: str | None, contracts: dict[str, VocoderContract],
                rknn: dict[str, Path] | None = None, onnx: dict[str, Path] | None = None,
                host_onnx: dict[str, Path] | None = None, host_contracts: dict[str, VocoderContract] | None = None,
                backends: dict[str, str] | None = None, extra: dict | None = None,
                stages: dict[str, dict] | None = None) -> Path:
-    """``contracts``: of the ``onnx`` / ``rknn`` graphs; ``host_onnx`` (with ``host_contracts``):
-    the exact host graphs, written with ``backends`` (default :data:`BUILD_BACKENDS`); ``stages``:
-    stage name -> section (``plan.sections.stage_section``), written beside ``speech_decoder``."""
+    """The plan with the vocoder's record (``placement``: :data:`VOCODER_PLACEMENTS`;
+    ``contracts``: of the ``onnx`` / ``rknn`` graphs; ``host_onnx`` (with ``host_contracts``):
+    the exact host graphs, written with ``backends`` (default :data:`BUILD_BACKENDS`));
+    ``stages``: stage name -> record (``plan.sections.stage_section``); ``extra``: ``build``."""
     from rkspeech.plan.linking import plan_name
 
     p = Path(path)
     base = p.parent.resolve()
     base.mkdir(parents=True, exist_ok=True)
+    if placement not in VOCODER_PLACEMENTS:
+        raise ValueError(f"write_plan: placement {placement!r} is not one of {VOCODER_PLACEMENTS}")
 
-    def rel(x: Path) -> str:  # inside the plan's folder (a file outside is linked in: plan.bundle)
-        return plan_name(x, base)
-
-    data = {
-        "format": PLAN_FORMAT,
-        "speech_decoder": {
-            "impl": impl,
-            "target": target,
-            "artifacts": {role: rel(a) for role, a in (rknn or {}).items()},
-            "onnx": {role: rel(a) for role, a in (onnx or {}).items()},
-            "contract": contracts["main"].to_dict(),
-            "codes_length": {role: c.codes_length for role, c in contracts.items()},
-        },
-    }
+    arts: dict[str, dict[str, str]] = {}
+    for kind, files in (("rknn", rknn), ("onnx", onnx), ("host_onnx", host_onnx)):
+        for role, a in (files or {}).items():
+            arts.setdefault(role, {})[kind] = plan_name(a, base)  # a file outside is linked in: plan.bundle
+    rec = {"placement": placement, "target": target, "artifacts": arts, "contract": contracts["main"].to_dict(),
+           "codes_length": {role: c.codes_length for role, c in contracts.items()}}
     if host_onnx:
         if not host_contracts or "main" not in host_contracts:
             raise ValueError("write_plan: host_onnx needs host_contracts with a main contract")
-        sd = data["speech_decoder"]
-        sd["host_onnx"] = {role: rel(a) for role, a in host_onnx.items()}
-        sd["host_contract"] = host_contracts["main"].to_dict()
-        sd["backends"] = dict(backends or BUILD_BACKENDS)
-    for name, section in (stages or {}).items():
-        data[name] = section
+        rec["host_contract"] = host_contracts["main"].to_dict()
+        rec["backends"] = dict(backends or BUILD_BACKENDS)
+    data = {"format": PLAN_FORMAT, **(stages or {}), "vocoder": rec}
     if extra:
         data["build"] = extra
     return write_plan_data(p, data)
 
 
 def write_plan_data(path, data: dict) -> Path:
-    """Write the plan ``data`` to ``path`` with its ``integrity`` record (size and sha256 of
-    every file it names and of their golden replays: ``plan.integrity``)."""
+    """Write the plan ``data`` (format 2; a format-1 dict is upgraded: ``plan.record``) to ``path``
+    with its ``integrity`` record (size and sha256 of every file it names and of their golden
+    replays: ``plan.integrity``)."""
     from rkspeech.plan.integrity import INTEGRITY_KEY, record
 
     p = Path(path)
-    data = {k: v for k, v in data.items() if k != INTEGRITY_KEY}
+    data = {k: v for k, v in upgrade(data, f"plan {p}").items() if k != INTEGRITY_KEY}
     data[INTEGRITY_KEY] = record(data, p.parent)
     return write_json(p, data)
 
@@ -176,10 +170,10 @@ def _artifact_contract(path: Path, role: str, expect_target: str | None) -> Voco
 
 
 def read_plan(path) -> dict:
-    """``plan.json``'s JSON, after its files passed the integrity check (``plan.integrity``:
-    sizes, then hashes cached by mtime; a plan without the record is not checked).  The one
-    place every command reads a plan through (``load_plan``: decode, speak, serve;
-    ``rkspeech check-board``)."""
+    """``plan.json``'s JSON in format 2 (``plan.record.upgrade``: a format-1 plan gets its stage
+    records), after its files passed the integrity check (``plan.integrity``: sizes, then hashes
+    cached by mtime; a plan without the record is not checked).  The one place every command
+    reads a plan through (``load_plan``: decode, speak, serve; ``rkspeech check-board``, doctor)."""
     p = Path(path)
     if p.is_dir():
         raise RkspeechError(f"plan {p} is a directory; pass its plan.json")
@@ -190,7 +184,8 @@ def read_plan(path) -> dict:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise RkspeechError(f"plan {p}: not valid JSON ({exc})") from None
     if not isinstance(raw, dict):
-        raise RkspeechError(f"plan {p}: no speech_decoder section (not a plan object)")
+        raise RkspeechError(f"plan {p}: not a plan object")
+    raw = upgrade(raw, f"plan {p}")
     from rkspeech.plan.integrity import check
 
     check(raw, p)
@@ -202,49 +197,51 @@ def load_plan(path, *, backend: str | None = None, expect_target: str | None = N
     'sim' needs the ONNX too (the simulator builds from ONNX), 'rknnlite' the .rknn ones."""
     p = Path(path)
     raw = read_plan(p)
-    sd = raw.get("speech_decoder") if isinstance(raw, dict) else None
+    sd = raw.get("vocoder")
     if not isinstance(sd, dict):
-        raise RkspeechError(f"plan {p}: no speech_decoder section")
-    impl = sd.get("impl")
-    if impl not in IMPLS:
-        raise RkspeechError(f"plan {p}: speech_decoder.impl is {impl!r}, expected one of {IMPLS}")
+        raise RkspeechError(f"plan {p}: no vocoder record (the plan places no speech decoder)")
+    placement = sd.get("placement")
+    if placement not in VOCODER_PLACEMENTS:
+        raise RkspeechError(f"plan {p}: vocoder.placement is {placement!r}, expected one of {VOCODER_PLACEMENTS}")
     base = p.parent
-
-    def paths(section: str) -> dict[str, Path]:
-        entries = sd.get(section) or {}
-        if not isinstance(entries, dict):
-            raise RkspeechError(f"plan {p}: speech_decoder.{section} must be an object")
-        unknown = set(entries) - {"main", "first"}
-        if unknown:
-            raise RkspeechError(f"plan {p}: unknown artifact role(s) {sorted(unknown)} in {section}")
-        for role, v in entries.items():
+    arts = sd.get("artifacts") or {}
+    if not isinstance(arts, dict):
+        raise RkspeechError(f"plan {p}: vocoder.artifacts must be an object (role -> kind -> file)")
+    unknown = set(arts) - {"main", "first"}
+    if unknown:
+        raise RkspeechError(f"plan {p}: unknown artifact role(s) {sorted(unknown)} in vocoder.artifacts")
+    files: dict[str, dict[str, Path]] = {k: {} for k in KINDS}
+    for role, kinds in arts.items():
+        if not isinstance(kinds, dict):
+            raise RkspeechError(f"plan {p}: vocoder.artifacts.{role} must map kinds ({', '.join(KINDS)}) to files")
+        for kind, v in kinds.items():
+            where = f"plan {p}: vocoder.artifacts.{role}.{kind}"
+            if kind not in KINDS:
+                raise RkspeechError(f"{where}: unknown kind; kinds: {', '.join(KINDS)}")
             if not isinstance(v, str) or not v:
-                raise RkspeechError(f"plan {p}: speech_decoder.{section}.{role} must be a file path "
-                                    f"(a string), got {v!r}")
-            if section == "host_onnx" and not v.lower().endswith(".onnx"):
-                raise RkspeechError(f"plan {p}: speech_decoder.host_onnx.{role} must be an .onnx file "
-                                    f"(onnxruntime runs it), got {v!r}")
-        return {role: plan_file(base, v, f"plan {p}: speech_decoder.{section}.{role}") for role, v in entries.items()}
-
-    rknn, onnx, host = paths("artifacts"), paths("onnx"), paths("host_onnx")
+                raise RkspeechError(f"{where} must be a file path (a string), got {v!r}")
+            if kind == "host_onnx" and not v.lower().endswith(".onnx"):
+                raise RkspeechError(f"{where} must be an .onnx file (onnxruntime runs it), got {v!r}")
+            files[kind][role] = plan_file(base, v, where)
+    rknn, onnx, host = files["rknn"], files["onnx"], files["host_onnx"]
     backends = _backends(sd, p, bool(host))
     target = sd.get("target")
     if target is not None and not isinstance(target, str):
-        raise RkspeechError(f"plan {p}: speech_decoder.target must be a chip name, got {target!r}")
+        raise RkspeechError(f"plan {p}: vocoder.target must be a chip name, got {target!r}")
     if expect_target and target and target != expect_target:
         raise RkspeechError(f"plan {p} was built for {target}, this machine is {expect_target}")
-    if backend is None:  # every section's own checks, as before backends: the .rknn only without ONNX
-        section = "artifacts" if impl == "rknn" and not onnx else "onnx"
+    if backend is None:  # every kind's own checks, as before backends: the .rknn only without ONNX
+        kind = "rknn" if placement == "npu" and not onnx else "onnx"
     elif backend not in backends:
         raise RkspeechError(f"plan {p}: unknown backend {backend!r}; choose one of {', '.join(backends)}")
     else:
-        section = backends[backend]
-    use = {"artifacts": rknn, "onnx": onnx, "host_onnx": host}[section]
+        kind = backends[backend]
+    use = files[kind]
     if backend in ("ort", "sim") and not use:
-        if section == "onnx":
-            raise RkspeechError(f"plan {p}: backend {backend} needs ONNX artifacts (speech_decoder.onnx), "
+        if kind == "onnx":
+            raise RkspeechError(f"plan {p}: backend {backend} needs ONNX artifacts (vocoder onnx graphs), "
                                 "the plan has none")
-        raise RkspeechError(f"plan {p}: backend {backend} runs speech_decoder.{section} (speech_decoder.backends), "
+        raise RkspeechError(f"plan {p}: backend {backend} runs the vocoder's {kind} graphs (vocoder.backends), "
                             "the plan has none")
     if "main" not in use:
         raise RkspeechError(f"plan {p}: no main artifact for this backend")
@@ -254,16 +251,16 @@ def load_plan(path, *, backend: str | None = None, expect_target: str | None = N
         if not a.is_file():
             raise RkspeechError(f"plan {p}: {role} artifact {a} is missing")
     if "host_contract" in sd and not host:
-        raise RkspeechError(f"plan {p}: speech_decoder.host_contract without host_onnx graphs; "
+        raise RkspeechError(f"plan {p}: vocoder.host_contract without host_onnx graphs; "
                             "rebuild, or fix the plan")
     if host and "host_contract" not in sd:
-        raise RkspeechError(f"plan {p}: speech_decoder.host_onnx without its host_contract; rebuild, or fix the plan")
+        raise RkspeechError(f"plan {p}: vocoder host_onnx graphs without their host_contract; rebuild, or fix the plan")
     try:
         npu_declared = VocoderContract.from_dict(sd["contract"]) if "contract" in sd else None
         host_declared = VocoderContract.from_dict(sd["host_contract"]) if host else None
     except RkspeechError as exc:
         raise RkspeechError(f"plan {p}: {exc}") from None
-    declared, key = (host_declared, "host_contract") if section == "host_onnx" else (npu_declared, "contract")
+    declared, key = (host_declared, "host_contract") if kind == "host_onnx" else (npu_declared, "contract")
     contracts = {}
     for role, a in use.items():
         try:
@@ -283,30 +280,30 @@ def load_plan(path, *, backend: str | None = None, expect_target: str | None = N
             f"plan {p}: first and main artifacts have different caches or signals "
             f"(first vs main: {'; '.join(diff)}); rebuild them from one checkpoint"
         )
-    if section == "host_onnx":
+    if kind == "host_onnx":
         _check_host_graphs(p, sd, contracts, npu_declared)
     from rkspeech.plan.sections import load_stages
 
-    return Plan(p, impl, target, main, rknn, onnx, contracts, raw, load_stages(raw, p, backend),
+    return Plan(p, placement, target, main, rknn, onnx, contracts, raw, load_stages(raw, p, backend),
                 host_onnx=host, backends=backends, backend=backend)
 
 
 def _backends(sd: dict, p: Path, has_host: bool) -> dict[str, str]:
-    """``speech_decoder.backends`` over :func:`default_backends`, each entry checked."""
+    """``vocoder.backends`` over :func:`default_backends`, each entry checked."""
     out = default_backends(has_host)
     given = sd.get("backends")
     if given is None:
         return out
     if not isinstance(given, dict):
-        raise RkspeechError(f"plan {p}: speech_decoder.backends must be an object (backend -> section), got {given!r}")
-    for backend, section in given.items():
-        if backend not in BACKEND_SECTIONS:
-            raise RkspeechError(f"plan {p}: speech_decoder.backends names unknown backend {backend!r}; "
-                                f"backends: {', '.join(BACKEND_SECTIONS)}")
-        if section not in BACKEND_SECTIONS[backend]:
-            raise RkspeechError(f"plan {p}: speech_decoder.backends.{backend} is {section!r}; {backend} runs "
-                                f"{' or '.join(BACKEND_SECTIONS[backend])}")
-        out[backend] = section
+        raise RkspeechError(f"plan {p}: vocoder.backends must be an object (backend -> kind), got {given!r}")
+    for backend, kind in given.items():
+        if backend not in BACKEND_KINDS:
+            raise RkspeechError(f"plan {p}: vocoder.backends names unknown backend {backend!r}; "
+                                f"backends: {', '.join(BACKEND_KINDS)}")
+        if kind not in BACKEND_KINDS[backend]:
+            raise RkspeechError(f"plan {p}: vocoder.backends.{backend} is {kind!r}; {backend} runs "
+                                f"{' or '.join(BACKEND_KINDS[backend])}")
+        out[backend] = kind
     return out
 
 
@@ -323,7 +320,7 @@ def _check_host_graphs(p: Path, sd: dict, host: dict[str, VocoderContract], npu:
     if lengths is not None:
         if not isinstance(lengths, dict) or not all(isinstance(v, int) and not isinstance(v, bool)
                                                     for v in lengths.values()):
-            raise RkspeechError(f"plan {p}: speech_decoder.codes_length must map roles to integers, got {lengths!r}")
+            raise RkspeechError(f"plan {p}: vocoder.codes_length must map roles to integers, got {lengths!r}")
         if set(lengths) != set(host):
             raise RkspeechError(f"plan {p}: the host graphs hold roles {sorted(host)}, the NPU graphs "
                                 f"{sorted(lengths)}; rebuild")

@@ -1,8 +1,8 @@
-"""The Whisper encoder section of a plan (``rkspeech build whisper-encoder``): its graphs, per window.
+"""The Whisper encoder record of a plan (``rkspeech build whisper-encoder``): its graphs, per window.
 
 ::
 
-    "whisper_encoder": {"impl": "rknn", "target": "rk3588", "custom_string": "{...}",
+    "whisper_encoder": {"placement": "npu", "target": "rk3588", "custom_string": "{...}",
                         "artifacts": {"encoder": {"onnx": "encoder.onnx", "rknn": "encoder.rknn"},
                                       "10s": {"onnx": "encoder.10s.onnx", "rknn": "encoder.10s.rknn"}},
                         "windows": {"encoder": 30, "10s": 10}}
@@ -10,8 +10,9 @@
 ``windows`` (artifact role -> window in seconds) is written only by a build with buckets
 (``--windows 10,30``); a plan without it -- every plan written before buckets -- holds one 30 s
 window (role ``encoder``), or one 30 s encoder as consecutive pieces ``part0``, ``part1``, ...
-(``--pieces N``).  :func:`load_whisper_plan` is the one reader (through ``plan.plan.read_plan``,
-so the files' integrity is checked first); the runtime picks a window per transcription
+(``--pieces N``).  ``placement`` is ``npu`` (the .rknn files) or ``cpu-fp32`` (built with
+``--skip-convert``: the ONNX on onnxruntime).  :func:`load_whisper_plan` is the one reader (through
+``plan.plan.read_plan``, so a format-1 plan is upgraded and the files' integrity checked first); the runtime picks a window per transcription
 (``runtime.whisper.buckets``).  Standard library only.
 """
 
@@ -31,7 +32,8 @@ SECTION = "whisper_encoder"
 WINDOWS_KEY = "windows"
 #: the role of the full (30 s) window in a plan without ``windows``
 FULL_ROLE = "encoder"
-_IMPLS = ("rknn", "onnx")
+#: where the encoder may run: the NPU, or onnxruntime on the CPU in fp32
+_PLACEMENTS = ("npu", "cpu-fp32")
 _PART = re.compile(r"part(\d+)$")
 
 
@@ -48,12 +50,16 @@ class EncoderGraph:
 @dataclass(frozen=True)
 class WhisperEncoderPlan:
     path: Path
-    impl: str
+    placement: str
     target: str | None
     #: one graph per window, shortest first; the last is the full 30 s window (empty with pieces)
     windows: tuple[EncoderGraph, ...]
     #: a ``--pieces`` build: the 30 s encoder as consecutive graphs, in order
     pieces: tuple[EncoderGraph, ...] = ()
+
+    @property
+    def on_npu(self) -> bool:
+        return self.placement == "npu"
 
     @property
     def buckets(self) -> tuple[int, ...]:
@@ -81,7 +87,7 @@ def windows_section(roles: dict[str, int]) -> dict:
 
 
 def is_whisper_plan(path: str | os.PathLike) -> bool:
-    """Whether the JSON file at ``path`` is a plan with a Whisper encoder section (not, e.g.,
+    """Whether the JSON file at ``path`` is a plan with a Whisper encoder record (not, e.g.,
     an ``encoder-pieces.json`` manifest); False for anything unreadable."""
     try:
         raw = json.loads(Path(path).read_text())
@@ -91,7 +97,7 @@ def is_whisper_plan(path: str | os.PathLike) -> bool:
 
 
 def load_whisper_plan(path: str | os.PathLike) -> WhisperEncoderPlan:
-    """Read and check the ``whisper_encoder`` section of the plan at ``path``."""
+    """Read and check the ``whisper_encoder`` record of the plan at ``path``."""
     from rkspeech.plan.plan import read_plan
 
     p = Path(path)
@@ -99,10 +105,10 @@ def load_whisper_plan(path: str | os.PathLike) -> WhisperEncoderPlan:
     sec = raw.get(SECTION)
     where = f"plan {p}: {SECTION}"
     if not isinstance(sec, dict):
-        raise RkspeechError(f"plan {p} has no {SECTION} section (build one with rkspeech build whisper-encoder)")
-    impl = sec.get("impl")
-    if impl not in _IMPLS:
-        raise RkspeechError(f"{where}.impl is {impl!r}, expected one of {_IMPLS}")
+        raise RkspeechError(f"plan {p} has no {SECTION} record (build one with rkspeech build whisper-encoder)")
+    placement = sec.get("placement")
+    if placement not in _PLACEMENTS:
+        raise RkspeechError(f"{where}.placement is {placement!r}, expected one of {_PLACEMENTS}")
     target = sec.get("target")
     if target is not None and not isinstance(target, str):
         raise RkspeechError(f"{where}.target must be a chip name, got {target!r}")
@@ -113,7 +119,7 @@ def load_whisper_plan(path: str | os.PathLike) -> WhisperEncoderPlan:
     for role, f in arts.items():
         if not isinstance(f, dict) or not isinstance(f.get("onnx"), str):
             raise RkspeechError(f"{where}.artifacts.{role} must name its onnx file (and rknn when built)")
-        if impl == "rknn" and not isinstance(f.get("rknn"), str):
+        if placement == "npu" and not isinstance(f.get("rknn"), str):
             raise RkspeechError(f"{where} is placed on the NPU but {role} has no rknn file")
         files[role] = {k: plan_file(p.parent, f[k], f"{where}.artifacts.{role}.{k}") if isinstance(f.get(k), str)
                        else None for k in ("onnx", "rknn")}
@@ -121,10 +127,10 @@ def load_whisper_plan(path: str | os.PathLike) -> WhisperEncoderPlan:
     if seconds is None:  # a --pieces build
         order = sorted(arts, key=lambda r: int(_PART.match(r).group(1)))
         pieces = tuple(EncoderGraph(WINDOW_SECONDS, r, files[r]["onnx"], files[r]["rknn"]) for r in order)
-        return WhisperEncoderPlan(p, impl, target, (), pieces)
+        return WhisperEncoderPlan(p, placement, target, (), pieces)
     graphs = sorted((EncoderGraph(seconds[r], r, files[r]["onnx"], files[r]["rknn"]) for r in arts),
                     key=lambda g: g.seconds)
-    return WhisperEncoderPlan(p, impl, target, tuple(graphs))
+    return WhisperEncoderPlan(p, placement, target, tuple(graphs))
 
 
 def _windows(given, roles: list[str], where: str) -> dict[str, int] | None:

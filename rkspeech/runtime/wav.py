@@ -54,6 +54,23 @@ def write_wav(path, pcm, sample_rate: int, *, writer: str = "auto") -> Path:
     return out
 
 
+def wav_bytes(pcm, sample_rate: int) -> bytes:
+    """``pcm`` as the bytes of a 16-bit mono wav file (stdlib ``wave``, samples as :func:`to_int16`):
+    what a file of :func:`write_wav` would hold, for a reader that takes a file's bytes
+    (``runtime.audio.decode_audio``: the speech check transcribes synthesized audio as
+    ``rkspeech transcribe`` reads ``speak``'s wav)."""
+    import io
+    import wave
+
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(int(sample_rate))
+        w.writeframes(to_int16(pcm).astype("<i2").tobytes())
+    return buf.getvalue()
+
+
 class WavWriter:
     """A 16-bit mono wav written as the audio arrives, so memory stays flat with its length.
 

@@ -49,9 +49,9 @@ class ServeOptions:
     #: the 25 MB limit; the models of an 8 GB board leave room for it)
     memory_budget_bytes: int = 256 * 1024 * 1024
     # transcription defaults: those of ``rkspeech transcribe`` (see serve.transcription)
-    beam_size: int = 5
-    language: str | None = None
-    vad: bool = False
+    asr_beam_size: int = 5
+    asr_language: str | None = None
+    asr_vad: bool = False
     #: one phrase per line, given to faster-whisper as ``hotwords`` (serve.biasing; re-read when changed)
     hotwords_file: str | None = None
     model_name: str = "whisper"
@@ -62,7 +62,7 @@ class ServeOptions:
     def __post_init__(self):
         for name, low in (("max_queue", 0), ("request_timeout_s", 0.001), ("retry_after_s", 0),
                           ("max_upload_bytes", 1), ("max_audio_s", 0.001), ("max_text_chars", 1),
-                          ("shutdown_grace_s", 0), ("beam_size", 1), ("idle_timeout_s", 0.001),
+                          ("shutdown_grace_s", 0), ("asr_beam_size", 1), ("idle_timeout_s", 0.001),
                           ("max_connections", 1), ("header_timeout_s", 0.001), ("body_timeout_s", 0.001),
                           ("keep_alive_timeout_s", 0.001), ("memory_budget_bytes", 1)):
             value = getattr(self, name)

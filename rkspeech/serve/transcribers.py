@@ -10,12 +10,12 @@ from rkspeech.core.errors import RkspeechError
 
 
 def open_transcribers(model_dir, *, engines: int = 1, encoder=None, backend: str | None = None,
-                      target: str | None = None, core_masks: Sequence[str] | None = None,
+                      target: str | None = None, core_mask: Sequence[str] | None = None,
                       threads: int = 1, compute_type: str = "float32") -> list:
     """``engines`` :class:`~rkspeech.runtime.whisper.model.WhisperModel` instances, each with its
     own encoder runner (onnxruntime session, simulator, or an rknn-lite context).
 
-    With ``backend="rknnlite"`` engine i is pinned to NPU core ``core_masks[i % len]`` (default:
+    With ``backend="rknnlite"`` engine i is pinned to NPU core ``core_mask[i % len]`` (default:
     one per core of ``target``, :func:`rkspeech.core.targets.cores_for`) -- written to the
     rknn-toolkit-lite2 API, not run on a board here.  ``threads`` is per engine (CTranslate2
     decoder and onnxruntime).
@@ -28,7 +28,7 @@ def open_transcribers(model_dir, *, engines: int = 1, encoder=None, backend: str
     if backend == "rknnlite":
         from rkspeech.core.targets import cores_for
 
-        masks = tuple(core_masks) if core_masks else cores_for(target)
+        masks = tuple(core_mask) if core_mask else cores_for(target)
     models = []
     try:
         for i in range(engines):

@@ -294,9 +294,9 @@ class WyomingHandler:
         try:  # the buffered audio is held until transcribed (or refused)
             model = self.pool.first_model(TRANSCRIBE)
             request = transcription.TranscribeRequest(
-                language=transcription.check_language(model, language or self.options.language),
+                language=transcription.check_language(model, language or self.options.asr_language),
                 hotwords=biasing.hotwords(bias or None, self.options.hotwords_file),
-                beam_size=self.options.beam_size, vad=self.options.vad)
+                beam_size=self.options.asr_beam_size, vad=self.options.asr_vad)
             audio = pcm16_to_float(audio_bytes)
             del audio_bytes
             if audio.size == 0:

@@ -21,7 +21,7 @@ import numpy as np
 from rkspeech.core import progress
 from rkspeech.core.errors import RkspeechError
 from rkspeech.runtime.tts.streaming import Engine, StreamingVocoder
-from rkspeech.verify.compare import segment_snr_db, snr_db
+from rkspeech.core.compare import json_number, segment_snr_db, snr_db
 from rkspeech.verify.stepwise import full_decode, random_codes
 
 
@@ -67,15 +67,18 @@ class VerifyResult:
     golden: dict = field(default_factory=dict)  # role -> runtime.golden.record_golden's report
 
     def to_report(self) -> dict:
-        return {"tokens": self.tokens, "snr_db": self.snr_db, "sim_vs_onnxruntime_db": self.sim_vs_ort_db,
-                "per_step_snr_db": self.per_step, "sim_peak_rss_mb": self.sim_peak_rss_mb,
+        """JSON-ready: SNRs through ``core.compare.json_number`` (null: identical)."""
+        return {"tokens": self.tokens, "snr_db": {k: json_number(v) for k, v in self.snr_db.items()},
+                "sim_vs_onnxruntime_db": json_number(self.sim_vs_ort_db),
+                "per_step_snr_db": {k: [json_number(x) for x in v] for k, v in self.per_step.items()},
+                "sim_peak_rss_mb": self.sim_peak_rss_mb,
                 **({"golden": self.golden} if self.golden else {})}
 
 
 def verify_vocoder(model_dir, main: Artifact, first: Artifact | None = None, *, steps: int = 3,
                    target: str | None = None, seed: int = 0, threads: int = 2,
                    sim_log: str | None = None, sim_memory_limit_mb: float | None = None,
-                   sim_pieces: int = 1, goldens: dict[str, Path] | None = None) -> VerifyResult:
+                   pieces: int = 1, goldens: dict[str, Path] | None = None) -> VerifyResult:
     """Full decode vs onnxruntime step vs simulator step, over ``steps`` main steps.
 
     ``goldens``: role ("main", "first") -> where to write that graph's golden replay
@@ -89,8 +92,8 @@ def verify_vocoder(model_dir, main: Artifact, first: Artifact | None = None, *, 
 
     if steps < 1:
         raise RkspeechError(f"--steps must be >= 1, got {steps}")
-    if sim_pieces < 1:
-        raise RkspeechError(f"--pieces must be >= 1, got {sim_pieces}")
+    if pieces < 1:
+        raise RkspeechError(f"--pieces must be >= 1, got {pieces}")
     c = main.contract
     if first is not None and not c.compatible_cache(first.contract):
         raise RkspeechError("first and main graphs do not share one cache layout")
@@ -139,7 +142,7 @@ def verify_vocoder(model_dir, main: Artifact, first: Artifact | None = None, *, 
     # memory limit: the caller's, else open_runner's default (90 % of the memory available now)
     limit = {} if sim_memory_limit_mb is None else {"memory_limit_mb": sim_memory_limit_mb}
     def sim_runner(a: Artifact):
-        r = open_runner("sim", a.onnx, target=target, dtype="fp16", log_path=sim_log, pieces=sim_pieces, **limit)
+        r = open_runner("sim", a.onnx, target=target, dtype="fp16", log_path=sim_log, pieces=pieces, **limit)
         role = "main" if a is main else "first"
         if goldens and role in goldens:
             from rkspeech.runtime.golden import golden_inputs, record_golden

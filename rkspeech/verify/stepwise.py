@@ -15,7 +15,7 @@ import numpy as np
 
 from rkspeech.core.errors import RkspeechError
 from rkspeech.runtime.tts.streaming import Engine, StreamingVocoder
-from rkspeech.verify.compare import segment_snr_db, snr_db
+from rkspeech.core.compare import segment_snr_db, snr_db
 
 
 def check_tokens(main_B: int, first_B: int | None) -> int:

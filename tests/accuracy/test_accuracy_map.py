@@ -142,7 +142,7 @@ def test_fp16_storage_model_rounds_after_each_op(tmp_path):
     import onnx
 
     from rkspeech.accuracy.fp16_model import OrtGraph, float_outputs, fp16_storage
-    from rkspeech.verify.compare import snr_db
+    from rkspeech.core.compare import snr_db
 
     path = tiny_graph(tmp_path / "tiny.onnx")
     model = onnx.load(str(path))

@@ -60,8 +60,8 @@ def test_build_writes_goldens_and_the_plan_records_every_file(reduced_vocoder_bu
     out, report = reduced_vocoder_build
     raw = json.loads((out / "plan.json").read_text())
     files = raw["integrity"]["files"]
-    for role, rknn in raw["speech_decoder"]["artifacts"].items():
-        g = golden_path(out / rknn)
+    for role, kinds in raw["vocoder"]["artifacts"].items():
+        g = golden_path(out / kinds["rknn"])
         assert g.is_file(), role
         assert files[os.path.relpath(g, out)]["bytes"] == g.stat().st_size
         golden = load_golden(g)
@@ -70,9 +70,10 @@ def test_build_writes_goldens_and_the_plan_records_every_file(reduced_vocoder_bu
         assert "cache_in" in golden.inputs[0] and "cache_in" not in golden.inputs[1]  # chained after step 0
         assert "cache_out" in golden.outputs[-1] and "cache_out" not in golden.outputs[0]
         assert g.stat().st_size < 2_000_000
-    for section in ("artifacts", "onnx", "host_onnx"):
-        for rel in raw["speech_decoder"][section].values():
-            assert rel in files, (section, rel)
+    for role, kinds in raw["vocoder"]["artifacts"].items():
+        assert set(kinds) == {"rknn", "onnx", "host_onnx"}, role
+        for kind, rel in kinds.items():
+            assert rel in files, (kind, rel)
     assert set(report["golden"]) == {"main", "first"}
 
 
@@ -101,7 +102,7 @@ def test_one_changed_golden_value_fails_naming_graph_and_step(reduced_vocoder_bu
     from rkspeech.plan.integrity import golden_path
 
     out, _ = reduced_vocoder_build
-    main_rknn = json.loads((out / "plan.json").read_text())["speech_decoder"]["artifacts"]["main"]
+    main_rknn = json.loads((out / "plan.json").read_text())["vocoder"]["artifacts"]["main"]["rknn"]
     g_rel = os.path.relpath(golden_path(out / main_rknn), out)
     d = _mirror(out, tmp_path / "copy", copy=(g_rel, "plan.json"))
     golden = load_golden(d / g_rel)
@@ -121,8 +122,8 @@ def test_a_byte_changed_anywhere_is_refused_when_the_plan_loads(reduced_vocoder_
     from rkspeech.plan.plan import load_plan
 
     out, _ = reduced_vocoder_build
-    sd = json.loads((out / "plan.json").read_text())["speech_decoder"]
-    rknn = sd["artifacts"]["main"]
+    sd = json.loads((out / "plan.json").read_text())["vocoder"]
+    rknn = sd["artifacts"]["main"]["rknn"]
     d = _mirror(out, tmp_path / "copy", copy=(rknn, "plan.json"))
     assert load_plan(d / "plan.json", backend="ort").contract  # the mirror loads as it is
     p = d / rknn
@@ -149,8 +150,8 @@ def standin(reduced_vocoder_build, monkeypatch):
     import rkspeech.convert.toolkit as toolkit
 
     out, _ = reduced_vocoder_build
-    sd = json.loads((out / "plan.json").read_text())["speech_decoder"]
-    graphs = {str(out / sd["artifacts"][r]): str(out / sd["onnx"][r]) for r in sd["artifacts"]}
+    sd = json.loads((out / "plan.json").read_text())["vocoder"]
+    graphs = {str(out / f["rknn"]): str(out / f["onnx"]) for f in sd["artifacts"].values()}
     monkeypatch.setattr(StandInRKNNLite, "GRAPHS", graphs)
     monkeypatch.setattr(StandInRKNNLite, "calls", [])
     monkeypatch.setattr(StandInRKNNLite, "core_masks", [])
@@ -261,17 +262,17 @@ def test_doctor_names_every_missing_file_of_the_plan(reduced_vocoder_build, tmp_
     from rkspeech.cli import main
 
     out, _ = reduced_vocoder_build
-    sd = json.loads((out / "plan.json").read_text())["speech_decoder"]
+    sd = json.loads((out / "plan.json").read_text())["vocoder"]
     d = _mirror(out, tmp_path / "copy")
-    (d / sd["onnx"]["first"]).unlink()
+    (d / sd["artifacts"]["first"]["onnx"]).unlink()
     main(["doctor", "--json", "--root", str(tmp_path / "no-board"), "--plan", str(d / "plan.json")])
     missing = [f for f in json.loads(capsys.readouterr().out)["findings"] if f["id"] == "plan-file-missing"]
     assert [(f["severity"], Path(f["message"].split()[0]).name) for f in missing] == \
-        [("warning", Path(sd["onnx"]["first"]).name)], missing
-    (d / sd["artifacts"]["main"]).unlink()
+        [("warning", Path(sd["artifacts"]["first"]["onnx"]).name)], missing
+    (d / sd["artifacts"]["main"]["rknn"]).unlink()
     rc = main(["doctor", "--root", str(tmp_path / "no-board"), "--plan", str(d / "plan.json")])
     printed = capsys.readouterr().out
     assert rc == 1
     line = next(x for x in printed.splitlines() if x.startswith("ERROR") and "plan-file-missing" in x)
-    assert Path(sd["artifacts"]["main"]).name in line and "a board runs it" in line, printed
+    assert Path(sd["artifacts"]["main"]["rknn"]).name in line and "a board runs it" in line, printed
     assert printed.count("toolkit 2.5.0") == 1  # the .rknn that is there is still checked

@@ -41,6 +41,8 @@ def test_every_output_flag_says_what_it_writes():
     (["speak", "Hi.", "--model-dir", "no-such-model", "--plan", "no-plan.json", "-o", "out.wav",
       "--report", "{file}/r.json"], "--report"),
     (["decode", "no-codes.npy", "--plan", "no-plan.json", "-o", "{file}/out.wav"], "--output"),
+    (["speech-check", "qwen3-tts", "--model-dir", "no-such-model", "--plan", "no-plan.json", "-o", "{file}/r.json"],
+     "--output"),
     (["build", "qwen3-tts-vocoder", "--model-dir", "no-such-model", "--out-dir", "{file}"], "--out-dir"),
     (["synth-checkpoint", "qwen3-tts", "--out-dir", "{file}/x"], "--out-dir"),
     (["verify", "--onnx", "no.onnx", "--plot", "/proc/1/p.png"], "--plot"),

@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
+from rkfixtures import cli_commands
 
 from rkspeech.cli import build_parser, vocabulary
 from rkspeech.cli.vocabulary import (
@@ -34,6 +35,7 @@ REQUIRED = {
     "healthcheck": ([], {}),
     "serve": ([], {}),
     "speak": (["hello"], {"--plan": "plan.json", "-o": "x.wav"}),
+    "speech-check qwen3-tts": ([], {"--plan": "plan.json"}),
     "synth-checkpoint qwen3-tts": ([], {"--out-dir": "o"}),
     "synth-checkpoint qwen3-tts-vocoder": ([], {"--out-dir": "o"}),
     "transcribe": (["a.wav"], {"--model-dir": "m"}),
@@ -42,18 +44,7 @@ REQUIRED = {
 }
 
 
-def _commands(parser: argparse.ArgumentParser, prefix: str = "") -> dict[str, argparse.ArgumentParser]:
-    """Every leaf command's parser, by the words that select it ("build qwen3-tts")."""
-    out = {}
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                path = f"{prefix} {name}".strip()
-                out.update(_commands(sub, path) or {path: sub})
-    return out
-
-
-COMMANDS = _commands(build_parser())
+COMMANDS = cli_commands()
 
 
 def _action(command: str, spelling: str) -> argparse.Action:
@@ -143,17 +134,20 @@ def test_one_threads_flag_one_default():
     seen = {}
     for cmd, parser in COMMANDS.items():
         for action in parser._actions:
-            if action.dest == "threads" and action.help is not argparse.SUPPRESS:
+            if action.dest in ("threads", "asr_threads") and action.help is not argparse.SUPPRESS:
                 assert action.option_strings == ["--asr-threads" if cmd == "serve" else "--threads"], cmd
                 assert action.default == threads_default(cmd), cmd
                 assert action.type is vocabulary.number(int, None) and action.metavar == "N", cmd
                 seen[cmd] = action.default
     assert seen == {"accuracy": None, "build whisper-encoder": None, "check-board": None, "decode": None, "speak": None,
+                    "estimate": None,
+                    "speech-check qwen3-tts": None,
                     "transcribe": 1, "serve": 1}
 
 
 @pytest.mark.parametrize("command", ["build qwen3-tts", "build qwen3-tts-vocoder", "build whisper-encoder", "check-board",
-                                     "convert", "decode", "demo", "speak", "transcribe", "verify", "accuracy"])
+                                     "convert", "decode", "demo", "speak", "speech-check qwen3-tts", "transcribe",
+                                     "verify", "accuracy"])
 def test_help_is_grouped(command):
     text = COMMANDS[command].format_help()
     titles = re.findall(r"^(\S[^:\n]*):$", text, flags=re.M)

@@ -92,8 +92,8 @@ def _one_graph_plan(path: Path, build: Path) -> Path:
     from rkspeech.contracts.read import read_contract
     from rkspeech.plan.plan import write_plan
 
-    graph = build / json.loads((build / "plan.json").read_text())["speech_decoder"]["host_onnx"]["first"]
-    return write_plan(path, impl="onnx", target="rk3588", contracts={"main": read_contract(graph)},
+    graph = build / json.loads((build / "plan.json").read_text())["vocoder"]["artifacts"]["first"]["host_onnx"]
+    return write_plan(path, placement="cpu-fp32", target="rk3588", contracts={"main": read_contract(graph)},
                       onnx={"main": graph})
 
 
@@ -166,5 +166,5 @@ def test_plan_of_a_relative_build_reads_from_any_folder(reduced_vocoder_build):
     plan = json.loads((reduced_vocoder_build[0] / "plan.json").read_text())
     ckpt = Path(plan["build"]["checkpoint"])
     assert ckpt.is_absolute() and (ckpt / "config.json").is_file(), ckpt
-    for path in plan["speech_decoder"]["artifacts"].values():
+    for path in (k["rknn"] for k in plan["vocoder"]["artifacts"].values()):
         assert not Path(path).is_absolute() and (reduced_vocoder_build[0] / path).is_file()

@@ -86,7 +86,7 @@ def test_variant_keeps_contract_io_and_runs(graphs, variants, variant):
     from rkspeech.contracts.read import read_onnx_metadata
     from rkspeech.contracts.onnx_file import read_graph_io
     from rkspeech.runtime.runners import open_runner
-    from rkspeech.verify.compare import snr_db
+    from rkspeech.core.compare import snr_db
 
     for role, src in graphs.items():
         path, rec = variants[variant][role]

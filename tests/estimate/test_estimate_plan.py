@@ -23,6 +23,8 @@ from rkspeech.plan.plan import write_plan
 from rkspeech.plan.sections import stage_section
 
 H, HD, L = 32, 8, 2
+#: bytes a second a CPU stage reads at the runtime's default 2 threads (public 1 / 4 A76 figures, interpolated)
+BW2 = PlanAssumptions().cpu_bandwidth(2)[0] * 1e9
 
 _HEAD = """\
 I rknn building ...
@@ -117,18 +119,19 @@ def make_plan(d, *, ffn=64, cp_ffn=32, tts=True, cp_rknn=False, int4=False, voc_
     if tts:
         pre = step_graph(d / "talker_prefill.onnx", talker(16), ffn, int4=int4)
         dec = step_graph(d / "talker_decode.onnx", talker(1), ffn, int4=int4)
-        stages["talker"] = stage_section(impl="onnx", target=None, base=d, contract=talker(1).to_dict(),
+        stages["talker"] = stage_section(placement="cpu-fp32", target=None, base=d, contract=talker(1).to_dict(),
                                          artifacts={"prefill": {"onnx": pre}, "decode": {"onnx": dec}})
         cpc = talker(1, cap=16, model=CODE_PREDICTOR_STEP_MODEL)
         cp = step_graph(d / "cp_step.onnx", cpc, cp_ffn, int4=int4)
         files = {"onnx": cp}
         if cp_rknn:
             files["rknn"] = rknn_with_log(d / "cp_step.rknn", cpc.to_json(), layers=20)
-        stages["code_predictor"] = stage_section(impl="rknn" if cp_rknn else "onnx", target="rk3588", base=d,
+        stages["code_predictor"] = stage_section(placement="npu" if cp_rknn else "cpu-fp32", target="rk3588", base=d,
                                                  contract=cpc.to_dict(), artifacts={"step": files})
         for name, sec in (extra or {}).items():
-            stages[name].update(sec)
-    return write_plan(d / "plan.json", impl="rknn", target="rk3588",
+            stages[name].update({k: v for k, v in sec.items() if k != "artifacts"})
+            stages[name]["artifacts"].update(sec.get("artifacts", {}))
+    return write_plan(d / "plan.json", placement="npu", target="rk3588",
                       contracts={"main": voc_contract(16), "first": voc_contract(4)},
                       rknn={"main": mainr, "first": first}, stages=stages, extra=build)
 
@@ -146,7 +149,7 @@ def test_cpu_stage_time_is_its_bytes_over_bandwidth(tmp_path):
     cache = 2 * L * 4 * 64 * HD * 4  # [2L, heads, capacity, hd] fp32
     assert dec["weight_bytes"] == weights
     assert dec["cache_bytes"] == cache * a.cache_passes_flat  # flat cache: split, then read
-    assert dec["ms_per_call"] == pytest.approx((weights + 3 * cache) / 17e9 * 1e3)
+    assert dec["ms_per_call"] == pytest.approx((weights + 3 * cache) / BW2 * 1e3)
     assert dec["bound"] == "memory" and dec["variant"] == "fp32"
     assert dec["calls_per_audio_s"] == pytest.approx(12.5)  # 24000 / 1920 from the vocoder contract
     assert dec["ms_per_audio_s"] == pytest.approx(12.5 * dec["ms_per_call"])
@@ -160,7 +163,7 @@ def test_weight_size_changes_cpu_time_proportionally(tmp_path):
     big = by_stage(estimate_plan(make_plan(tmp_path / "b", ffn=256), a))["talker decode"]
     wb_small, wb_big = small["weight_bytes"] - 32, big["weight_bytes"] - 32
     assert wb_big == 4 * wb_small
-    assert (big["ms_per_call"] - 32 / 17e6) / (small["ms_per_call"] - 32 / 17e6) == pytest.approx(4, rel=1e-3)
+    assert (big["ms_per_call"] - 32 / BW2 * 1e3) / (small["ms_per_call"] - 32 / BW2 * 1e3) == pytest.approx(4, rel=1e-3)
 
 
 def test_int4_weights_read_as_stored(tmp_path):
@@ -224,7 +227,7 @@ def test_npu_stage_is_layer_table_plus_dispatch(tmp_path):
 # ---- the pipeline ------------------------------------------------------------------------------
 def _stages(cpu_ms_call, npu_ms_call):
     """A decode on the CPU (1 call a frame) and a vocoder on the NPU (B=1: 1 call a frame)."""
-    gbps = PlanAssumptions().cpu_gbps
+    gbps = BW2 / 1e9
     return [StageInput("talker decode", CpuCall(weight_bytes=cpu_ms_call * gbps * 1e6), per_frame=1.0),
             StageInput("vocoder main", NpuCall(est_ms=npu_ms_call, layers=0, traffic_bytes=0.0), B=1)]
 
@@ -242,14 +245,14 @@ def test_units_overlap_max_and_the_limiting_stage():
 
 def test_cpu_stages_add_up_and_ddr_is_shared():
     a = PlanAssumptions(utterance_s=1000.0)
-    two = _stages(40.0, 10.0) + [StageInput("code predictor", CpuCall(weight_bytes=20 * 17e6), per_frame=1.0)]
+    two = _stages(40.0, 10.0) + [StageInput("code predictor", CpuCall(weight_bytes=20 * BW2 / 1e3), per_frame=1.0)]
     rep = estimate_stages(two, 12.5, a)
     assert rep["units"]["cpu"]["ms_per_audio_s"] == pytest.approx(750.0)  # (40 + 20) x 12.5
     assert rep["limiting_stage"] == "talker decode"
-    # the CPU's bytes (60 x 17 MB a frame = 12.75 GB/s) over a shared DDR of 10 GB/s: DDR limits
+    # the CPU's bytes (60 ms x 14.7 GB/s a frame = 11 GB/s) over a shared DDR of 10 GB/s: DDR limits
     rep2 = estimate_stages(two, 12.5, PlanAssumptions(utterance_s=1000.0, ddr_shared_gbps=10.0))
     assert rep2["limiting_stage"] == "shared DDR bandwidth"
-    assert rep2["steady_ms_per_audio_s"] == pytest.approx(1275.0, rel=1e-3)
+    assert rep2["steady_ms_per_audio_s"] == pytest.approx(60 * BW2 / 1e3 * 12.5 / 10e9 * 1e3, rel=1e-3)
 
 
 def test_time_to_first_audio(tmp_path):
@@ -269,7 +272,7 @@ def test_start_graph_takes_two_positions_in_one_call(tmp_path):
     d = tmp_path / "b"
     d.mkdir()
     step_graph(d / "cp_start.onnx", talker(2, cap=16, model=CODE_PREDICTOR_STEP_MODEL), 32)
-    rep = estimate_plan(make_plan(d, extra={"code_predictor": {"start": "cp_start.onnx"}}))
+    rep = estimate_plan(make_plan(d, extra={"code_predictor": {"artifacts": {"start": {"onnx": "cp_start.onnx"}}}}))
     s = by_stage(rep)
     assert s["code predictor"]["calls_per_audio_s"] == pytest.approx(14 * 12.5)
     assert s["code predictor start"]["calls_per_audio_s"] == pytest.approx(12.5)
@@ -289,7 +292,7 @@ def test_host_heads_are_a_cpu_stage_when_the_plan_records_them(tmp_path):
     heads = by_stage(rep)["host heads"]
     assert heads["unit"] == "cpu" and heads["bytes_per_call"] == rec["bytes_per_frame"]
     assert heads["calls_per_audio_s"] == pytest.approx(12.5)  # once a frame
-    assert heads["ms_per_call"] == pytest.approx(rec["bytes_per_frame"] / 17e9 * 1e3)
+    assert heads["ms_per_call"] == pytest.approx(rec["bytes_per_frame"] / 12e9 * 1e3)  # numpy: 1 thread, 1 A76
     cpu = rep["units"]["cpu"]["ms_per_audio_s"]
     assert cpu == pytest.approx(bare["units"]["cpu"]["ms_per_audio_s"] + heads["ms_per_audio_s"])
     per_frame = bare["time_to_first_audio"]["per_frame_ms"] + heads["ms_per_call"]
@@ -313,7 +316,7 @@ def test_quantized_head_graphs_are_priced_from_their_files(tmp_path):
     rec = {"codec_head": [3072, H], "code_predictor_heads": [15, 256, H], "dtype": "float32",
            "bytes_per_frame": 4 * (3072 * H + 15 * 256 * H)}
     plan = make_plan(d, build={"host_heads": rec},
-                     extra={"code_predictor": {"heads": {j: p.name for j, p in heads.items()}}})
+                     extra={"code_predictor": {"artifacts": {f"head{j}": {"onnx": p.name} for j, p in heads.items()}}})
     row = by_stage(estimate_plan(plan))["host heads"]
     per_head = onnx_call(heads["1"], positions=1).weight_bytes  # 4-bit blocks + scales + zero points
     assert per_head < 4 * 256 * H / 4  # under a quarter of the fp32 head
@@ -338,7 +341,7 @@ def test_cli_prints_every_assumption_and_writes_the_report(tmp_path, capsys):
     r = tmp_path / "r.json"
     assert main(["estimate", "--plan", str(plan), "--report", str(r), "--dispatch-us", "25"]) == 0
     out = capsys.readouterr().out
-    for needle in ("nsbb/rknn-stt", "Turing Pi RK1", "talker decode", "vocoder main", "real-time factor",
+    for needle in ("nsbb/rknn-stt", "Turing Pi", "HOST-RK3588.md", "by threads: 1 -> 12.0", "talker decode", "vocoder main", "real-time factor",
                    "time to first audio", "limited by", "MasterVVK"):
         assert needle in out, needle
     rep = json.loads(r.read_text())
@@ -440,7 +443,7 @@ def vocoder_graph(path, k: VocoderContract, channels=8):
 def test_vocoder_on_the_cpu_is_priced_by_its_convs(tmp_path, capsys):
     k = voc_contract(4)
     g = vocoder_graph(tmp_path / "voc.onnx", k)
-    plan = write_plan(tmp_path / "plan.json", impl="onnx", target=None, contracts={"main": k}, onnx={"main": g})
+    plan = write_plan(tmp_path / "plan.json", placement="cpu-fp32", target=None, contracts={"main": k}, onnx={"main": g})
     rep = estimate_plan(plan)
     voc = by_stage(rep)["vocoder main"]
     assert voc["unit"] == "cpu" and voc["calls_per_audio_s"] == pytest.approx(12.5 / 4)
@@ -450,3 +453,55 @@ def test_vocoder_on_the_cpu_is_priced_by_its_convs(tmp_path, capsys):
     assert main(["estimate", "--plan", str(plan)]) == 0
     err = capsys.readouterr().err
     assert "vocoder on the CPU" in err and "no talker / code_predictor stage" in err
+
+
+# ---- CPU bandwidth by the threads a stage runs with (issue 40) -------------------------------------
+def test_cpu_stages_priced_at_the_bandwidth_of_their_threads(tmp_path):
+    """Public RK3588 STREAM: one A76 ~12 GB/s, four ~20 GB/s; a memory-bound decode with the plan's
+    ``threads`` 1 takes 20/12 of the time it takes with 4, and says which figure it used."""
+    a = PlanAssumptions(cache_passes_flat=1.0)
+    one = by_stage(estimate_plan(make_plan(tmp_path / "1", extra={"talker": {"threads": 1}}), a))
+    four = by_stage(estimate_plan(make_plan(tmp_path / "4", extra={"talker": {"threads": 4}}), a))
+    d1, d4 = one["talker decode"], four["talker decode"]
+    assert (d1["threads"], d1["cpu_gbps"], d4["threads"], d4["cpu_gbps"]) == (1, 12.0, 4, 20.0)
+    assert d1["bound"] == d4["bound"] == "memory"
+    assert d1["ms_per_call"] / d4["ms_per_call"] == pytest.approx(20 / 12)
+    assert d1["ms_per_call"] == pytest.approx(d1["bytes_per_call"] / 12e9 * 1e3)
+    # the code predictor records no threads: the runtime's default 2, interpolated
+    cp = one["code predictor"]
+    assert cp["threads"] == 2 and cp["cpu_gbps"] == pytest.approx(12 + 8 / 3)
+    assert "interpolated between 1 (12) and 4 (20 GB/s)" in cp["cpu_gbps_how"]
+    # the prefill gets at least the runtime's 2 threads (talker_backend), whatever the plan says
+    assert one["talker prefill"]["threads"] == 2
+    # 3 threads: interpolated; more than 4: the 4-core figure
+    assert PlanAssumptions().cpu_bandwidth(3)[0] == pytest.approx(12 + 16 / 3)
+    assert PlanAssumptions().cpu_bandwidth(8)[0] == 20.0
+
+
+def test_callers_threads_and_a_flat_figure_override_the_plan(tmp_path):
+    plan = make_plan(tmp_path / "p", extra={"talker": {"threads": 1}})
+    rep = estimate_plan(plan, PlanAssumptions(cpu_threads=4))
+    s = by_stage(rep)
+    assert s["talker decode"]["cpu_gbps"] == s["code predictor"]["cpu_gbps"] == 20.0
+    assert rep["assumptions"]["cpu_threads"] == 4
+    flat = by_stage(estimate_plan(plan, PlanAssumptions(cpu_gbps=17.0)))
+    assert {flat[n]["cpu_gbps"] for n in ("talker decode", "code predictor")} == {17.0}
+    for bad in (0, 1.5):
+        with pytest.raises(RkspeechError, match="--threads must be"):
+            PlanAssumptions(cpu_threads=bad).check()
+
+
+def test_cli_threads_says_which_figure_it_used(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")  # the table's rows unwrapped
+    plan = make_plan(tmp_path / "p")
+    rows = {}
+    for n in ("1", "4"):
+        r = tmp_path / f"r{n}.json"
+        assert main(["estimate", "--plan", str(plan), "--threads", n, "--report", str(r)]) == 0
+        out, err = capsys.readouterr()
+        gbps = {"1": "12.0", "4": "20.0"}[n]
+        assert f"{n} thread(s) at {gbps} GB/s" in out
+        assert f"talker decode {n} thread(s) -> {gbps} GB/s" in err and "HOST-RK3588.md" in err
+        rows[n] = by_stage(json.loads(r.read_text()))["talker decode"]
+    assert rows["1"]["ms_per_call"] / rows["4"]["ms_per_call"] == pytest.approx(20 / 12)
+    _one_line_error(["estimate", "--plan", str(plan), "--threads", "0"], capsys, "--threads")

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from rkspeech.models.qwen3_tts.vocoder_checkpoint import load_vocoder
-from rkspeech.verify.compare import snr_db
+from rkspeech.core.compare import snr_db
 from rkspeech.verify.stepwise import full_decode, random_codes
 
 

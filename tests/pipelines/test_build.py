@@ -13,7 +13,7 @@ def _options(ckpt, out, **kw):
     from rkspeech.pipelines.vocoder_build import VocoderBuildOptions
 
     return VocoderBuildOptions(**{"model_dir": ckpt, "target": "rk3588", "codes_length": 16, "first_length": 4,
-                                  "out": out, "verify_steps": 3, "timeout": 900.0, **kw})
+                                  "out_dir": out, "verify_steps": 3, "timeout": 900.0, **kw})
 
 
 @pytest.fixture(scope="module")

@@ -68,8 +68,8 @@ def test_plan_places_the_stages_on_the_cpu(built):
     raw = json.loads((built / "plan.json").read_text())
     plan = load_plan(built / "plan.json", backend="ort")
     talker, cp = plan.stages["talker"], plan.stages["code_predictor"]
-    assert (talker.impl, talker.placement, talker.threads) == ("onnx", "cpu-int4", 1)
-    assert (cp.impl, cp.placement, cp.threads) == ("onnx", "cpu-int8", 1)
+    assert (talker.on_npu, talker.placement, talker.threads) == (False, "cpu-int4", 1)
+    assert (cp.on_npu, cp.placement, cp.threads) == (False, "cpu-int8", 1)
     # the artifacts are the variants, and hold the quantized ops
     for role, path in talker.paths("ort").items():
         assert path.name.endswith(".int4.onnx") and path.parent.name == "cpu", path
@@ -94,11 +94,11 @@ def test_plan_places_the_stages_on_the_cpu(built):
     for j, path in cp.heads.items():
         c = read_contract(path, HeadContract)
         assert c.index == j and path.name == f"head{j}.int8.onnx" and "MatMulInteger" in _op_types(path)
-    assert raw["code_predictor"]["heads"]["1"] == "code_predictor/cpu/heads/head1.int8.onnx"  # relative
+    assert raw["code_predictor"]["artifacts"]["head1"] == {"onnx": "code_predictor/cpu/heads/head1.int8.onnx"}  # relative
     # its start graph (pipelines.cpu_start): the same stack at B=2, written alike
     from rkspeech.contracts.talker import TalkerContract
 
-    assert raw["code_predictor"]["start"] == "code_predictor/cpu/code_predictor_start_B2.int8.onnx"  # relative
+    assert raw["code_predictor"]["artifacts"]["start"] == {"onnx": "code_predictor/cpu/code_predictor_start_B2.int8.onnx"}
     start = read_contract(cp.start, TalkerContract)
     step = read_contract(cp.paths("ort")["step"], TalkerContract)
     assert start.B == 2 and start.same_model(step) and talker.start is None
@@ -155,8 +155,7 @@ def test_speak_runs_the_cpu_variants(built, tts_custom_ckpt, tmp_path, capsys):
     from rkspeech.plan.paths import inside
 
     raw = json.loads((built / "plan.json").read_text())
-    names = [*raw["speech_decoder"]["artifacts"].values(), *raw["speech_decoder"]["onnx"].values(),
-             *raw["integrity"]["files"]]
+    names = [*(f for k in raw["vocoder"]["artifacts"].values() for f in k.values()), *raw["integrity"]["files"]]
     assert names and all(inside(built, n) for n in names), names
     board = tmp_path / "board" / "deeper" / "plan"
     shutil.copytree(built, board)
@@ -213,13 +212,14 @@ def _edit_plan(built, tmp_path, edit):
     (lambda r: r["code_predictor"]["quantization"].update(variant="int4"), "variant 'int4' for placement 'cpu-int8'"),
     (lambda r: r["code_predictor"]["quantization"].pop("graphs"), "graphs must hold one entry per role"),
     (lambda r: r["talker"].pop("quantization"), "placed cpu-int4 but has no quantization record"),
-    (lambda r: r["talker"].update(placement="npu"), "placed npu but its impl is 'onnx'"),
+    (lambda r: r["talker"].update(placement="npu"), "talker is placed on the NPU but prefill has no rknn file"),
     (lambda r: r["talker"].update(threads=0), "talker.threads must be a whole number >= 1"),
-    (lambda r: r["talker"].update(start=r["code_predictor"]["start"]), "talker.start must name one ONNX graph, and "
-                                                                        "only a code predictor placed on the CPU"),
-    (lambda r: r["code_predictor"].update(start="code_predictor/cpu/gone.onnx"), r"start graph \S+gone.onnx is missing"),
-    (lambda r: r["code_predictor"].update(start=r["code_predictor"]["heads"]["1"]), "start graph head1.int8.onnx does "
-                                                                                      "not carry the stage's contract"),
+    (lambda r: r["talker"]["artifacts"].update(start=r["code_predictor"]["artifacts"]["start"]),
+     "talker.artifacts.start: only a code predictor placed on the CPU in step form has a start graph"),
+    (lambda r: r["code_predictor"]["artifacts"].update(start={"onnx": "code_predictor/cpu/gone.onnx"}),
+     r"start graph \S+gone.onnx is missing"),
+    (lambda r: r["code_predictor"]["artifacts"].update(start=r["code_predictor"]["artifacts"]["head1"]),
+     "start graph head1.int8.onnx does not carry the stage's contract"),
 ])
 def test_malformed_cpu_stage_is_one_line(built, tmp_path, capsys, edit, message):
     import re
@@ -254,9 +254,9 @@ def test_bad_placement_options_fail_in_one_line(tts_custom_ckpt, tmp_path, capsy
 def test_skip_talker_rknn_is_cpu_fp32():
     from rkspeech.pipelines.tts_build import TTSBuildOptions, code_predictor_placement, talker_placement
 
-    assert talker_placement(TTSBuildOptions(out="o", skip_talker_rknn=True)) == "cpu-fp32"
-    assert talker_placement(TTSBuildOptions(out="o", skip_talker_rknn=True, talker="cpu-int4")) == "cpu-int4"
-    assert talker_placement(TTSBuildOptions(out="o")) == code_predictor_placement(TTSBuildOptions(out="o")) == "npu"
+    assert talker_placement(TTSBuildOptions(out_dir="o", skip_talker_rknn=True)) == "cpu-fp32"
+    assert talker_placement(TTSBuildOptions(out_dir="o", skip_talker_rknn=True, talker="cpu-int4")) == "cpu-int4"
+    assert talker_placement(TTSBuildOptions(out_dir="o")) == code_predictor_placement(TTSBuildOptions(out_dir="o")) == "npu"
 
 
 def test_head_graphs_of_another_model_are_refused_in_one_line(built):

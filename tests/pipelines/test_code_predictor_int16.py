@@ -30,7 +30,7 @@ def test_bad_code_predictor_dtype_is_one_line(tmp_path):
     with pytest.raises(RkspeechError, match="unknown code predictor dtype 'int4'; choose one of fp16, int16-hybrid"):
         build_code_predictor(None, None, tmp_path, target="rk3588", dtype="int4")
     with pytest.raises(RkspeechError, match="unknown --code-predictor-dtype 'int16'"):
-        _validate(TTSBuildOptions(out=tmp_path, code_predictor_dtype="int16"))
+        _validate(TTSBuildOptions(out_dir=tmp_path, code_predictor_dtype="int16"))
     onnx = tmp_path / "m.onnx"
     import onnx as onnx_mod
     from onnx import TensorProto, helper

@@ -65,7 +65,8 @@ def test_valid_plan_roundtrip(folder):
     assert plan.contracts["first"].codes_length == 4 and plan.contract.codes_length == 16
     assert plan.onnx["main"] == d / paths["main"].name
     raw = json.loads((d / "plan.json").read_text())
-    assert raw["speech_decoder"]["onnx"] == {"first": "step_B4.onnx", "main": "step_B16.onnx"}  # relative
+    assert raw["format"] == "rkspeech-plan/2" and "speech_decoder" not in raw
+    assert raw["vocoder"]["artifacts"] == {"first": {"onnx": "step_B4.onnx"}, "main": {"onnx": "step_B16.onnx"}}  # relative
     # the folder can move: paths are relative to the plan
     moved = d.parent / (d.name + "_moved")
     shutil.copytree(d, moved)
@@ -79,7 +80,13 @@ def test_plan_file_errors(tmp_path):
     with pytest.raises(RkspeechError, match="not valid JSON"):
         load_plan(tmp_path / "plan.json")
     (tmp_path / "plan.json").write_text("[]")
-    with pytest.raises(RkspeechError, match="no speech_decoder section"):
+    with pytest.raises(RkspeechError, match="not a plan object"):
+        load_plan(tmp_path / "plan.json")
+    (tmp_path / "plan.json").write_text(json.dumps({"format": "rkspeech-plan/2"}))
+    with pytest.raises(RkspeechError, match="no vocoder record"):
+        load_plan(tmp_path / "plan.json")
+    (tmp_path / "plan.json").write_text(json.dumps({"format": "rkspeech-plan/9"}))
+    with pytest.raises(RkspeechError, match="format 'rkspeech-plan/9' is not one this version reads"):
         load_plan(tmp_path / "plan.json")
     (tmp_path / "plan.json").write_text(json.dumps({"speech_decoder": {"impl": "tflite"}}))
     with pytest.raises(RkspeechError, match="impl is 'tflite'"):
@@ -98,7 +105,7 @@ def test_ort_backend_needs_onnx(folder):
     d, paths = folder
     contracts = {r: read_contract(p) for r, p in paths.items()}
     r = fake_rknn(d / "main.rknn", "rk3588", contracts["main"].to_json())
-    plan = write_plan(d / "plan.json", impl="rknn", target="rk3588", contracts=contracts, rknn={"main": r})
+    plan = write_plan(d / "plan.json", placement="npu", target="rk3588", contracts=contracts, rknn={"main": r})
     for backend in ("ort", "sim"):
         with pytest.raises(RkspeechError, match=f"backend {backend} needs ONNX"):
             load_plan(plan, backend=backend)
@@ -108,7 +115,7 @@ def test_first_and_main_caches_differ(folder, other_first):
     d, paths = folder
     contracts = {"first": read_contract(other_first), "main": read_contract(paths["main"])}
     assert contracts["first"].cache_numel != contracts["main"].cache_numel
-    plan = write_plan(d / "plan.json", impl="onnx", target=None, contracts=contracts,
+    plan = write_plan(d / "plan.json", placement="cpu-fp32", target=None, contracts=contracts,
                       onnx={"first": other_first, "main": paths["main"]})
     with pytest.raises(RkspeechError, match="first and main artifacts have different caches.*rebuild"):
         load_plan(plan, backend="ort")
@@ -118,17 +125,17 @@ def test_plan_contract_disagrees_with_artifact(folder):
     d, paths = folder
     plan = write_ort_plan(d, paths)
     raw = json.loads(plan.read_text())
-    raw["speech_decoder"]["contract"]["B"] = 32  # the plan says B=32, the main graph is B=16
+    raw["vocoder"]["contract"]["B"] = 32  # the plan says B=32, the main graph is B=16
     plan.write_text(json.dumps(raw))
     with pytest.raises(RkspeechError, match="contract in the plan disagrees with the main artifact.*B 32 vs 16\\)"):
         load_plan(plan, backend="ort")
-    raw["speech_decoder"]["contract"]["B"] = 16
-    raw["speech_decoder"]["contract"]["sliding_window"] = 64
+    raw["vocoder"]["contract"]["B"] = 16
+    raw["vocoder"]["contract"]["sliding_window"] = 64
     plan.write_text(json.dumps(raw))
     with pytest.raises(RkspeechError, match="disagrees"):
         load_plan(plan, backend="ort")
     # an ONNX that is not an rkspeech step graph
-    raw["speech_decoder"]["contract"]["sliding_window"] = 72
+    raw["vocoder"]["contract"]["sliding_window"] = 72
     plan.write_text(json.dumps(raw))
     paths["first"].write_bytes(b"\x08\x07")  # a protobuf with only ir_version, no metadata
     with pytest.raises(RkspeechError, match=r"step_B4\.onnx has 2 bytes, the plan records"):
@@ -143,7 +150,7 @@ def test_rknn_built_for_another_chip(folder):
     d, paths = folder
     contracts = {r: read_contract(p) for r, p in paths.items()}
     rk = {r: fake_rknn(d / f"{r}.rknn", "rk3576", c.to_json()) for r, c in contracts.items()}
-    plan = write_plan(d / "plan.json", impl="rknn", target="rk3576", contracts=contracts, rknn=rk)
+    plan = write_plan(d / "plan.json", placement="npu", target="rk3576", contracts=contracts, rknn=rk)
     ok = load_plan(plan, backend="rknnlite", expect_target="rk3576")
     assert ok.contracts["first"].codes_length == 4 and ok.target == "rk3576"
     with pytest.raises(RkspeechError, match="built for rk3576, this machine is rk3588"):
@@ -151,7 +158,7 @@ def test_rknn_built_for_another_chip(folder):
     # the plan says rk3588 but one artifact was built for rk3576
     rk["first"] = fake_rknn(d / "first.rknn", "rk3576", contracts["first"].to_json())
     rk["main"] = fake_rknn(d / "main.rknn", "rk3588", contracts["main"].to_json())
-    plan = write_plan(d / "plan.json", impl="rknn", target="rk3588", contracts=contracts, rknn=rk)
+    plan = write_plan(d / "plan.json", placement="npu", target="rk3588", contracts=contracts, rknn=rk)
     with pytest.raises(RkspeechError, match=r"first\.rknn: built for rk3576, not rk3588.*--target rk3588"):
         load_plan(plan, backend="rknnlite", expect_target="rk3588")
 
@@ -160,12 +167,12 @@ def test_rknn_contract_problems(folder, other_first):
     d, paths = folder
     contracts = {r: read_contract(p) for r, p in paths.items()}
     rk = {"main": fake_rknn(d / "main.rknn", "rk3588", None)}
-    plan = write_plan(d / "plan.json", impl="rknn", target="rk3588", contracts=contracts, rknn=rk)
+    plan = write_plan(d / "plan.json", placement="npu", target="rk3588", contracts=contracts, rknn=rk)
     with pytest.raises(RkspeechError, match="carries no rkspeech contract"):
         load_plan(plan, backend="rknnlite")
     rk = {"main": fake_rknn(d / "main.rknn", "rk3588", contracts["main"].to_json()),
           "first": fake_rknn(d / "first.rknn", "rk3588", read_contract(other_first).to_json())}
-    plan = write_plan(d / "plan.json", impl="rknn", target="rk3588", contracts=contracts, rknn=rk)
+    plan = write_plan(d / "plan.json", placement="npu", target="rk3588", contracts=contracts, rknn=rk)
     with pytest.raises(RkspeechError, match="different caches"):
         load_plan(plan, backend="rknnlite")
     (d / "main.rknn").write_bytes((d / "main.rknn").read_bytes()[:-5])  # truncated

@@ -17,7 +17,7 @@ def _hash_cache(tmp_path, monkeypatch):
 
 
 def test_same_size_rewrite_with_mtime_put_back_is_refused(tmp_path):
-    raw = {"speech_decoder": {"artifacts": {"main": "main.rknn"}}}
+    raw = {"vocoder": {"placement": "npu", "artifacts": {"main": {"rknn": "main.rknn"}}}}
     graph = tmp_path / "main.rknn"
     graph.write_bytes(b"A" * 4096)
     raw["integrity"] = integrity.record(raw, tmp_path)  # hashes it and caches the hash
@@ -46,7 +46,7 @@ def test_a_plan_naming_a_file_outside_its_folder_is_refused(tmp_path, name):
     d.mkdir()
     plan = d / "plan.json"
     plan.write_text(json.dumps({"speech_decoder": {"impl": "onnx", "onnx": {"main": name}}}))
-    with pytest.raises(RkspeechError, match=r"speech_decoder\.onnx\.main names .*outside the plan's folder") as e:
+    with pytest.raises(RkspeechError, match=r"vocoder\.artifacts\.main\.onnx names .*outside the plan's folder") as e:
         load_plan(plan, backend="ort")
     assert "\n" not in str(e.value)
     plan.write_text(json.dumps({"speech_decoder": {}, "integrity": {"files": {name: {"bytes": 1, "sha256": "0"}}}}))

@@ -36,7 +36,7 @@ def graphs(tmp_path_factory, reduced_model):
     return step_graphs(tmp_path_factory, reduced_model)
 
 
-def make_plan(tmp_path, graphs, *, cp_fmt=CP_FORMAT, impl="rknn", with_rknn=True):
+def make_plan(tmp_path, graphs, *, cp_fmt=CP_FORMAT, placement="npu", with_rknn=True):
     for p in graphs.values():
         shutil.copy(p, tmp_path / p.name)
     plan = write_ort_plan(tmp_path, {r: tmp_path / p.name for r, p in graphs.items()})
@@ -45,7 +45,7 @@ def make_plan(tmp_path, graphs, *, cp_fmt=CP_FORMAT, impl="rknn", with_rknn=True
     onnx_p = tagged_onnx(tmp_path / "cp" / "frame.onnx", cp_fmt)
     rknn_p = tmp_path / "cp" / "frame.rknn"
     rknn_p.write_bytes(b"not read unless rknnlite")
-    sec = stage_section(impl=impl, target="rk3588", artifacts={"frame": {"onnx": onnx_p, "rknn": rknn_p if with_rknn else None}},
+    sec = stage_section(placement=placement, target="rk3588", artifacts={"frame": {"onnx": onnx_p, "rknn": rknn_p if with_rknn else None}},
                         contract={"format": CP_FORMAT}, base=tmp_path)
     raw["code_predictor"] = sec
     plan.write_text(json.dumps(raw))
@@ -77,7 +77,7 @@ def test_vocoder_only_plan_has_no_stages(tmp_path, graphs):
 @pytest.mark.parametrize("fault, message", [
     ("missing", "frame artifact .* is missing"),
     ("format", "carries contract format 'rkspeech-talker/1', the plan says 'rkspeech-code-predictor/1'"),
-    ("impl", r"code_predictor.impl is 'gpu'"),
+    ("placement", r"code_predictor.placement is 'gpu'"),
     ("roles", "artifacts must hold step or frame"),
     ("no_rknn", "placed on the NPU but frame has no rknn file"),
 ])
@@ -87,8 +87,8 @@ def test_stage_faults_are_one_line(tmp_path, graphs, fault, message):
     raw = json.loads(plan.read_text())
     if fault == "missing":
         (tmp_path / "cp" / "frame.onnx").unlink()
-    elif fault == "impl":
-        raw["code_predictor"]["impl"] = "gpu"
+    elif fault == "placement":
+        raw["code_predictor"]["placement"] = "gpu"
     elif fault == "roles":
         raw["code_predictor"]["artifacts"] = {"prefill": raw["code_predictor"]["artifacts"]["frame"]}
     plan.write_text(json.dumps(raw))
@@ -98,7 +98,7 @@ def test_stage_faults_are_one_line(tmp_path, graphs, fault, message):
 
 
 def test_onnx_stage_runs_on_ort_whatever_the_vocoder_backend(tmp_path, graphs):
-    plan = make_plan(tmp_path, graphs, impl="onnx", with_rknn=False)
+    plan = make_plan(tmp_path, graphs, placement="cpu-fp32", with_rknn=False)
     st = load_plan(plan, backend="ort").stages["code_predictor"]
     assert st.backend_for("rknnlite") == "ort"
     assert st.paths("rknnlite") == {"frame": tmp_path / "cp" / "frame.onnx"}
@@ -113,11 +113,11 @@ def test_write_plan_writes_stage_sections(tmp_path, graphs):
     contracts = {r: read_contract(p) for r, p in onnx.items()}
     (tmp_path / "cp").mkdir()
     cp = tagged_onnx(tmp_path / "cp" / "f.onnx", CP_FORMAT)
-    sec = stage_section(impl="onnx", target=None, artifacts={"frame": {"onnx": cp}}, contract={"format": CP_FORMAT},
+    sec = stage_section(placement="cpu-fp32", target=None, artifacts={"frame": {"onnx": cp}}, contract={"format": CP_FORMAT},
                         base=tmp_path)
-    plan = write_plan(tmp_path / "plan.json", impl="onnx", target=None, contracts=contracts, onnx=onnx,
+    plan = write_plan(tmp_path / "plan.json", placement="cpu-fp32", target=None, contracts=contracts, onnx=onnx,
                       stages={"code_predictor": sec})
-    assert load_plan(plan, backend="ort").stages["code_predictor"].impl == "onnx"
+    assert load_plan(plan, backend="ort").stages["code_predictor"].placement == "cpu-fp32"
 
 
 def _quantized_plan(tmp_path, graphs, dtype="int16-hybrid", with_dataset=True):
@@ -127,7 +127,7 @@ def _quantized_plan(tmp_path, graphs, dtype="int16-hybrid", with_dataset=True):
     if with_dataset:
         ds.parent.mkdir()
         ds.write_text("h0.npy f0.npy\n")
-    sec = stage_section(impl="rknn", target="rk3588",
+    sec = stage_section(placement="npu", target="rk3588",
                         artifacts={"frame": {"onnx": tmp_path / "cp" / "frame.onnx", "rknn": tmp_path / "cp" / "frame.rknn"}},
                         contract={"format": CP_FORMAT}, base=tmp_path,
                         quantization={"dtype": dtype, "dataset": ds, "hybrid": {"margin": 1.5}})

@@ -1,4 +1,4 @@
-"""The Whisper encoder section of a plan (plan.whisper): window buckets listed, old plans still load."""
+"""The Whisper encoder record of a plan (plan.whisper): window buckets listed, old plans still load."""
 
 from __future__ import annotations
 
@@ -8,11 +8,14 @@ import pytest
 
 from rkspeech.core.errors import RkspeechError
 from rkspeech.plan.plan import write_plan_data
+from rkspeech.plan.record import FORMAT_1, PLAN_FORMAT
 from rkspeech.plan.whisper import is_whisper_plan, load_whisper_plan, windows_section
 
 
-def _plan(folder, roles: dict[str, str], windows: dict | None, *, impl="onnx", rknn=False) -> object:
-    """A plan as ``build whisper-encoder`` writes it, over placeholder files (role -> file stem)."""
+def _plan(folder, roles: dict[str, str], windows: dict | None, *, placement="cpu-fp32", rknn=False,
+          format_1=False) -> object:
+    """A plan as ``build whisper-encoder`` writes it, over placeholder files (role -> file stem);
+    ``format_1``: as the builds before the stage record wrote it (``impl``)."""
     arts = {}
     for role, stem in roles.items():
         (folder / f"{stem}.onnx").write_bytes(b"onnx " + role.encode())
@@ -20,18 +23,21 @@ def _plan(folder, roles: dict[str, str], windows: dict | None, *, impl="onnx", r
         if rknn:
             (folder / f"{stem}.rknn").write_bytes(b"rknn " + role.encode())
             arts[role]["rknn"] = f"{stem}.rknn"
-    sec = {"impl": impl, "target": "rk3588", "artifacts": arts, "custom_string": "{}",
+    where = {"impl": "rknn" if placement == "npu" else "onnx"} if format_1 else {"placement": placement}
+    sec = {**where, "target": "rk3588", "artifacts": arts, "custom_string": "{}",
            **(windows_section(windows) if windows is not None else {})}
-    return write_plan_data(folder / "plan.json", {"format": "rkspeech-plan/1", "whisper_encoder": sec})
+    fmt = FORMAT_1 if format_1 else PLAN_FORMAT
+    return write_plan_data(folder / "plan.json", {"format": fmt, "whisper_encoder": sec})
 
 
-def test_plan_lists_its_window_buckets(tmp_path):
+@pytest.mark.parametrize("format_1", [False, True], ids=["format-2", "format-1"])
+def test_plan_lists_its_window_buckets(tmp_path, format_1):
     path = _plan(tmp_path, {"encoder": "encoder", "10s": "encoder.10s", "5s": "encoder.5s"},
-                 {"encoder": 30, "10s": 10, "5s": 5}, impl="rknn", rknn=True)
+                 {"encoder": 30, "10s": 10, "5s": 5}, placement="npu", rknn=True, format_1=format_1)
     assert json.loads(path.read_text())["whisper_encoder"]["windows"] == {"encoder": 30, "10s": 10, "5s": 5}
     plan = load_whisper_plan(path)
     assert [(g.seconds, g.role) for g in plan.windows] == [(5, "5s"), (10, "10s"), (30, "encoder")]
-    assert plan.buckets == (5, 10) and plan.impl == "rknn" and not plan.pieces
+    assert plan.buckets == (5, 10) and plan.on_npu and plan.placement == "npu" and not plan.pieces
     assert plan.files("rknn") == {5: tmp_path / "encoder.5s.rknn", 10: tmp_path / "encoder.10s.rknn",
                                   30: tmp_path / "encoder.rknn"}
     assert plan.files("onnx")[10] == tmp_path / "encoder.10s.onnx"
@@ -40,7 +46,7 @@ def test_plan_lists_its_window_buckets(tmp_path):
 
 def test_old_single_window_plan_loads(tmp_path):
     """A plan written before buckets: no ``windows``, one ``encoder`` role -- the 30 s window."""
-    path = _plan(tmp_path, {"encoder": "encoder"}, None)
+    path = _plan(tmp_path, {"encoder": "encoder"}, None, format_1=True)
     assert "windows" not in json.loads(path.read_text())["whisper_encoder"]
     plan = load_whisper_plan(path)
     assert [(g.seconds, g.role, g.onnx.name) for g in plan.windows] == [(30, "encoder", "encoder.onnx")]

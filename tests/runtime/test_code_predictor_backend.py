@@ -164,7 +164,7 @@ def test_build_code_predictor_report(tiny_cp_build):
     from rkspeech.plan.integrity import golden_path
     from rkspeech.runtime.golden import load_golden, replay
     from rkspeech.runtime.runners.onnxruntime import OnnxRuntimeRunner
-    from rkspeech.verify.compare import snr_db
+    from rkspeech.core.compare import snr_db
 
     golden = load_golden(golden_path(rknn_path))
     assert sim["golden"]["golden"] == str(golden_path(rknn_path)) and golden.meta["source"] == "sim"

@@ -45,7 +45,7 @@ def two_sets(tmp_path, tmp_path_factory, reduced_model):
         for r, p in graphs.items():
             shutil.copy(p, sets[kind][r])
     contracts = {r: read_contract(p) for r, p in sets["npu"].items()}
-    plan = write_plan(tmp_path / "plan.json", impl="onnx", target=None, contracts=contracts, onnx=sets["npu"],
+    plan = write_plan(tmp_path / "plan.json", placement="cpu-fp32", target=None, contracts=contracts, onnx=sets["npu"],
                       host_onnx=sets["host"], host_contracts=contracts)
     return tmp_path, plan, sets
 
@@ -58,8 +58,8 @@ def test_each_backend_runs_the_graph_its_plan_names(two_sets, monkeypatch):
     real_open = pool_module.open_runner
     monkeypatch.setattr(pool_module, "open_runner",
                         lambda backend, path, **kw: opened.append((backend, path)) or real_open(backend, path, **kw))
-    raw = json.loads(plan_path.read_text())["speech_decoder"]
-    assert raw["host_onnx"] == {r: p.name for r, p in sets["host"].items()}
+    raw = json.loads(plan_path.read_text())["vocoder"]
+    assert {r: k["host_onnx"] for r, k in raw["artifacts"].items()} == {r: p.name for r, p in sets["host"].items()}
     assert raw["backends"] == BUILD_BACKENDS and raw["host_contract"]["B"] == 16
     plan = load_plan(plan_path, backend="ort")
     assert plan.graphs("ort") == sets["host"] and plan.graphs("sim") == sets["npu"]
@@ -69,7 +69,7 @@ def test_each_backend_runs_the_graph_its_plan_names(two_sets, monkeypatch):
     assert sorted(opened) == sorted(("ort", p) for p in sets["host"].values())  # what onnxruntime opened
     # the plan's word decides: ort pointed back at the npu graphs
     data = json.loads(plan_path.read_text())
-    data["speech_decoder"]["backends"]["ort"] = "onnx"
+    data["vocoder"]["backends"]["ort"] = "onnx"
     plan_path.write_text(json.dumps(data))
     assert load_plan(plan_path, backend="ort").graphs("ort") == sets["npu"]
 
@@ -78,8 +78,8 @@ def test_plan_without_host_graphs_runs_as_before(tmp_path, tmp_path_factory, red
     """An old plan (no host_onnx, no backends): ort and sim run its onnx section."""
     graphs = step_graphs(tmp_path_factory, reduced_model)
     plan_path = write_ort_plan(tmp_path, graphs)
-    sd = json.loads(plan_path.read_text())["speech_decoder"]
-    assert not {"host_onnx", "host_contract", "backends"} & set(sd)
+    sd = json.loads(plan_path.read_text())["vocoder"]
+    assert not {"host_contract", "backends"} & set(sd) and all(set(k) == {"onnx"} for k in sd["artifacts"].values())
     plan = load_plan(plan_path, backend="ort")
     ort = plan.graphs("ort")  # the graphs, linked into the plan's folder (plan.bundle): the same files
     assert set(ort) == set(graphs) and all(os.path.samefile(ort[r], graphs[r]) for r in graphs)
@@ -90,16 +90,16 @@ def test_plan_without_host_graphs_runs_as_before(tmp_path, tmp_path_factory, red
 
 def _edit(plan_path, fn):
     data = json.loads(plan_path.read_text())
-    fn(data["speech_decoder"])
+    fn(data["vocoder"])
     plan_path.write_text(json.dumps(data))
 
 
 BAD = [
-    (lambda sd: sd.__setitem__("backends", ["ort"]), r"speech_decoder\.backends must be an object"),
+    (lambda sd: sd.__setitem__("backends", ["ort"]), r"vocoder\.backends must be an object"),
     (lambda sd: sd["backends"].__setitem__("gpu", "onnx"), r"backends names unknown backend 'gpu'"),
-    (lambda sd: sd["backends"].__setitem__("ort", "artifacts"),
-     r"backends\.ort is 'artifacts'; ort runs host_onnx or onnx"),
-    (lambda sd: sd.pop("host_contract"), r"host_onnx without its host_contract"),
+    (lambda sd: sd["backends"].__setitem__("ort", "rknn"),
+     r"backends\.ort is 'rknn'; ort runs host_onnx or onnx"),
+    (lambda sd: sd.pop("host_contract"), r"host_onnx graphs without their host_contract"),
     (lambda sd: sd["host_contract"].__setitem__("sliding_window", 64),
      r"the host_contract in the plan disagrees with the main artifact host_step_B16\.onnx .*sliding_window 64 vs 72"),
     (lambda sd: sd["codes_length"].__setitem__("first", 8),
@@ -108,8 +108,9 @@ BAD = [
      r"host graphs hold roles \['first', 'main'\], the NPU graphs \['main'\]"),
     (lambda sd: sd["contract"].__setitem__("sample_rate", 16000),
      r"host graphs do not match the NPU graphs .*sample_rate 24000 vs 16000"),
-    (lambda sd: sd["host_onnx"].__setitem__("main", "main.rknn"), r"host_onnx\.main must be an \.onnx file"),
-    (lambda sd: sd["host_onnx"].__setitem__("main", "gone.onnx"), r"main artifact .*gone\.onnx is missing"),
+    (lambda sd: sd["artifacts"]["main"].__setitem__("host_onnx", "main.rknn"),
+     r"artifacts\.main\.host_onnx must be an \.onnx file"),
+    (lambda sd: sd["artifacts"]["main"].__setitem__("host_onnx", "gone.onnx"), r"main artifact .*gone\.onnx is missing"),
 ]
 
 
@@ -177,7 +178,7 @@ class _Recorder:
 
 def _measure(want: np.ndarray, pcm: np.ndarray, wav_path) -> dict:
     from rkspeech.runtime.wav import read_wav_int16
-    from rkspeech.verify.compare import snr_db
+    from rkspeech.core.compare import snr_db
 
     wav, rate = read_wav_int16(wav_path)
     assert rate == 24000 and wav.size == pcm.size == want.size
@@ -205,10 +206,11 @@ def test_build_exports_checked_exact_host_graphs(built):
     assert host["formulation"] == "reference" and host["B"] == 16 and host["first_B"] == 4
     assert host["snr_db"]["torch_step"] >= 100.0 and host["snr_db"]["onnxruntime_step"] >= 100.0
     assert "export_host" not in summary["lint"] and set(summary["convert"]) == {"main", "first"}  # host-only
-    sd = json.loads((out / "plan.json").read_text())["speech_decoder"]
+    sd = json.loads((out / "plan.json").read_text())["vocoder"]
     assert sd["backends"] == BUILD_BACKENDS
-    assert sd["host_onnx"] == {"main": "onnx/vocoder_step_B16.onnx", "first": "onnx/vocoder_step_B16_first_B4.onnx"}
-    assert sd["onnx"]["main"] == "onnx/vocoder_npu_step_B16.onnx"
+    assert {r: k["host_onnx"] for r, k in sd["artifacts"].items()} == \
+        {"main": "onnx/vocoder_step_B16.onnx", "first": "onnx/vocoder_step_B16_first_B4.onnx"}
+    assert sd["artifacts"]["main"]["onnx"] == "onnx/vocoder_npu_step_B16.onnx"
     ort, sim = load_plan(out / "plan.json", backend="ort"), load_plan(out / "plan.json", backend="sim")
     assert ort.contract.formulation == "reference" and ort.contract.codes_dtype == "int64"
     assert sim.contract.formulation == "npu" and sim.contract.codes_dtype == "float32"
@@ -233,7 +235,7 @@ def test_decode_ort_is_exact_against_the_official_decoder(built, official, tmp_p
     # the same plan with ort pointed at the npu graph falls short of both bars
     npu_plan = out / "plan_ort_on_npu.json"
     data = json.loads((out / "plan.json").read_text())
-    data["speech_decoder"]["backends"]["ort"] = "onnx"
+    data["vocoder"]["backends"]["ort"] = "onnx"
     npu_plan.write_text(json.dumps(data))
     try:
         pcm = _run_decode(npu_plan, tmp_path / "codes.npy", tmp_path / "b.wav", monkeypatch, capsys)

@@ -80,9 +80,9 @@ def plans(tmp_path_factory, reduced_model, tts):
             shutil.copy(p, sub / p.name)
         plan = write_ort_plan(sub, {r: sub / p.name for r, p in graphs.items()})
         raw = json.loads(plan.read_text())
-        raw["code_predictor"] = stage_section(impl="onnx", target=None, artifacts={form: {"onnx": cp}},
+        raw["code_predictor"] = stage_section(placement="cpu-fp32", target=None, artifacts={form: {"onnx": cp}},
                                               contract=_contract(cp), base=sub)
-        raw["talker"] = stage_section(impl="onnx", target=None,
+        raw["talker"] = stage_section(placement="cpu-fp32", target=None,
                                       artifacts={r: {"onnx": p} for r, p in talker.items()},
                                       contract=_contract(talker["decode"]), base=sub)
         plan.write_text(json.dumps(raw))
@@ -110,6 +110,17 @@ def test_greedy_codes_equal_the_torch_host_loop(tts_custom_ckpt, plans, form):
     for (text, *_), g, r in zip(CASES, got, ref):
         assert r.shape == (FRAMES, 16), text
         np.testing.assert_array_equal(g, r, err_msg=text)
+
+
+def test_a_format_1_plan_speaks_the_same_codes(tts_custom_ckpt, plans):
+    """A plan written before the stage record (format 1: speech_decoder, impl) runs as it is."""
+    from rkfixtures import format_1
+
+    old = plans["step"].parent / "plan_format_1.json"
+    old.write_text(json.dumps(format_1(json.loads(plans["step"].read_text()))))
+    assert "speech_decoder" in json.loads(old.read_text())
+    for got, ref in zip(_codes(tts_custom_ckpt, old, "numpy"), _codes(tts_custom_ckpt, plans["step"], "numpy")):
+        np.testing.assert_array_equal(got, ref)
 
 
 def _speak_cli(tmp_path, root, plan, name, *extra, blocked=False):

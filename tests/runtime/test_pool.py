@@ -176,7 +176,7 @@ def test_rknnlite_pool_one_context_per_core(setup, monkeypatch, tmp_path, target
     for role, p in plan.onnx.items():  # the rknnlite backend opens .rknn files only
         artifacts[role] = tmp_path / f"{role}.rknn"
         artifacts[role].symlink_to(p)
-    board_plan = dataclasses.replace(plan, target=target, artifacts=artifacts)
+    board_plan = dataclasses.replace(plan, target=target, rknn=artifacts)
     pool = open_pool(board_plan, "rknnlite")
     assert sorted(r.core_mask for r in made) == sorted(masks * 2)  # main + first per core
     assert [s.name for s in pool.slots] == [f"npu{m}" if m != "auto" else "npu-auto0" for m in masks]

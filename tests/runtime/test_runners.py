@@ -280,7 +280,7 @@ def test_simulator_pieces_work_in_an_owner_locked_folder(tmp_path, monkeypatch):
     stale, lock = make_workdir(tmp_path, prefix="rkspeech-pieces-")
     lock.close()  # its owner died
     p = conv_relu_sin(tmp_path / "m.onnx")
-    pieces = SegmentedSimulator(p, parts=2)  # splits only; each piece is built when called
+    pieces = SegmentedSimulator(p, n_pieces=2)  # splits only; each piece is built when called
     try:
         (work,) = [d for d in tmp_path.iterdir() if d.name.startswith("rkspeech-pieces-")]
         assert work != stale and not stale.exists() and len(pieces.paths) == 2

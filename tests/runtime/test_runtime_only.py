@@ -137,11 +137,11 @@ def test_decode_sim_backend(plan_and_codes, tmp_path):
     from rkspeech.cli import main
     from rkspeech.contracts.read import read_contract
     from rkspeech.plan.plan import write_plan
-    from rkspeech.verify.compare import snr_db
+    from rkspeech.core.compare import snr_db
 
     _, _, codes, paths = plan_and_codes
     B4 = paths["first"]
-    plan = write_plan(tmp_path / "plan.json", impl="onnx", target="rk3588",
+    plan = write_plan(tmp_path / "plan.json", placement="cpu-fp32", target="rk3588",
                       contracts={"main": read_contract(B4)}, onnx={"main": B4})
     np.save(tmp_path / "c.npy", codes[:14])
     assert main(["decode", "--plan", str(plan), str(tmp_path / "c.npy"), "-o", str(tmp_path / "s.wav"),

@@ -55,7 +55,7 @@ def test_segmented_simulator_matches_whole(step_onnx):
     with OnnxRuntimeRunner(step_onnx) as whole:
         feed = _feed(whole)
         ref = whole.infer(feed)
-    with SegmentedSimulator(step_onnx, parts=3) as pieces:
+    with SegmentedSimulator(step_onnx, n_pieces=3) as pieces:
         got = pieces.infer(feed)
         assert pieces.peak_rss_mb > 0
     with SimulatorProcess(step_onnx) as sim:

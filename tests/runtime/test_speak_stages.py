@@ -46,9 +46,9 @@ def stage_plan(tmp_path_factory, reduced_model, tts_custom_ckpt):
         return json.loads(read_onnx_metadata(path)["rkspeech.contract"])
 
     raw = json.loads(plan.read_text())
-    raw["code_predictor"] = stage_section(impl="onnx", target=None, artifacts={"frame": {"onnx": cp}},
+    raw["code_predictor"] = stage_section(placement="cpu-fp32", target=None, artifacts={"frame": {"onnx": cp}},
                                           contract=contract(cp), base=d)
-    raw["talker"] = stage_section(impl="onnx", target=None, artifacts={r: {"onnx": p} for r, p in talker.items()},
+    raw["talker"] = stage_section(placement="cpu-fp32", target=None, artifacts={r: {"onnx": p} for r, p in talker.items()},
                                   contract=contract(talker["decode"]), base=d)
     plan.write_text(json.dumps(raw))
     return plan
@@ -117,6 +117,7 @@ def test_cli_default_samples_the_talker_with_a_greedy_code_predictor(tts_custom_
     assert "code predictor graph is greedy" in err
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["stage_backends"]["code_predictor"] != "torch"
+    assert report["cpu_affinity"] == {"asked": "big", "cores": None}  # this host's cores are alike: no pinning
     # per-stage split: one code predictor call per frame, one talker call per frame plus the prompt
     assert report["stages"]["code_predictor_calls"] == report["frames"]
     assert report["stages"]["talker_calls"] == report["frames"] + 1

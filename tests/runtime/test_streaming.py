@@ -9,7 +9,7 @@ from rkspeech.core.errors import RkspeechError
 from rkspeech.runtime.tts.streaming import Engine, StreamingVocoder
 from rkspeech.stepgraph.host import cache_valid, inverse_frequencies, rope_angles
 from rkspeech.verify.stepwise import full_decode, random_codes
-from rkspeech.verify.compare import snr_db
+from rkspeech.core.compare import snr_db
 
 from streaming_fixtures import ort_engines, step_graph_b64, step_graphs
 

@@ -36,7 +36,7 @@ def build(tmp_path_factory):
     )
 
     out = tmp_path_factory.mktemp("whisper_pieces")
-    report = build_whisper_encoder(WhisperEncoderBuildOptions(model=TINY_EN, out=out, parts=2, skip_convert=True,
+    report = build_whisper_encoder(WhisperEncoderBuildOptions(model_dir=TINY_EN, out_dir=out, pieces=2, skip_convert=True,
                                                               threads=1))
     return {"out": out, "report": report, "manifest": out / "encoder-pieces.json", "whole": out / "encoder.onnx"}
 

@@ -98,7 +98,7 @@ def test_20s_window_is_refused_before_export(tmp_path):
 def test_onnxruntime_matches_ctranslate2_encoder(encoder_onnx, pipeline):
     from rkspeech.pipelines.whisper_inputs import check_window_mel
     from rkspeech.runtime.whisper.encoder import open_encoder
-    from rkspeech.verify.compare import cosine_per_row
+    from rkspeech.core.compare import cosine_per_row
 
     mel = check_window_mel(80)
     ref = np.array(pipeline.ct2.encode(__import__("ctranslate2").StorageView.from_array(mel), to_cpu=True))

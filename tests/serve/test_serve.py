@@ -126,7 +126,7 @@ def server(model):
     from rkspeech.serve.server import ServerThread
 
     pool = ServePool(transcribers=[model], speakers=[ToneSpeaker(delay_s=0.01)], max_queue=2, owned=False)
-    options = ServeOptions(beam_size=1,  # greedy on both sides (the CLI runs with --beam-size 1): faster
+    options = ServeOptions(asr_beam_size=1,  # greedy on both sides (the CLI runs with --beam-size 1): faster
                            wyoming="tcp://127.0.0.1:0", http="127.0.0.1:0", api_key=KEY,
                            max_upload_bytes=1024 * 1024, max_audio_s=60, max_text_chars=200)
     st = ServerThread(pool, options).start()

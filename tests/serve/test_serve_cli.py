@@ -35,6 +35,10 @@ def test_cli_errors_are_one_line(capsys):
     assert main(["serve", "--asr-model-dir", str(TINY_EN), "--asr-hotwords-file", "/nonexistent/hw.txt"]) == 2
     assert capsys.readouterr().err.strip().endswith(
         "--asr-hotwords-file /nonexistent/hw.txt: cannot read it (No such file or directory)")
+    # a missing model folder is named by serve's own flag (check_model_dir(flag=...)), not --model-dir
+    assert main(["serve", "--asr-model-dir", "/nonexistent/asr"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no such folder (--asr-model-dir wants a CTranslate2" in err[0], err
 
 
 def test_sigterm_finishes_the_request_in_flight(tmp_path):
@@ -83,17 +87,17 @@ def test_asr_and_tts_get_their_own_npu_cores(capsys):
     masks given are kept, and a shared core is said in one line."""
     import argparse
 
-    from rkspeech.cli.serve import _core_masks
+    from rkspeech.cli.serve import _core_mask
 
     def args(**kw):
-        base = dict(whisper_model="m", encoder="enc.rknn", backend=None, tts_model="t", tts_backend="rknnlite",
-                    target="rk3588", core_masks=None, tts_core_masks=None)
+        base = dict(asr_model_dir="m", asr_encoder="enc.rknn", asr_backend=None, tts_model_dir="t", tts_backend="rknnlite",
+                    target="rk3588", asr_core_mask=None, tts_core_mask=None)
         return argparse.Namespace(**{**base, **kw})
 
-    assert _core_masks(args()) == (("0", "1"), ("2",))
-    assert _core_masks(args(tts_backend="ort")) == (("0", "1", "2"), ("0", "1", "2"))  # speech on the CPU
-    assert _core_masks(args(target="rk3566")) == (("auto",), ("auto",))
+    assert _core_mask(args()) == (("0", "1"), ("2",))
+    assert _core_mask(args(tts_backend="ort")) == (("0", "1", "2"), ("0", "1", "2"))  # speech on the CPU
+    assert _core_mask(args(target="rk3566")) == (("auto",), ("auto",))
     assert capsys.readouterr().err == ""
-    assert _core_masks(args(core_masks=["0_1"], tts_core_masks=["1"])) == (("0_1",), ("1",))
+    assert _core_mask(args(asr_core_mask=["0_1"], tts_core_mask=["1"])) == (("0_1",), ("1",))
     assert capsys.readouterr().err.strip() == ("rkspeech serve: warning: transcription and speech share NPU core(s) 1 "
                                                "(--asr-core-mask / --tts-core-mask)")

@@ -59,12 +59,12 @@ def test_command_line_then_environment_then_default(tmp_path):
     assert _parse([], {"RKSPEECH_MAX_QUEUE": "4"}).max_queue == 4
     assert _parse(["--max-queue", "8"], {"RKSPEECH_MAX_QUEUE": "4"}).max_queue == 8  # given, although the default
     assert _parse(["--max-queue", "2"], {"RKSPEECH_MAX_QUEUE": "4"}).max_queue == 2
-    assert _parse(["--timeout", "9"], {"RKSPEECH_REQUEST_TIMEOUT": "4"}).timeout == 9  # an old spelling is given too
+    assert _parse(["--timeout", "9"], {"RKSPEECH_REQUEST_TIMEOUT": "4"}).request_timeout == 9  # an old spelling is given too
     assert _parse([], {"RKSPEECH_API_KEY_FILE": str(secret)}).api_key == "s3cret"
     assert _parse([], {"RKSPEECH_API_KEY": ""}).api_key is None  # empty = unset
-    assert _parse([], {"RKSPEECH_ASR_CORE_MASK": "0  0_1"}).core_masks == ["0", "0_1"]
-    assert _parse([], {"RKSPEECH_ASR_VAD": "off"}).vad is False
-    assert _parse([], {"RKSPEECH_ASR_VAD": "on"}).vad is True
+    assert _parse([], {"RKSPEECH_ASR_CORE_MASK": "0  0_1"}).asr_core_mask == ["0", "0_1"]
+    assert _parse([], {"RKSPEECH_ASR_VAD": "off"}).asr_vad is False
+    assert _parse([], {"RKSPEECH_ASR_VAD": "on"}).asr_vad is True
     assert _parse([], {"RKSPEECH_ZEROCONF": "1"}).zeroconf == "rkspeech"  # as --zeroconf alone
     assert _parse([], {"RKSPEECH_ZEROCONF": "off"}).zeroconf is None
     assert _parse([], {"RKSPEECH_ZEROCONF": "kitchen"}).zeroconf == "kitchen"

@@ -57,7 +57,7 @@ def server(tts_custom_ckpt, plan):
     speaker = Speaker(tts_custom_ckpt, plan, threads=1, options=GenerationOptions.greedy(max_new_tokens=FRAMES + 1))
     whisper = WhisperModel(TINY_EN, threads=1)
     pool = ServePool(transcribers=[whisper], speakers=[speaker], max_queue=2)
-    st = ServerThread(pool, ServeOptions(wyoming="tcp://127.0.0.1:0", http="127.0.0.1:0", beam_size=1)).start()
+    st = ServerThread(pool, ServeOptions(wyoming="tcp://127.0.0.1:0", http="127.0.0.1:0", asr_beam_size=1)).start()
     yield st
     assert st.stop()
 

@@ -49,8 +49,8 @@ def server(hotwords_file):
 
     whisper = WhisperModel(TINY_EN, threads=1)
     pool = ServePool(transcribers=[whisper], max_queue=2)
-    st = ServerThread(pool, ServeOptions(wyoming="tcp://127.0.0.1:0", http="127.0.0.1:0", beam_size=1,
-                                         language="en", hotwords_file=str(hotwords_file))).start()
+    st = ServerThread(pool, ServeOptions(wyoming="tcp://127.0.0.1:0", http="127.0.0.1:0", asr_beam_size=1,
+                                         asr_language="en", hotwords_file=str(hotwords_file))).start()
     yield st
     assert st.stop()
 

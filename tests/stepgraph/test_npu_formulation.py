@@ -16,7 +16,7 @@ from rkspeech.runtime.tts.streaming import Engine
 from rkspeech.stepgraph import npu_ops
 from rkspeech.stepgraph.step import VocoderStep
 from rkspeech.stepgraph.step_npu import NpuVocoderStep, make_step, npu_cache_segments
-from rkspeech.verify.compare import snr_db
+from rkspeech.core.compare import snr_db
 from rkspeech.verify.stepwise import (
     check_tokens,
     full_decode,
@@ -285,8 +285,8 @@ def test_npu_step_placement_rk3588(reduced_model, reduced_vocoder_build, role, B
     if not have_rknn():
         pytest.skip("rknn-toolkit2 not installed")
     out, summary = reduced_vocoder_build
-    plan = json.loads((out / "plan.json").read_text())["speech_decoder"]
-    assert read_contract(out / plan["onnx"][role]) == NpuVocoderStep(reduced_model, B).contract
+    plan = json.loads((out / "plan.json").read_text())["vocoder"]
+    assert read_contract(out / plan["artifacts"][role]["onnx"]) == NpuVocoderStep(reduced_model, B).contract
     rep = summary["convert"][role]
     # Measured (reduced config, B=16, rk3588 fp16): phase Snake 699 NPU / 0 CPU ops (2026-12-01),
     # reflection Snake 1228 / 0 (2026-11-29), 0 REGTASK lines.  The reference graph of the same

@@ -7,7 +7,7 @@ import torch
 from official_reference import load_official_decoder
 
 from rkspeech.models.qwen3_tts.vocoder_checkpoint import load_vocoder
-from rkspeech.verify.compare import snr_db
+from rkspeech.core.compare import snr_db
 from rkspeech.verify.stepwise import random_codes
 
 

@@ -20,7 +20,6 @@ from bitwise-equal distributions; ``tests/models/test_tts_generate.py``).
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterator
 
 import numpy as np

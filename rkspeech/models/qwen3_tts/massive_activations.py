@@ -53,26 +53,16 @@ CALIB_TEXTS = ("Hello there, this is a test of the code predictor.",
                "She played the violin while her brother read the newspaper aloud.")
 
 
-def _request(tts) -> dict:
-    kind = tts.cfg.tts_model_type
-    if kind == "custom_voice":
-        return {"speaker": tts.speakers[0], "language": "english"}
-    if kind == "voice_design":
-        return {"instruct": "A calm, clear voice.", "language": "english"}
-    import numpy as np
-
-    t = np.arange(24000, dtype=np.float32) / 24000
-    return {"ref_audio": (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32), "language": "english"}
-
-
 def measure_peaks(tts, texts=CALIB_TEXTS, frames: int = CALIB_FRAMES, layer: int = LAYER):
     """Per-channel peak |ffn_down input| ``[intermediate]`` (float64 numpy) of code predictor layer
     ``layer`` over greedy runs of ``texts`` (``frames`` frames each)."""
     import numpy as np
     import torch
 
+    from rkspeech.core.capture import CALM_CLEAR_VOICE, sample_request, tone_clip
     from rkspeech.models.qwen3_tts.sampling import GenerationOptions
 
+    request = sample_request(tts, instruct=CALM_CLEAR_VOICE, ref_audio=tone_clip((220, 0.3)))
     down = tts.net.talker.code_predictor.model.layers[layer].mlp.down_proj
     peak = torch.zeros(down.in_features, dtype=torch.float64)
 
@@ -84,7 +74,7 @@ def measure_peaks(tts, texts=CALIB_TEXTS, frames: int = CALIB_FRAMES, layer: int
     try:
         opts = GenerationOptions.greedy(max_new_tokens=frames + 1)
         for text in texts:
-            for _ in tts.generate_frames(text, options=opts, **_request(tts)):
+            for _ in tts.generate_frames(text, options=opts, **request):
                 pass
     finally:
         handle.remove()

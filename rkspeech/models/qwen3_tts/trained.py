@@ -51,6 +51,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rkspeech.core.capture import random_request
 from rkspeech.core.errors import RkspeechError
 
 CODES = 2048  # codebook 0's ordinary codes in the talker vocabulary; every code predictor codebook
@@ -185,13 +186,6 @@ class TextSampler:
         return s or "a"
 
 
-def _request(tts, rng: np.random.Generator) -> dict:
-    """A random speaker and language (custom voice), as a user would pass them."""
-    speakers, languages = tts.speakers, tts.languages
-    return {"speaker": speakers[int(rng.integers(len(speakers)))],
-            "language": languages[int(rng.integers(len(languages)))]}
-
-
 def frame_inputs(tts, codes):
     """The summed codebook embeddings of frames ``codes [F, G]``: ``[F, 1, Ht]``, as the generation
     loop sums one frame's (codebook 0: the talker's ``codec_embedding``; j >= 1: the code
@@ -283,7 +277,7 @@ def train(tts, options: TrainOptions, *, rule: CodeRule | None = None, log=None)
             frames = torch.split(frame_inputs(tts, np.concatenate(frame_codes)), sizes)
             for text, codes, x_frames in zip(texts, frame_codes, frames):
                 streaming = bool(rng.random() < options.streaming_fraction)
-                x, first = talker_sequence(tts, text, codes, _request(tts, rng), text_in_prompt=not streaming,
+                x, first = talker_sequence(tts, text, codes, random_request(tts, rng), text_in_prompt=not streaming,
                                            frames=x_frames)
                 seqs.append(x[0])
                 spans.append((first, len(codes) + 1))

@@ -87,7 +87,7 @@ def open_runner(backend: str, path: str | os.PathLike, *, threads: int | None = 
     if pieces > 1:
         from rkspeech.runtime.runners.segmented import SegmentedSimulator
 
-        return SegmentedSimulator(path, parts=pieces, target=target, dtype=dtype,
+        return SegmentedSimulator(path, n_pieces=pieces, target=target, dtype=dtype,
                                   memory_limit_mb=memory_limit_mb, log_path=log_path)
     from rkspeech.runtime.runners.sim_process import SimulatorProcess
 

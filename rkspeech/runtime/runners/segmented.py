@@ -12,7 +12,7 @@ bounded memory.  Numerics: the pieces meet in fp16 at the cuts, exactly where th
 would hold fp16 too; fusions across a cut are lost (the SNR of whole vs pieces is measured in
 the tests on the reduced step).
 
-Pieces already on disk (the Whisper encoder a ``parts > 1`` build wrote, listed in its
+Pieces already on disk (the Whisper encoder a ``pieces > 1`` build wrote, listed in its
 ``encoder-pieces.json``) run the same way: :meth:`SegmentedSimulator.from_pieces` on the
 simulator, :class:`PiecesRunner` over one open runner per piece (onnxruntime: one session per
 piece; rknn-toolkit-lite2: one context per piece).  Either way a tensor goes from one piece to
@@ -98,13 +98,13 @@ class PiecesRunner(Runner):
 
 
 class SegmentedSimulator(Runner):
-    """``infer(feed)`` runs the ``parts`` pieces of ``onnx_path`` one after another, each built
+    """``infer(feed)`` runs the ``n_pieces`` pieces of ``onnx_path`` one after another, each built
     in its own :class:`SimulatorProcess` and freed before the next (``peak_rss_mb``: the
     largest child)."""
 
     name = "rknn-simulator-pieces"
 
-    def __init__(self, onnx_path, parts: int = 4, target: str = DEFAULT_TARGET, dtype: str = "fp16",
+    def __init__(self, onnx_path, n_pieces: int = 4, target: str = DEFAULT_TARGET, dtype: str = "fp16",
                  work_dir=None, memory_limit_mb: float | None = None, log_path: str | None = None,
                  pieces: list | None = None):
         super().__init__()
@@ -129,7 +129,7 @@ class SegmentedSimulator(Runner):
             self._tmp = make_workdir(tempfile.gettempdir(), prefix="rkspeech-pieces-")
             work_dir = str(self._tmp[0])
             self._owned = own(paths=[work_dir])
-        self.paths = split_onnx(onnx_path, parts, work_dir)
+        self.paths = split_onnx(onnx_path, n_pieces, work_dir)
 
     @classmethod
     def from_pieces(cls, paths, **options) -> "SegmentedSimulator":

@@ -85,8 +85,7 @@ def describe_placement(stage, backend: str, threads: int | None) -> str:
     """``cpu-int4 on ort, 2 threads`` / ``npu on sim``: the progress line's account of a stage."""
     from rkspeech.core.threads import default_threads
 
-    placement = getattr(stage, "placement", None) or stage.impl
-    return f"{placement} on {backend}" + (f", {threads or default_threads()} threads" if backend == "ort" else "")
+    return f"{stage.placement} on {backend}" + (f", {threads or default_threads()} threads" if backend == "ort" else "")
 
 
 def open_stage_backends(plan, backend: str, *, model=None, threads: int | None = None, target: str | None = None,

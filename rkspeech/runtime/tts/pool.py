@@ -172,7 +172,7 @@ class EnginePool:
 
 
 def open_pool(plan, backend: str = "ort", *, size: int | None = None, threads: int | None = None,
-              core_masks: Sequence[str] | None = None, target: str | None = None, spin: bool = True) -> EnginePool:
+              core_mask: Sequence[str] | None = None, target: str | None = None, spin: bool = True) -> EnginePool:
     """An :class:`EnginePool` over a loaded :class:`~rkspeech.plan.plan.Plan` (see module docstring);
     ``spin``: onnxruntime's (``OnnxRuntimeRunner``)."""
     if backend not in BACKENDS:
@@ -181,8 +181,8 @@ def open_pool(plan, backend: str = "ort", *, size: int | None = None, threads: i
     graphs = plan.graphs(backend)  # the plan says which graph each backend runs
     missing = [role for role in contracts if role not in graphs]
     if missing:
-        raise RkspeechError(f"plan {plan.path}: backend {backend} runs speech_decoder.{plan.section(backend)}, "
-                            f"which has no {', '.join(missing)} graph")
+        raise RkspeechError(f"plan {plan.path}: backend {backend} runs the vocoder's {plan.kind(backend)} graphs, "
+                            f"which hold no {', '.join(missing)} graph")
     owned: list[Runner] = []
     try:
         if backend == "ort":
@@ -198,7 +198,7 @@ def open_pool(plan, backend: str = "ort", *, size: int | None = None, threads: i
         elif backend == "rknnlite":
             from rkspeech.core.targets import cores_for
 
-            masks = tuple(core_masks) if core_masks else cores_for(target or plan.target)
+            masks = tuple(core_mask) if core_mask else cores_for(target or plan.target)
             if size:
                 masks = tuple(masks[i % len(masks)] for i in range(size))
             slots = []

@@ -95,7 +95,7 @@ class Speaker:
     """
 
     def __init__(self, model_dir, plan, *, backend: str = "ort", engines: int = 1, threads: int | None = None,
-                 core_masks=None, target: str | None = None, model=None, options=None, host_stages: bool = False,
+                 core_mask=None, target: str | None = None, model=None, options=None, host_stages: bool = False,
                  host: str = "auto", stage_threads: int | None = None):
         import threading
 
@@ -119,13 +119,13 @@ class Speaker:
         else:
             self.model = _load_model(model_dir)
         check_plan_for_model(self.plan, read_config(resolve_checkpoint(self.model.files.root)))
-        self.pool = open_pool(self.plan, backend, size=engines, threads=threads, core_masks=core_masks,
+        self.pool = open_pool(self.plan, backend, size=engines, threads=threads, core_mask=core_mask,
                               target=target, spin=SPIN)
         self.stage_backends: dict = {}
         if stage_threads is None:
             stage_threads = threads
         # the talker and code predictor on the first of the vocoder's cores unless the plan pins them
-        stage_mask = core_masks[0] if core_masks else None
+        stage_mask = core_mask[0] if core_mask else None
         try:
             from rkspeech.runtime.tts.open_stages import open_stage_backends
 

@@ -49,7 +49,7 @@ def check_plan_encoders(plan_path, backend: str | None, target: str | None,
     if plan.pieces:
         raise RkspeechError(f"plan {plan.path}: its encoder is built as {len(plan.pieces)} pieces; pass the "
                             f"{MANIFEST_NAME} beside it as the encoder")
-    backend = backend or ("rknnlite" if plan.impl == "rknn" else "ort")  # as model.default_backend
+    backend = backend or ("rknnlite" if plan.on_npu else "ort")  # as model.default_backend
     out = {}
     for seconds, path in plan.files("rknn" if backend == "rknnlite" else "onnx").items():
         frames = bucket_frames(seconds)

@@ -63,11 +63,12 @@ __all__ = [
 _DECODER_CALLS = ("generate", "align", "detect_language")
 
 
-def check_model_dir(model_dir: str | Path) -> Path:
-    """``model_dir`` as a Path when it holds a CTranslate2 Whisper model (model.bin, config.json)."""
+def check_model_dir(model_dir: str | Path, *, flag: str = "--model-dir") -> Path:
+    """``model_dir`` as a Path when it holds a CTranslate2 Whisper model (model.bin, config.json);
+    ``flag``: the caller's name for it in the message (serve's and speech-check's ``--asr-model-dir``)."""
     path = Path(model_dir)
     if not path.is_dir():
-        raise RkspeechError(f"{path}: no such folder (--model-dir wants a CTranslate2/faster-whisper Whisper folder)")
+        raise RkspeechError(f"{path}: no such folder ({flag} wants a CTranslate2/faster-whisper Whisper folder)")
     missing = [n for n in ("model.bin", "config.json") if not (path / n).is_file()]
     if missing:
         raise RkspeechError(f"{path} is not a CTranslate2 Whisper model folder (no {', '.join(missing)}); "
@@ -131,14 +132,14 @@ def check_encoder_geometry(source: str, in_shape, out_shape, *, n_mels: int, d_m
 
 def default_backend(encoder: str | Path) -> str:
     """The backend ``encoder`` runs on when none is given: ``rknnlite`` for an .rknn and for a
-    plan placed on the NPU (``impl: rknn``), else ``ort`` (an .onnx, a pieces manifest)."""
+    plan placed on the NPU (``placement: npu``), else ``ort`` (an .onnx, a pieces manifest)."""
     from rkspeech.plan.whisper import is_whisper_plan, load_whisper_plan
 
     encoder = Path(encoder)
     if encoder.suffix.lower() == ".rknn":
         return "rknnlite"
     if encoder.suffix.lower() == ".json" and is_whisper_plan(encoder):
-        return "rknnlite" if load_whisper_plan(encoder).impl == "rknn" else "ort"
+        return "rknnlite" if load_whisper_plan(encoder).on_npu else "ort"
     return "ort"
 
 
