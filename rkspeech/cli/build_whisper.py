@@ -7,7 +7,23 @@ import argparse
 from rkspeech.cli.vocabulary import ADVANCED, INPUT, NPU, OUTPUT, Flags, resolve_threads
 from rkspeech.core.targets import DEFAULT_TARGET, TARGETS
 
-HELP = "Whisper encoder: fixed 30 s window -> .rknn"
+HELP = "Whisper encoder: fixed 30 s window (and shorter window buckets) -> .rknn"
+
+
+def window_list(text: str) -> tuple[int, ...]:
+    """``--windows 10,30``: whole seconds from 1 to 30, comma-separated."""
+    from rkspeech.models.whisper.window import WINDOW_SECONDS, bucket_frames
+
+    try:
+        seconds = tuple(int(x) for x in text.split(",") if x.strip())
+        for s in seconds:
+            bucket_frames(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer or a comma-separated list of them: whole "
+                                         f"seconds from 1 to {WINDOW_SECONDS}, e.g. 10,30") from None
+    if not seconds:
+        raise argparse.ArgumentTypeError("give at least one window, e.g. 10,30")
+    return seconds
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -21,6 +37,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     f.add(NPU, "--target", default=DEFAULT_TARGET, choices=TARGETS, help="Rockchip chip (default rk3588)")
     f.add(NPU, "--frames", type=int, default=None,
           help="mel frames per window (default: 2 * n_audio_ctx = 3000, 30 s)")
+    f.add(NPU, "--windows", type=window_list, default=(30,), metavar="S,S",
+          help="window lengths in seconds, e.g. 10,30: one encoder graph each (encoder.10s.rknn ...), listed in "
+               "plan.json; transcribe/serve given that plan run the smallest window that holds the audio. The 30 s "
+               "window is always built; shorter ones change some transcripts (docs/whisper-buckets.md). "
+               "Default: 30 only")
     f.add(NPU, "--pieces", type=int, default=1, metavar="N",
           help="cut the encoder at block boundaries into N graphs, each converted and simulated "
                "in turn (large: 4 pieces of ~4.2 GB to convert; docs/whisper-sizes.md)")
@@ -66,6 +87,13 @@ def format_table(report: dict) -> str:
                      f"CPU types {pl.get('cpu_op_types') or {}}")
         lines.append(f"conversion       {_fmt(build.get('seconds'), '.1f')} s, peak RSS "
                      f"{_fmt(build.get('peak_rss_mb'), '.0f')} MB, .rknn {conv.get('rknn', {}).get('bytes')} bytes")
+    for seconds, w in (report.get("windows") or {}).items():
+        checks = ([("torch vs CTranslate2", w["parity_ctranslate2"])] if "parity_ctranslate2" in w else []) + [
+            ("onnxruntime", w["onnxruntime"])] + ([("simulator", w["simulator"])] if "simulator" in w else [])
+        conv_w = w.get("conversion") or {}
+        lines.append(f"window {seconds:>3} s     {w['onnx']['input']['shape']} -> {w['onnx']['output']['shape']}  "
+                     + "  ".join(f"{n} SNR {r['snr_db']:.1f} dB" for n, r in checks)
+                     + (f"  .rknn {conv_w.get('rknn', {}).get('bytes')} bytes" if conv_w else ""))
     return "\n".join(lines)
 
 
@@ -83,7 +111,8 @@ def run(args: argparse.Namespace) -> int:
         report = build_whisper_encoder(WhisperEncoderBuildOptions(
             model_dir=args.model_dir, out_dir=args.out_dir, target=args.target, frames=args.frames,
             verify_audio=args.verify_audio, skip_convert=args.skip_convert, skip_sim=args.skip_sim,
-            timeout=args.timeout, threads=resolve_threads(args.threads), pieces=args.pieces, force=args.force))
+            timeout=args.timeout, threads=resolve_threads(args.threads), pieces=args.pieces, force=args.force,
+            windows=args.windows))
     if args.json:
         print(json.dumps(report, indent=2, default=str))
     else:

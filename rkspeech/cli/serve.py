@@ -36,9 +36,10 @@ def register(subparsers) -> None:
     f = Flags(p, "serve", environment=True)
     f.add(ASR, "--asr-model-dir", metavar="DIR", help="CTranslate2/faster-whisper Whisper folder")
     f.add(ASR, "--asr-encoder", metavar="FILE",
-          help="offloaded encoder enc.onnx / enc.rknn (omit: CTranslate2's)")
+          help="offloaded encoder enc.onnx / enc.rknn, or a 'build whisper-encoder --windows' plan.json (the "
+               "smallest window that holds each request's audio; omit: CTranslate2's)")
     f.add(ASR, "--asr-backend", choices=BACKENDS, default=None,
-          help="encoder runtime (default: ort for .onnx, rknnlite for .rknn)")
+          help="encoder runtime (default: ort for .onnx, rknnlite for .rknn and NPU plans)")
     f.add(ASR, "--asr-engines", type=int, default=None, metavar="N",
           help="transcription engines = requests transcribed at once (default: 1; rknnlite: one per NPU core)")
     f.add(ASR, "--asr-core-mask", nargs="+", choices=CORE_MASKS, default=None, metavar="MASK",
@@ -144,8 +145,11 @@ def _hotwords_file(path):
 
 
 def _asr_on_npu(args) -> bool:
-    return args.asr_backend == "rknnlite" or bool(args.asr_encoder and args.asr_encoder.lower().endswith(".rknn")
-                                              and args.asr_backend is None)
+    if args.asr_backend is not None or not args.asr_encoder:
+        return args.asr_backend == "rknnlite"
+    from rkspeech.runtime.whisper.model import default_backend
+
+    return default_backend(args.asr_encoder) == "rknnlite"
 
 
 def _core_mask(args) -> tuple:

@@ -35,7 +35,8 @@ def register(subparsers) -> None:
     f.add(INPUT, "--model-dir", required=True, metavar="DIR",
           help="CTranslate2/faster-whisper Whisper folder (model.bin, config.json, tokenizer.json)")
     f.add(INPUT, "--encoder", metavar="FILE", help="offloaded encoder: enc.onnx (ort, sim), enc.rknn (rknnlite), or "
-          "the encoder-pieces.json a 'build whisper-encoder --pieces N' wrote (the pieces run in turn); "
+          "the encoder-pieces.json a 'build whisper-encoder --pieces N' wrote (the pieces run in turn), or the "
+          "plan.json of a 'build whisper-encoder --windows 10,30' (the smallest window that holds each file); "
           "omit to run CTranslate2's own CPU encoder")
     f.add(OUTPUT, "--out-dir", writes="folder", default=None, metavar="DIR",
           help="where output files go (default: .)")
@@ -45,7 +46,7 @@ def register(subparsers) -> None:
     f.add(OUTPUT, "--compare", action="store_true",
           help="also run stock faster-whisper with the same options and diff text, segments, word times")
     f.add(NPU, "--backend", choices=BACKENDS, default=None,
-          help="encoder runtime (default: rknnlite for .rknn, ort otherwise)")
+          help="encoder runtime (default: rknnlite for .rknn and NPU plans, ort otherwise)")
     f.add(NPU, "--target", default=DEFAULT_TARGET, help=f"chip the .rknn / simulator is for (default {DEFAULT_TARGET})")
     f.add(NPU, "--core-mask", default=None, choices=CORE_MASKS, help="rknnlite NPU core mask (board only)")
     f.add(DECODING, "--beam-size", type=int, default=5, help="beam size (default 5, faster-whisper's; 1 = greedy)")
@@ -165,6 +166,8 @@ def run(args: argparse.Namespace) -> int:
                 result = transcribe_audio(runner, audio, batch_size=args.batch_size or None, seed=args.seed,
                                           progress=f"transcribe {path}", **options)
             entry = {"audio": path, **result.to_dict()}
+            if model.window_s is not None:  # a plan with window buckets: the window this file ran in
+                entry["window_s"] = model.window_s
             if stock is not None:
                 ref = transcribe_audio(stock, audio, batch_size=args.batch_size or None, seed=args.seed,
                                        **options)
@@ -210,7 +213,8 @@ def _print_file(entry: dict, result, backend, *, multiple: bool, file) -> None:
         print(f"==> {entry['audio']} <==")
     print(result.text.strip(), flush=True)
     t = result.timing
-    print(f"timing: host {t['host_s']:.3f} s | encoder {t['encoder_s']:.3f} s ({backend or 'ct2-cpu'}) | "
+    window = f", {entry['window_s']} s window" if entry.get("window_s") else ""
+    print(f"timing: host {t['host_s']:.3f} s | encoder {t['encoder_s']:.3f} s ({backend or 'ct2-cpu'}{window}) | "
           f"decoder {t['decoder_s']:.3f} s | total {t['total_s']:.3f} s | {len(result.segments)} segment(s), "
           f"{result.duration_s:.1f} s audio, language {result.language}", file=file)
     if "compare" in entry:

@@ -7,7 +7,10 @@ What the graph promises (checked after export by :func:`check_encoder_onnx`, not
   ``epsilon`` attribute (rknn-toolkit2 2.5.0 fails on a LayerNormalization without one,
   field notes); a missing one is written in from the model's dims;
 * the window gives exactly ``n_audio_ctx`` (1500) encoder frames: a 20 s window (the RK model
-  zoo's export) is refused before export, since the stock decoder attends to 1500 frames;
+  zoo's export) is refused before export, since faster-whisper feeds 30 s windows; unless the
+  graph is a *bucket* (``bucket=True``: a shorter window of whole seconds, run beside the 30 s
+  graph for audio that fits, ``runtime.whisper.buckets``), recorded as ``"bucket": true`` in the
+  metadata, its output ``[1, n_frames / 2, d]``;
 * metadata ``rkspeech.whisper_encoder`` (JSON: dims, window, input/output names) so runtimes
   read the geometry from the artifact instead of restating it.
 
@@ -25,6 +28,7 @@ from pathlib import Path
 from rkspeech.core.atomic import atomic_path
 from rkspeech.core.errors import RkspeechError
 from rkspeech.export.opset import OPSET
+from rkspeech.models.whisper.window import output_frames
 
 METADATA_KEY = "rkspeech.whisper_encoder"
 INPUT_NAME = "mel"
@@ -45,7 +49,7 @@ class EncoderExport:
         return {
             "path": str(self.path),
             "input": {"name": INPUT_NAME, "shape": [1, self.dims["n_mels"], self.n_frames], "dtype": "float32"},
-            "output": {"name": OUTPUT_NAME, "shape": [1, self.dims["n_audio_ctx"], self.dims["n_audio_state"]],
+            "output": {"name": OUTPUT_NAME, "shape": [1, output_frames(self.n_frames), self.dims["n_audio_state"]],
                        "dtype": "float32"},
             "opset": OPSET,
             "nodes": self.nodes,
@@ -56,8 +60,10 @@ class EncoderExport:
         }
 
 
-def export_encoder(model, out_path: str | os.PathLike, *, n_frames: int | None = None) -> EncoderExport:
-    """Export ``model`` (a :class:`WhisperEncoder`) to ``out_path`` (written via a temp name)."""
+def export_encoder(model, out_path: str | os.PathLike, *, n_frames: int | None = None,
+                   bucket: bool = False) -> EncoderExport:
+    """Export ``model`` (a :class:`WhisperEncoder`) to ``out_path`` (written via a temp name);
+    ``bucket``: ``n_frames`` may be a shorter window (see the module docstring)."""
     import time
     import warnings
 
@@ -66,7 +72,8 @@ def export_encoder(model, out_path: str | os.PathLike, *, n_frames: int | None =
 
     dims = model.dims
     n_frames = dims.n_frames if n_frames is None else int(n_frames)
-    model.check_window(n_frames)  # the 20 s trap: refuse before spending time on export
+    model.check_window(n_frames, bucket=bucket)  # the 20 s trap: refuse before spending time on export
+    bucket = n_frames != dims.n_frames
     out_path = Path(out_path)
     start = time.perf_counter()
     dummy = torch.zeros(1, dims.n_mels, n_frames)
@@ -74,6 +81,8 @@ def export_encoder(model, out_path: str | os.PathLike, *, n_frames: int | None =
         with torch.no_grad(), warnings.catch_warnings():
             # torch 2.13 flags the TorchScript exporter as legacy; it is the one measured to work here
             warnings.simplefilter("ignore", DeprecationWarning)
+            # the window length is read as a Python int on purpose: the graph has one fixed window
+            warnings.simplefilter("ignore", torch.jit.TracerWarning)
             torch.onnx.export(
                 model.eval(),
                 (dummy,),
@@ -88,7 +97,8 @@ def export_encoder(model, out_path: str | os.PathLike, *, n_frames: int | None =
         # docs/whisper-sizes.md) keeps its external data files as written by torch beside the graph.
         proto = onnx.load(str(tmp), load_external_data=False)
         _ensure_layernorm_epsilon(proto, dims.layer_norm_eps)
-        meta = {"dims": dims.to_dict(), "n_frames": n_frames, "input": INPUT_NAME, "output": OUTPUT_NAME}
+        meta = {"dims": dims.to_dict(), "n_frames": n_frames, "input": INPUT_NAME, "output": OUTPUT_NAME,
+                **({"bucket": True} if bucket else {})}
         del proto.metadata_props[:]
         entry = proto.metadata_props.add()
         entry.key, entry.value = METADATA_KEY, json.dumps(meta, sort_keys=True)
@@ -156,12 +166,13 @@ def check_encoder_onnx(onnx_path: str | os.PathLike) -> dict:
     in_shape = shape_of(inputs[0])
     out_shape = shape_of(proto.graph.output[0])
     want_in = [1, dims["n_mels"], meta["n_frames"]]
-    want_out = [1, dims["n_audio_ctx"], dims["n_audio_state"]]
+    want_out = [1, output_frames(meta["n_frames"]), dims["n_audio_state"]]
     if in_shape != want_in or out_shape != want_out:
         raise RkspeechError(f"{onnx_path}: shapes {in_shape} -> {out_shape}, expected {want_in} -> {want_out}")
-    from rkspeech.models.whisper.encoder import output_frames
-
-    if output_frames(meta["n_frames"]) != dims["n_audio_ctx"]:
+    if meta.get("bucket") and not output_frames(meta["n_frames"]) < dims["n_audio_ctx"]:
+        raise RkspeechError(f"{onnx_path}: a bucket's window must be shorter than the full one; "
+                            f"this one has {meta['n_frames']} frames")
+    if not meta.get("bucket") and output_frames(meta["n_frames"]) != dims["n_audio_ctx"]:
         raise RkspeechError(
             f"{onnx_path}: a {meta['n_frames']}-frame window gives {output_frames(meta['n_frames'])} "
             f"encoder frames, the decoder expects {dims['n_audio_ctx']}"

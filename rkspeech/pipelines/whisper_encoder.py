@@ -23,6 +23,15 @@ and the simulator runs the pieces one after another, each in its own
 child, the residual stream handed from one to the next; the chained output is compared with the
 torch encoder.  Measured figures: docs/whisper-sizes.md.
 
+``windows`` (``--windows 10,30``): besides the 30 s graph, one graph per shorter window (a
+*bucket*: ``encoder.10s.onnx`` / ``.rknn``, the first ``n / 2`` rows of the positional table,
+``export.whisper_onnx``), each taken through the same steps 1-5 as stages of its own
+(``whisper_10s_export``, ...; checked on the first frames of the same check window, against the
+torch encoder and CTranslate2's own encoder, which takes a shorter window natively); the plan
+lists them with their window (``plan.whisper``) and transcription picks the smallest that holds
+the audio (``runtime.whisper.buckets``).  Off by default (30 s only): shorter windows change some
+transcripts (docs/whisper-buckets.md).
+
 The check input is one 30 s window of real speech when ``--verify-audio`` is given, otherwise a
 deterministic synthetic signal (voiced-like harmonics with a moving pitch plus noise, 12 s,
 then faster-whisper's zero padding to 30 s) run through faster-whisper's feature extractor, so
@@ -48,7 +57,7 @@ from pathlib import Path
 from rkspeech.core.atomic import write_json
 from rkspeech.core.errors import RkspeechError
 from rkspeech.core.targets import DEFAULT_TARGET, TARGETS
-from rkspeech.models.whisper.window import SAMPLE_RATE
+from rkspeech.models.whisper.window import SAMPLE_RATE, WINDOW_FRAMES, WINDOW_SECONDS, bucket_frames
 from rkspeech.pipelines.vocoder_build import BUILD_REPORT
 from rkspeech.pipelines.whisper_inputs import check_window_mel, ct2_encode
 from rkspeech.plan.integrity import golden_path
@@ -71,6 +80,49 @@ class WhisperEncoderBuildOptions:
     threads: int = 0  # CPU threads for torch/ctranslate2/onnxruntime (0: library default)
     pieces: int = 1  # > 1: cut the encoder at block boundaries into this many consecutive graphs
     force: bool = False  # re-run every stage, even those whose inputs are unchanged
+    #: window lengths in seconds: 30 (always built) and shorter buckets, e.g. (10, 30)
+    windows: tuple[int, ...] = (WINDOW_SECONDS,)
+
+
+@dataclass(frozen=True)
+class _Window:
+    """One window's graph in the build: its files, its plan role and its stages' names."""
+
+    seconds: int
+    frames: int | None  # None: the model's full window (``--frames``, default 3000)
+    role: str  # the plan's artifact role: "encoder" (30 s, as before buckets) or "10s"
+    onnx: Path
+    check: dict[str, Path]
+    stage: str  # stage names: "whisper_" + stage + "export", ...
+
+    @property
+    def rknn(self) -> Path:
+        return self.onnx.with_suffix(".rknn")
+
+    @property
+    def bucket(self) -> bool:
+        return self.seconds != WINDOW_SECONDS
+
+
+def _windows(args, out_dir: Path) -> list[_Window]:
+    """The full window first (today's files and stage names), then each bucket, shortest first."""
+    try:
+        seconds = sorted({WINDOW_SECONDS, *(int(w) for w in args.windows if bucket_frames(w))})
+    except (TypeError, ValueError) as exc:
+        raise RkspeechError(f"--windows: {exc}") from None
+    if len(seconds) > 1 and args.pieces > 1:
+        raise RkspeechError("--windows with --pieces is not supported; build the window buckets of an encoder "
+                            "that converts whole")
+    if len(seconds) > 1 and args.frames not in (None, WINDOW_FRAMES):
+        raise RkspeechError(f"--windows needs the standard {WINDOW_SECONDS} s window (--frames {WINDOW_FRAMES})")
+    check = out_dir / "check"
+    out = [_Window(WINDOW_SECONDS, args.frames, "encoder", out_dir / "encoder.onnx",
+                   {"mel": check / "mel.npy", "reference": check / "reference.npy"}, "")]
+    for s in seconds[:-1]:
+        out.append(_Window(s, bucket_frames(s), f"{s}s", out_dir / f"encoder.{s}s.onnx",
+                           {"mel": check / f"{s}s" / "mel.npy", "reference": check / f"{s}s" / "reference.npy"},
+                           f"{s}s_"))
+    return out
 
 
 def _model_inputs(model) -> list[Path]:
@@ -102,26 +154,35 @@ def build_whisper_encoder(options: WhisperEncoderBuildOptions) -> dict:
     if args.verify_audio is not None and not Path(args.verify_audio).is_file():
         raise RkspeechError(f"--verify-audio {args.verify_audio}: no such file")
     out_dir = Path(args.out_dir)
+    windows = _windows(args, out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     stages = StageRunner(out_dir, args.force)
-    onnx_path = out_dir / "encoder.onnx"
-    check = {"mel": out_dir / "check" / "mel.npy", "reference": out_dir / "check" / "reference.npy"}
-
-    export_key = {"frames": args.frames, "verify_audio": str(args.verify_audio) if args.verify_audio else None}
-    inputs = _model_inputs(args.model_dir) + ([Path(args.verify_audio)] if args.verify_audio else [])
-    report = dict(stages.run("whisper_export", export_key, inputs, lambda: [onnx_path, *check.values()],
-                             lambda: _export(args, onnx_path, check)))
-    report.update({"model": str(args.model_dir), "target": args.target})
-    report["onnxruntime"] = stages.run("whisper_onnxruntime", {}, [onnx_path, *check.values()], lambda: [],
-                                       lambda: _ort_check(onnx_path, *_load_check(check), args.threads))
-    if args.pieces > 1:
-        report = _build_pieces(args, stages, onnx_path, out_dir, check, report)
-    else:
-        report = _build_whole(args, stages, onnx_path, out_dir, check, report)
+    report: dict = {}
+    for w in windows:  # the full window's report is the top level (as before buckets)
+        wrep = _build_window(args, stages, w, out_dir)
+        if w.bucket:
+            report.setdefault("windows", {})[str(w.seconds)] = wrep
+        else:
+            report = wrep
     report["stages"] = {**report.get("stages", {}), "build": stages.timings}
-    report["plan"] = str(_write_plan(args, out_dir, report))
+    report["plan"] = str(_write_plan(args, out_dir, report, windows))
     _write_report(out_dir, report)
     return report
+
+
+def _build_window(args, stages, w: _Window, out_dir: Path) -> dict:
+    """Steps 1-5 for one window (its own stages)."""
+    onnx_path, check = w.onnx, w.check
+    export_key = {"frames": w.frames, "verify_audio": str(args.verify_audio) if args.verify_audio else None}
+    inputs = _model_inputs(args.model_dir) + ([Path(args.verify_audio)] if args.verify_audio else [])
+    report = dict(stages.run(f"whisper_{w.stage}export", export_key, inputs, lambda: [onnx_path, *check.values()],
+                             lambda: _export(args, w)))
+    report.update({"model": str(args.model_dir), "target": args.target, "window_s": w.seconds})
+    report["onnxruntime"] = stages.run(f"whisper_{w.stage}onnxruntime", {}, [onnx_path, *check.values()],
+                                       lambda: [], lambda: _ort_check(onnx_path, *_load_check(check), args.threads))
+    if args.pieces > 1:
+        return _build_pieces(args, stages, onnx_path, out_dir, check, report)
+    return _build_whole(args, stages, w, report)
 
 
 def _golden(args, report: dict, check: dict[str, Path]) -> dict:
@@ -142,29 +203,32 @@ def _save_golden(rknn_path: Path, role: str, inputs: dict, outputs: dict, target
                                                      "target": target, "dtype": "fp16"}))
 
 
-def _write_plan(args, out_dir: Path, report: dict) -> Path:
+def _write_plan(args, out_dir: Path, report: dict, windows: list[_Window]) -> Path:
     """``plan.json`` with one ``whisper_encoder`` record (``plan.record``; role -> {onnx, rknn}: ``encoder``, or
-    ``part0``, ``part1``, ... in order) and the integrity record of every file and golden replay,
-    for ``rkspeech check-board`` and ``rkspeech doctor --plan``."""
+    ``part0``, ``part1``, ... in order; with buckets also ``10s``, ... and ``windows``: role ->
+    seconds, ``plan.whisper``) and the integrity record of every file and golden replay, for
+    ``rkspeech check-board`` and ``rkspeech doctor --plan``."""
     from rkspeech.plan.plan import write_plan_data
     from rkspeech.plan.record import PLAN_FORMAT
+    from rkspeech.plan.whisper import windows_section
     from rkspeech.pipelines.vocoder_build import PLAN_FILE
 
-    onnx = [Path(p) for p in report["split"]["pieces"]] if args.pieces > 1 else [out_dir / "encoder.onnx"]
-    roles = [f"part{k}" for k in range(len(onnx))] if args.pieces > 1 else ["encoder"]
+    onnx = [Path(p) for p in report["split"]["pieces"]] if args.pieces > 1 else [w.onnx for w in windows]
+    roles = [f"part{k}" for k in range(len(onnx))] if args.pieces > 1 else [w.role for w in windows]
     arts = {}
     for role, p in zip(roles, onnx):
         rknn = p.with_suffix(".rknn")
         arts[role] = {"onnx": os.path.relpath(p.resolve(), out_dir.resolve()),
                       **({"rknn": os.path.relpath(rknn.resolve(), out_dir.resolve())} if rknn.is_file() else {})}
     record = {"placement": "cpu-fp32" if args.skip_convert else "npu", "target": args.target, "artifacts": arts,
-              "custom_string": report.get("custom_string")}
+              "custom_string": report.get("custom_string"),
+              **windows_section({w.role: w.seconds for w in windows})}
     return write_plan_data(out_dir / PLAN_FILE, {"format": PLAN_FORMAT, "whisper_encoder": record})
 
 
-def _export(args, onnx_path: Path, check: dict[str, Path]) -> dict:
-    """Load the weights, make the check window and the torch reference on it, the CTranslate2
-    parity check, and the fixed-window ONNX."""
+def _export(args, w: _Window) -> dict:
+    """Load the weights, make the check window (a bucket: its first frames) and the torch
+    reference on it, the CTranslate2 parity check, and the fixed-window ONNX."""
     import numpy as np
     import torch
 
@@ -182,17 +246,19 @@ def _export(args, onnx_path: Path, check: dict[str, Path]) -> dict:
     encoder = loaded.model
     report["source"] = {"format": loaded.source, "stored_dtype": loaded.stored_dtype, "notes": loaded.notes}
     report["dims"] = loaded.dims.to_dict()
-    report["custom_string"] = _custom_string(loaded)
+    frames = w.frames if w.frames else loaded.dims.n_frames
+    report["custom_string"] = _custom_string(loaded, frames)
     # The geometry check runs before any expensive work.
-    encoder.check_window(args.frames if args.frames else loaded.dims.n_frames)
+    encoder.check_window(frames, bucket=w.bucket)
 
     audio = None
     if args.verify_audio:
         from rkspeech.runtime.audio import decode_audio
 
         audio = decode_audio(args.verify_audio, sample_rate=SAMPLE_RATE, what="--verify-audio")
-    mel = check_window_mel(loaded.dims.n_mels, audio)
-    report["check_input"] = str(args.verify_audio or "synthetic speech-like signal (12 s, padded to 30 s)")
+    mel = np.ascontiguousarray(check_window_mel(loaded.dims.n_mels, audio)[..., :frames])
+    report["check_input"] = (str(args.verify_audio or "synthetic speech-like signal (12 s, padded to 30 s)")
+                             + (f", its first {w.seconds} s" if w.bucket else ""))
     with torch.no_grad():
         start = time.perf_counter()
         ref = encoder(torch.from_numpy(mel)).numpy()
@@ -204,10 +270,10 @@ def _export(args, onnx_path: Path, check: dict[str, Path]) -> dict:
             report["stages"]["ct2_encoder_s"] = round(time.perf_counter() - start, 3)
         report["parity_ctranslate2"] = compare(ct2_out, ref)
     with progress.stage("export fixed-window ONNX"):
-        report["onnx"] = export_encoder(encoder, onnx_path, n_frames=args.frames).to_report()
+        report["onnx"] = export_encoder(encoder, w.onnx, n_frames=frames, bucket=w.bucket).to_report()
     for name, value in (("mel", mel), ("reference", ref)):
-        check[name].parent.mkdir(parents=True, exist_ok=True)
-        with atomic_path(check[name], suffix=".npy") as tmp:
+        w.check[name].parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(w.check[name], suffix=".npy") as tmp:
             np.save(tmp, value)
     return report
 
@@ -218,29 +284,29 @@ def _load_check(check: dict[str, Path]):
     return np.load(check["mel"]), np.load(check["reference"])
 
 
-def _build_whole(args, stages, onnx_path: Path, out_dir: Path, check: dict[str, Path], report: dict) -> dict:
+def _build_whole(args, stages, w: _Window, report: dict) -> dict:
     """Steps 4-5 for one graph: the shared sequence, then the simulator on the check window."""
     from rkspeech.pipelines.sequence import Graph, run_sequence
     from rkspeech.core.compare import report_tensors as compare
 
-    rknn_path = out_dir / "encoder.rknn"
-    graph = Graph("encoder", onnx_path, rknn_path, report["custom_string"])
-    seq = run_sequence(stages, [graph], target=args.target, timeout=args.timeout, prefix="whisper_",
+    onnx_path, rknn_path, check, role = w.onnx, w.rknn, w.check, w.role
+    graph = Graph(role, onnx_path, rknn_path, report["custom_string"])
+    seq = run_sequence(stages, [graph], target=args.target, timeout=args.timeout, prefix=f"whisper_{w.stage}",
                        convert=not args.skip_convert, **_golden(args, report, check))
     report["golden"] = seq["golden"]
-    report["lint"] = seq["lint"]["encoder"]
+    report["lint"] = seq["lint"][role]
     if args.skip_convert:
         return report
-    report["conversion"], report["inspect"] = seq["convert"]["encoder"], seq["inspect"]["encoder"]
+    report["conversion"], report["inspect"] = seq["convert"][role], seq["inspect"][role]
     if not args.skip_sim:
         def work():
             mel, ref = _load_check(check)
             sim_out, sim_cost = _simulate(onnx_path, mel, args.target)
-            _save_golden(rknn_path, "encoder", {report["onnx"]["input"]["name"]: mel},
+            _save_golden(rknn_path, role, {report["onnx"]["input"]["name"]: mel},
                          {report["onnx"]["output"]["name"]: sim_out}, args.target)
             return {**compare(ref, sim_out), **sim_cost}
 
-        report["simulator"] = stages.run("whisper_simulate", {"target": args.target, "golden": 1},
+        report["simulator"] = stages.run(f"whisper_{w.stage}simulate", {"target": args.target, "golden": 1},
                                          [onnx_path, rknn_path, *check.values()], lambda: [golden_path(rknn_path)],
                                          work)
     return report
@@ -353,9 +419,10 @@ def _write_report(out_dir: Path, report: dict) -> None:
         write_json(out_dir / name, report)
 
 
-def _custom_string(loaded) -> str:
+def _custom_string(loaded, n_frames: int) -> str:
+    """The .rknn's description: ``n_frames`` is the graph's window (3000, or a bucket's)."""
     d = loaded.dims
-    return json.dumps({"rkspeech": "whisper-encoder/1", "n_mels": d.n_mels, "n_frames": d.n_frames,
+    return json.dumps({"rkspeech": "whisper-encoder/1", "n_mels": d.n_mels, "n_frames": n_frames,
                        "n_audio_ctx": d.n_audio_ctx, "d": d.n_audio_state}, separators=(",", ":"))
 
 

@@ -17,7 +17,9 @@ Choices made for the NPU (rk3588, fp16) and the ONNX export:
   which softmax removes, so dropping it is exact either way.
 * GELU is the exact (erf) form all three checkpoint families were trained with.
 * No masks, no dynamic shapes: the window is fixed at ``n_audio_ctx * 2`` mel frames
-  (3000 = 30 s); :meth:`WhisperEncoder.check_window` refuses anything else.
+  (3000 = 30 s); :meth:`WhisperEncoder.check_window` refuses anything else, unless asked for a
+  bucket (a shorter window, ``bucket=True``): then the first ``n_frames / 2`` rows of the
+  positional table are added, as whisper.cpp's ``audio_ctx`` does (``models.whisper.window``).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from rkspeech.core.errors import RkspeechError
-from rkspeech.models.whisper.window import FRAMES_PER_SECOND
+from rkspeech.models.whisper.window import FRAMES_PER_SECOND, output_frames
 
 
 @dataclass(frozen=True)
@@ -63,11 +65,6 @@ class WhisperEncoderDims:
                 f"Whisper encoder: width {self.n_audio_state} is not divisible by "
                 f"{self.n_audio_head} heads; the checkpoint config is inconsistent"
             )
-
-
-def output_frames(n_frames: int) -> int:
-    """Encoder frames for ``n_frames`` mel frames: conv1 keeps the length, conv2 (k3, s2, p1) halves it."""
-    return (n_frames + 2 * 1 - 3) // 2 + 1
 
 
 class MultiHeadAttention(nn.Module):
@@ -134,12 +131,20 @@ class WhisperEncoder(nn.Module):
         )
         self.ln_post = nn.LayerNorm(dims.n_audio_state, eps=dims.layer_norm_eps)
 
-    def check_window(self, n_frames: int) -> None:
+    def check_window(self, n_frames: int, *, bucket: bool = False) -> None:
         """Refuse a window that does not give exactly ``n_audio_ctx`` encoder frames.
+
+        ``bucket=True``: also accept a shorter window of whole seconds (1 s .. the full window),
+        run only beside the full one for audio that fits (``runtime.whisper.buckets``).
 
         The RK model zoo exports a 20 s window (2000 mel frames -> 1000 encoder frames); the
         stock 30 s decoder attends to 1500 frames, so such an encoder silently does not compose.
         """
+        if bucket and n_frames < self.dims.n_frames:
+            if n_frames < FRAMES_PER_SECOND or n_frames % FRAMES_PER_SECOND:
+                raise RkspeechError(f"Whisper encoder window of {n_frames} mel frames: a shorter window is a whole "
+                                    f"number of seconds ({FRAMES_PER_SECOND} frames each)")
+            return
         got = output_frames(n_frames)
         # 2999 frames would also give 1500 outputs; the front end cuts 3000-frame windows, so
         # anything but exactly 2 * n_audio_ctx is refused.
@@ -162,10 +167,14 @@ class WhisperEncoder(nn.Module):
                 raise RkspeechError(
                     f"Whisper encoder: input has {mel.shape[1]} mel bins, the model expects {self.dims.n_mels}"
                 )
-            self.check_window(int(mel.shape[-1]))
+            self.check_window(int(mel.shape[-1]), bucket=True)
         x = F.gelu(self.conv1(mel))
         x = F.gelu(self.conv2(x))
-        x = x.permute(0, 2, 1) + self.positional_embedding
+        x = x.permute(0, 2, 1)
+        n_out = output_frames(int(mel.shape[-1]))
+        # the full window adds the whole table (the graph exported before buckets, unchanged)
+        pos = self.positional_embedding if n_out == self.dims.n_audio_ctx else self.positional_embedding[:n_out]
+        x = x + pos
         for block in self.blocks:
             x = block(x)
         return self.ln_post(x)

@@ -5,6 +5,8 @@
 * :mod:`.encoder`: :func:`open_encoder`, one encoder graph on any runner behind the decoder's
   interface (the build's checks use it);
 * :mod:`.pieces`: an encoder built as consecutive graphs (``encoder-pieces.json``);
+* :mod:`.buckets`: one encoder graph per window length (a plan with buckets), the smallest
+  that holds the audio runs;
 * :mod:`.transcript`: :func:`transcribe_audio` and the comparison with a reference transcript;
 * :mod:`.subtitles`: the txt / srt / vtt / json writers.
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from rkspeech.core.errors import RkspeechError
-from rkspeech.models.whisper.window import ENCODER_FRAMES
+from rkspeech.models.whisper.window import ENCODER_FRAMES, output_frames
 
 # --------------------------------------------------------------------------------------------
 # The offloaded encoder: any runner (rkspeech.runtime.runners) behind the decoder's interface
@@ -73,13 +73,23 @@ def open_encoder(backend: str, encoder_path: str | Path, *, target: str | None =
 
 
 def _check_onnx_geometry(path: Path) -> None:
-    """Refuse an ONNX encoder whose window does not give the 1500 frames the decoder attends to."""
+    """Refuse an ONNX encoder whose window does not give the 1500 frames the decoder attends to,
+    unless its metadata says it is a window bucket (``export.whisper_onnx``: ``[1, n_mels, n]
+    -> [1, n / 2, d]``, run beside the 30 s graph)."""
+    import json
+
     import onnx
 
+    from rkspeech.export.whisper_onnx import METADATA_KEY
+
     proto = onnx.load(str(path), load_external_data=False)
+    meta = next((json.loads(e.value) for e in proto.metadata_props if e.key == METADATA_KEY), {})
+    ins = proto.graph.input[0].type.tensor_type.shape.dim
     out = proto.graph.output[0].type.tensor_type.shape.dim
     shape = [d.dim_value if d.HasField("dim_value") else None for d in out]
-    if len(shape) != 3 or shape[1] != ENCODER_FRAMES:
+    frames = ins[-1].dim_value if len(ins) == 3 and ins[-1].HasField("dim_value") else None
+    want = output_frames(frames) if meta.get("bucket") and frames else ENCODER_FRAMES
+    if len(shape) != 3 or shape[1] != want:
         raise RkspeechError(
             f"{path}: encoder output shape {shape}; the Whisper decoder needs [1, 1500, d] "
             "(a 30 s window; re-export with `rkspeech build whisper-encoder`)"

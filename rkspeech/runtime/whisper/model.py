@@ -10,6 +10,11 @@ has batch 1.  Everything else is faster-whisper's own code, so beam search, temp
 fallback, ``condition_on_previous_text``, prompts, hotwords, segment and word timestamps, VAD,
 language detection, ``task="translate"`` and the batched pipeline keep their meaning.
 
+An encoder built with window buckets (``rkspeech build whisper-encoder --windows 10,30``) is
+passed as the build's ``plan.json``: one graph per window, each checked like the one 30 s graph;
+each transcription runs its windows through the smallest graph that holds the audio
+(:mod:`rkspeech.runtime.whisper.buckets`; longer audio: the 30 s graph, as without buckets).
+
 An encoder built as consecutive graphs (``rkspeech build whisper-encoder --pieces N``, large) is
 passed as the build's ``encoder-pieces.json`` (:mod:`rkspeech.runtime.whisper.pieces`): the
 pieces run in turn inside ``encode``, checked as one graph (first piece's input, last piece's
@@ -43,7 +48,7 @@ from pathlib import Path
 import numpy as np
 
 from rkspeech.core.errors import RkspeechError
-from rkspeech.models.whisper.window import ENCODER_FRAMES, WINDOW_FRAMES
+from rkspeech.models.whisper.window import ENCODER_FRAMES, FRAMES_PER_SECOND, WINDOW_FRAMES, output_frames
 
 __all__ = [
     "WhisperModel",  # noqa: F822 - built on first access by __getattr__ (PEP 562)
@@ -104,9 +109,11 @@ def _mismatch(source: str, what: str, got, want, hint: str) -> RkspeechError:
     return RkspeechError(f"{source}: the encoder graph has {what} {got}, this model needs {want} ({hint})")
 
 
-def check_encoder_geometry(source: str, in_shape, out_shape, *, n_mels: int, d_model: int) -> None:
+def check_encoder_geometry(source: str, in_shape, out_shape, *, n_mels: int, d_model: int,
+                           frames: int = WINDOW_FRAMES) -> None:
     """Refuse an encoder graph that does not fit the model: input ``[1, n_mels, 3000]``, output
-    ``[1, 1500, d_model]`` (a symbolic batch dim passes: we feed one window at a time)."""
+    ``[1, 1500, d_model]`` (a symbolic batch dim passes: we feed one window at a time);
+    ``frames``: a bucket's window (``[1, n_mels, frames] -> [1, frames / 2, d_model]``)."""
     rebuild = "build the encoder from this model: rkspeech build whisper-encoder --model-dir DIR"
     in_shape, out_shape = list(in_shape), list(out_shape)
     if len(in_shape) != 3 or len(out_shape) != 3:
@@ -114,12 +121,26 @@ def check_encoder_geometry(source: str, in_shape, out_shape, *, n_mels: int, d_m
                             f"maps {in_shape} -> {out_shape}")
     if in_shape[1] != n_mels:
         raise _mismatch(source, "n_mels", in_shape[1], n_mels, f"another Whisper size's encoder? {rebuild}")
-    if in_shape[2] != WINDOW_FRAMES or out_shape[1] != ENCODER_FRAMES:
+    if in_shape[2] != frames or out_shape[1] != output_frames(frames):
         raise _mismatch(source, "a window of", f"{in_shape[2]} mel / {out_shape[1]} encoder frames",
-                        f"{WINDOW_FRAMES} / {ENCODER_FRAMES} (30 s)",
-                        f"faster-whisper's decoder attends to 30 s windows; {rebuild}")
+                        f"{frames} / {output_frames(frames)} ({frames // FRAMES_PER_SECOND} s)",
+                        "faster-whisper reads 30 s windows (shorter ones only as buckets beside it, "
+                        f"--windows); {rebuild}")
     if out_shape[2] != d_model:
         raise _mismatch(source, "d_model", out_shape[2], d_model, f"another Whisper size's encoder? {rebuild}")
+
+
+def default_backend(encoder: str | Path) -> str:
+    """The backend ``encoder`` runs on when none is given: ``rknnlite`` for an .rknn and for a
+    plan placed on the NPU (``placement: npu``), else ``ort`` (an .onnx, a pieces manifest)."""
+    from rkspeech.plan.whisper import is_whisper_plan, load_whisper_plan
+
+    encoder = Path(encoder)
+    if encoder.suffix.lower() == ".rknn":
+        return "rknnlite"
+    if encoder.suffix.lower() == ".json" and is_whisper_plan(encoder):
+        return "rknnlite" if load_whisper_plan(encoder).on_npu else "ort"
+    return "ort"
 
 
 def check_encoder_file(encoder: str | Path, *, model_dir: str | Path, backend: str | None = None,
@@ -127,11 +148,18 @@ def check_encoder_file(encoder: str | Path, *, model_dir: str | Path, backend: s
     """(backend, file the runner opens) once ``encoder`` is known to fit the model in ``model_dir``
     (file kind, chip of an .rknn, n_mels, window, d_model); reads files only, opens no runtime.
     For a pieces manifest (``encoder-pieces.json``, default backend ``ort``) the second item is
-    the tuple of piece files, in order."""
+    the tuple of piece files, in order; for a plan with window buckets (``plan.json``, default
+    backend ``rknnlite`` when the plan is placed on the NPU, else ``ort``) a dict, window's mel
+    frames -> file (``runtime.whisper.buckets``)."""
+    from rkspeech.plan.whisper import is_whisper_plan
     from rkspeech.runtime.whisper.pieces import is_manifest
 
     encoder = Path(encoder)
     geometry = model_geometry(model_dir)
+    if is_manifest(encoder) and is_whisper_plan(encoder):
+        from rkspeech.runtime.whisper.buckets import check_plan_encoders
+
+        return check_plan_encoders(encoder, backend, target, geometry)
     if is_manifest(encoder):
         return _check_pieces(encoder, backend or "ort", target, geometry)
     backend = backend or ("rknnlite" if encoder.suffix.lower() == ".rknn" else "ort")
@@ -141,9 +169,10 @@ def check_encoder_file(encoder: str | Path, *, model_dir: str | Path, backend: s
     return backend, run_path
 
 
-def _file_geometry(backend: str, path: Path, target: str | None, geometry: dict) -> tuple[Path, list | None, list | None]:
+def _file_geometry(backend: str, path: Path, target: str | None, geometry: dict,
+                   frames: int = WINDOW_FRAMES) -> tuple[Path, list | None, list | None]:
     """(file the runner opens, input shape, output shape) read from the file alone; shapes None
-    when an .rknn does not record them."""
+    when an .rknn does not record them; ``frames``: the window the graph should have."""
     from rkspeech.runtime.runners import check_runner_file
     from rkspeech.runtime.runners.base import onnx_io_specs
 
@@ -158,8 +187,8 @@ def _file_geometry(backend: str, path: Path, target: str | None, geometry: dict)
             path = check_runner_file(backend, path)
             if len(container.inputs) != 1 or len(container.outputs) != 1:
                 return path, None, None
-            return (path, _rknn_shape(container.inputs[0].shape, [1, geometry["n_mels"], WINDOW_FRAMES]),
-                    _rknn_shape(container.outputs[0].shape, [1, ENCODER_FRAMES, geometry["d_model"]]))
+            return (path, _rknn_shape(container.inputs[0].shape, [1, geometry["n_mels"], frames]),
+                    _rknn_shape(container.outputs[0].shape, [1, output_frames(frames), geometry["d_model"]]))
     path = check_runner_file(backend, path)
     ins, outs = onnx_io_specs(path, static=False)
     if len(ins) != 1 or len(outs) != 1:
@@ -287,6 +316,8 @@ def _build_class():
                 backend, run_path = check_encoder_file(encoder, model_dir=path, backend=backend, target=target)
                 if isinstance(run_path, tuple):  # consecutive pieces (encoder-pieces.json)
                     from rkspeech.runtime.whisper.pieces import open_pieces as opener
+                elif isinstance(run_path, dict):  # one graph per window (a plan with buckets)
+                    from rkspeech.runtime.whisper.buckets import open_windows as opener
                 else:
                     from rkspeech.runtime.runners import open_runner as opener
 
@@ -345,8 +376,20 @@ def _build_class():
                 self.timing["encoder_s"] += time.perf_counter() - start
 
         def transcribe(self, audio, language=None, *args, **kwargs):
-            """faster-whisper's ``transcribe``; an unknown language code is a one-line error."""
+            """faster-whisper's ``transcribe``; an unknown language code is a one-line error.  With
+            window buckets, the smallest window that holds the audio runs every encoder call of
+            this transcription (``runtime.whisper.buckets``)."""
+            from rkspeech.runtime.whisper.buckets import WindowRunners, transcribe_in_window
+
+            if isinstance(self.runner, WindowRunners):
+                return transcribe_in_window(super().transcribe, self.runner, audio, check_language(language),
+                                            *args, **kwargs)
             return super().transcribe(audio, check_language(language), *args, **kwargs)
+
+        @property
+        def window_s(self) -> int | None:
+            """The window (seconds) the last transcription's encoder calls ran in; None without buckets."""
+            return getattr(self.runner, "last_seconds", None)
 
         def close(self) -> None:
             if self.runner is not None:
