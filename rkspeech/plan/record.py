@@ -58,6 +58,17 @@ def is_npu(record: dict) -> bool:
     return isinstance(record, dict) and record.get("placement") == "npu"
 
 
+def record_placement(record, where: str, allowed: tuple[str, ...]) -> str:
+    """The ``placement`` of a stage's ``record`` (``where``: "plan P: talker"), checked against
+    ``allowed``: one line for a record that is not an object or a placement it may not have."""
+    if not isinstance(record, dict):
+        raise RkspeechError(f"{where} must be an object")
+    placement = record.get("placement")
+    if placement not in allowed:
+        raise RkspeechError(f"{where}.placement is {placement!r}, expected one of {', '.join(allowed)}")
+    return placement
+
+
 def stage_records(raw: dict) -> dict[str, dict]:
     """stage name -> record, for the stages a format-2 plan holds (in :data:`STAGES` order)."""
     return {n: raw[n] for n in STAGES if isinstance(raw, dict) and isinstance(raw.get(n), dict)}

@@ -48,7 +48,7 @@ from rkspeech.core.errors import RkspeechError
 from rkspeech.core.placement import CPU_VARIANTS, PLACEMENTS
 from rkspeech.core.targets import CORE_MASKS
 from rkspeech.plan.paths import plan_file
-from rkspeech.plan.record import START_ROLE, head_codebook, head_role
+from rkspeech.plan.record import START_ROLE, head_codebook, head_role, record_placement
 
 #: stage name -> the main role sets its record may hold (exactly one of them)
 STAGE_ROLES = {"talker": (("prefill", "decode"),), "code_predictor": (("step",), ("frame",))}
@@ -241,11 +241,7 @@ def load_stages(raw: dict, plan_path: Path, backend: str | None) -> dict[str, St
         if sec is None:
             continue
         where = f"plan {plan_path}: {name}"
-        if not isinstance(sec, dict):
-            raise RkspeechError(f"{where} must be an object")
-        placement = sec.get("placement")
-        if placement not in PLACEMENTS:
-            raise RkspeechError(f"{where}.placement is {placement!r}, expected one of {', '.join(PLACEMENTS)}")
+        placement = record_placement(sec, where, PLACEMENTS)
         arts = sec.get("artifacts")
         extra = {START_ROLE} | {r for r in (arts or {}) if head_codebook(r) is not None} if isinstance(arts, dict) else set()
         roles = next((r for r in role_sets if isinstance(arts, dict) and set(arts) - extra == set(r)), None)

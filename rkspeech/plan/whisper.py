@@ -99,16 +99,15 @@ def is_whisper_plan(path: str | os.PathLike) -> bool:
 def load_whisper_plan(path: str | os.PathLike) -> WhisperEncoderPlan:
     """Read and check the ``whisper_encoder`` record of the plan at ``path``."""
     from rkspeech.plan.plan import read_plan
+    from rkspeech.plan.record import record_placement
 
     p = Path(path)
     raw = read_plan(p)
     sec = raw.get(SECTION)
     where = f"plan {p}: {SECTION}"
-    if not isinstance(sec, dict):
+    if sec is None:
         raise RkspeechError(f"plan {p} has no {SECTION} record (build one with rkspeech build whisper-encoder)")
-    placement = sec.get("placement")
-    if placement not in _PLACEMENTS:
-        raise RkspeechError(f"{where}.placement is {placement!r}, expected one of {_PLACEMENTS}")
+    placement = record_placement(sec, where, _PLACEMENTS)
     target = sec.get("target")
     if target is not None and not isinstance(target, str):
         raise RkspeechError(f"{where}.target must be a chip name, got {target!r}")
