@@ -14,7 +14,9 @@ Per connection (:class:`WyomingHandler`):
   channel count are converted to 16 kHz 16-bit mono with ``AudioChunkConverter``; audio longer
   than ``max_audio_s`` is refused when the limit is crossed.
 * Text to speech: ``synthesize`` -> ``audio-start``, ``audio-chunk`` per decoded chunk (sent as
-  the engine yields it), ``audio-stop``.  The streaming form ``synthesize-start``,
+  the engine yields it), ``audio-stop``.  A request that names no voice (Home Assistant with no
+  voice picked; wyoming-bench) gets the engine's first voice, as wyoming-piper speaks its default
+  voice: a custom-voice model cannot speak without one.  The streaming form ``synthesize-start``,
   ``synthesize-chunk``... (text split anywhere, inside words too), ``synthesize-stop``
   synthesizes each sentence as soon as its end arrives, each as its own ``audio-start`` ..
   ``audio-stop`` (wyoming-piper's framing: a client learns the sentence ends; Home Assistant
@@ -337,7 +339,8 @@ class WyomingHandler:
         from rkspeech.serve.speech import SpeakRequest
 
         engine = self.pool.first_model(SPEECH)
-        request = SpeakRequest.checked(engine, text, speaker=getattr(voice, "speaker", None) or getattr(voice, "name", None),
+        named = getattr(voice, "speaker", None) or getattr(voice, "name", None)
+        request = SpeakRequest.checked(engine, text, speaker=named or "default",  # none named: the first voice
                                        language=getattr(voice, "language", None),
                                        max_chars=self.options.max_text_chars)
         rate = engine.sample_rate

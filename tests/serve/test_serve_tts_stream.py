@@ -156,3 +156,56 @@ def test_voices_are_re_read_on_every_describe(served):
         return before, after
 
     assert asyncio.run(go()) == (["alloy", "ryan"], ["alloy", "ryan", "vivian"])
+
+
+class CustomVoice(Sentences):
+    """TEST DOUBLE of a custom-voice engine: refuses to speak without a speaker, as
+    ``models.qwen3_tts.generate`` does ("needs a speaker"); records the speaker of each request."""
+
+    def __init__(self):
+        super().__init__()
+        self.voices: list[str | None] = []
+
+    def stream(self, text, *, speaker=None, language=None, instruct=None):
+        from rkspeech.core.errors import RkspeechError
+
+        self.voices.append(speaker)
+        if speaker is None:
+            raise RkspeechError(f"this custom-voice checkpoint needs a speaker; one of: {', '.join(self.speakers)}")
+        yield from super().stream(text)
+
+
+def test_a_synthesize_that_names_no_voice_gets_the_first_voice():
+    """wyoming-bench (PyPI 2026.10.0) sends ``synthesize`` and ``synthesize-start`` with no voice, as
+    Home Assistant does when no voice is picked (wyoming-piper then speaks its default voice):
+    each is spoken in the engine's first voice, plain and streamed (it was an ``error``:
+    "needs a speaker")."""
+    from wyoming.client import AsyncTcpClient
+    from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop
+
+    from rkspeech.serve.engines import ServePool
+    from rkspeech.serve.options import ServeOptions
+    from rkspeech.serve.server import ServerThread
+
+    engine = CustomVoice()
+    st = ServerThread(ServePool(speakers=[engine], owned=False), ServeOptions(wyoming="tcp://127.0.0.1:0", http=None))
+    host, port = st.start().addresses["wyoming"].removeprefix("tcp://").rsplit(":", 1)
+
+    async def go():
+        async with AsyncTcpClient(host, int(port)) as c:
+            await c.write_event(Synthesize(text="Lights on.").event())
+            plain = await _until(c, "audio-stop", "error")
+            await c.write_event(SynthesizeStart().event())
+            await c.write_event(SynthesizeChunk(text="Lights off. ").event())
+            await c.write_event(SynthesizeStop().event())
+            streamed = await _until(c, "synthesize-stopped")
+        return plain, streamed
+
+    try:
+        plain, streamed = asyncio.run(go())
+    finally:
+        st.stop()
+    assert "error" not in [e.type for e in plain + streamed], [e.data for e in plain + streamed if e.type == "error"]
+    assert _sentences(plain) == [Sentences.pcm("Lights on.")]
+    assert _sentences(streamed) == [Sentences.pcm("Lights off.")]
+    assert engine.voices == ["alloy", "alloy"]
