@@ -158,16 +158,17 @@ def side_by_side(stt: dict | None, tts: dict | None, ours: dict) -> list[dict]:
     def our(client, key):
         return ((ours.get(client) or {}).get(key) or {}).get("p50")
 
-    return [
-        {"what": "STT final transcript (wyoming-bench: from transcribe; bench_serve: from audio-stop)",
-         "wyoming_bench_s": mode_stat(stt, "non_streaming", "total_ms"), "bench_serve_s": our("wyoming asr", "final_s")},
-        {"what": "STT streaming: first transcript-chunk",
-         "wyoming_bench_s": mode_stat(stt, "streaming", "ttft_ms"), "bench_serve_s": our("wyoming asr", "first_s")},
-        {"what": "TTS one sentence, synthesize -> first audio-chunk",
-         "wyoming_bench_s": one_sentence(tts, "non_streaming", "ttft_ms"), "bench_serve_s": our("wyoming tts", "first_s")},
-        {"what": "TTS one sentence, synthesize -> audio-stop",
-         "wyoming_bench_s": one_sentence(tts, "non_streaming", "total_ms"), "bench_serve_s": our("wyoming tts", "final_s")},
+    rows = [
+        ("STT final transcript (wyoming-bench: from transcribe; bench_serve: from audio-stop)",
+         mode_stat(stt, "non_streaming", "total_ms"), our("wyoming asr", "final_s")),
+        ("STT streaming: first transcript-chunk", mode_stat(stt, "streaming", "ttft_ms"),
+         our("wyoming asr", "first_s")),
+        ("TTS one sentence, synthesize -> first audio-chunk", one_sentence(tts, "non_streaming", "ttft_ms"),
+         our("wyoming tts", "first_s")),
+        ("TTS one sentence, synthesize -> audio-stop", one_sentence(tts, "non_streaming", "total_ms"),
+         our("wyoming tts", "final_s")),
     ]
+    return [{"what": what, "wyoming_bench_s": theirs, "bench_serve_s": ours_s} for what, theirs, ours_s in rows]
 
 
 # --- the server -------------------------------------------------------------------------------
@@ -319,7 +320,8 @@ def main(argv=None) -> int:
               "python": sys.version.split()[0], "uptime_before": subprocess.run(["uptime"], capture_output=True,
                                                                                  text=True).stdout.strip(),
               "command": " ".join(["benchmarks/bench_wyoming_bench.py", *(argv if argv is not None else sys.argv[1:])]),
-              "speech_s": args.speech_s, "corpus": {p.stem: p.read_text().strip() for p in sorted(corpus.glob("*.txt"))},
+              "speech_s": args.speech_s,
+              "corpus": {p.stem: p.read_text().strip() for p in sorted(corpus.glob("*.txt"))},
               "servers": []}
     for index, model in enumerate(models):
         name = Path(model).name
@@ -343,7 +345,8 @@ def main(argv=None) -> int:
             # speech is the same engine on every server: measured (by both tools) with the first only
             entry["bench_serve"] = bench_serve_rows(args.ours_seconds, model, args.speech_s, tmp,
                                                     kinds=("asr", "tts") if "tts" in entry else ("asr",))
-            entry["side_by_side"] = [row for row in side_by_side(entry.get("stt"), entry.get("tts"), entry["bench_serve"])
+            pairs = side_by_side(entry.get("stt"), entry.get("tts"), entry["bench_serve"])
+            entry["side_by_side"] = [row for row in pairs
                                      if row["wyoming_bench_s"] is not None or row["bench_serve_s"] is not None]
         report["servers"].append(entry)
     report["uptime_after"] = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()

@@ -3,9 +3,10 @@
 Per connection (:class:`WyomingHandler`):
 
 * ``describe`` -> ``info``: an ASR program with one model (its languages) when transcription is
-  served, a TTS program with one voice per speaker (the engine's languages, streaming
-  synthesis supported) when speech is; built anew for every ``describe`` (Home Assistant
-  re-lists voices with one), so an engine's changed speakers show.
+  served, a TTS program with one voice per speaker (the engine's languages as ISO 639-1 codes,
+  which Home Assistant matches: ``language_codes``; streaming synthesis supported) when speech
+  is; built anew for every ``describe`` (Home Assistant re-lists voices with one), so an
+  engine's changed speakers show.
 * Speech to text: ``transcribe`` (optional: language; ``transcript_names`` / ``transcript_terms``
   become faster-whisper hotwords), ``audio-start``, ``audio-chunk``..., ``audio-stop`` ->
   ``transcript-start``, ``transcript-chunk`` per decoded segment, ``transcript-stop`` (streaming,
@@ -336,12 +337,14 @@ class WyomingHandler:
         from wyoming.audio import AudioChunk, AudioStart
 
         from rkspeech.serve.audio import float_to_pcm16
+        from rkspeech.serve.language_codes import model_language
         from rkspeech.serve.speech import SpeakRequest
 
         engine = self.pool.first_model(SPEECH)
         named = getattr(voice, "speaker", None) or getattr(voice, "name", None)
         request = SpeakRequest.checked(engine, text, speaker=named or "default",  # none named: the first voice
-                                       language=getattr(voice, "language", None),
+                                       language=model_language(getattr(voice, "language", None),
+                                                               engine.languages or []),
                                        max_chars=self.options.max_text_chars)
         rate = engine.sample_rate
         began = time.perf_counter()
