@@ -42,7 +42,7 @@ import time
 import wave
 from pathlib import Path
 
-from serve_assets import espeak_16k, reduced_speech
+from serve_assets import espeak_16k, reduced_speech, whisper_encoder_onnx
 from serve_clients import Stats, Think, http_asr, http_tts, wyoming_asr, wyoming_tts
 
 SENTENCES = [
@@ -107,11 +107,7 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="bench_serve_"))
     encoder = None if args.stock_encoder else args.encoder
     if encoder is None and not args.stock_encoder:
-        from rkspeech.export.whisper_onnx import export_encoder
-        from rkspeech.models.whisper.weights import load_whisper_encoder
-
-        encoder = tmp / "encoder.onnx"
-        export_encoder(load_whisper_encoder(model_dir).model, encoder)
+        encoder = whisper_encoder_onnx(model_dir, tmp / "encoder.onnx")
     tts_root, plan = reduced_speech()
     rss_start = rss_mb()
     models = [WhisperModel(model_dir, encoder=encoder, backend="ort" if encoder else None, threads=args.threads)

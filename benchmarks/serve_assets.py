@@ -1,7 +1,8 @@
 """What ``bench_serve.py`` serves: the reduced synthetic custom-voice Qwen3-TTS model and its vocoder
 plan on onnxruntime, built as the tests build them (tests/conftest.py ``tts_custom_ckpt``,
 tests/streaming_fixtures.py: step graphs B=4 and B=16, an ``impl: onnx`` plan), cached under
-``~/.cache/rkspeech/bench_serve``; and espeak-ng recordings at 16 kHz."""
+``~/.cache/rkspeech/bench_serve``; a Whisper encoder exported to onnx (offloaded to onnxruntime);
+and espeak-ng recordings at 16 kHz."""
 
 from __future__ import annotations
 
@@ -38,6 +39,17 @@ def reduced_speech(cache: Path = CACHE) -> tuple[Path, Path]:
         write_plan(plan, placement="cpu-fp32", target=None, contracts={r: read_contract(p) for r, p in graphs.items()},
                    onnx=graphs)
     return root, plan
+
+
+def whisper_encoder_onnx(model_dir, path: Path) -> Path:
+    """The encoder of the CTranslate2 Whisper folder ``model_dir`` exported to ``path`` (kept if it is there)."""
+    if not Path(path).is_file():
+        from rkspeech.export.whisper_onnx import export_encoder
+        from rkspeech.models.whisper.weights import load_whisper_encoder
+
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        export_encoder(load_whisper_encoder(model_dir).model, path)
+    return Path(path)
 
 
 def espeak_16k(text: str, path: Path) -> Path:

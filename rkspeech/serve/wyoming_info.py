@@ -34,9 +34,11 @@ def info_event(pool: ServePool, options: ServeOptions):
                                                version=version)],
                               supports_transcript_streaming=True))
     if pool.has(SPEECH):
+        from rkspeech.serve.language_codes import advertised
+
         engine = pool.first_model(SPEECH)
         voices = [TtsVoice(name=s, description=f"{options.speech_model_name}: {s}", attribution=qwen,
-                           installed=True, version=version, languages=list(engine.languages),
+                           installed=True, version=version, languages=advertised(engine.languages),
                            speakers=[TtsVoiceSpeaker(name=s)])
                   for s in (engine.speakers or ["default"])]
         tts.append(TtsProgram(name="rkspeech-speech", description=options.speech_model_name, attribution=qwen,

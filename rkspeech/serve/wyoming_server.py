@@ -3,9 +3,10 @@
 Per connection (:class:`WyomingHandler`):
 
 * ``describe`` -> ``info``: an ASR program with one model (its languages) when transcription is
-  served, a TTS program with one voice per speaker (the engine's languages, streaming
-  synthesis supported) when speech is; built anew for every ``describe`` (Home Assistant
-  re-lists voices with one), so an engine's changed speakers show.
+  served, a TTS program with one voice per speaker (the engine's languages as ISO 639-1 codes,
+  which Home Assistant matches: ``language_codes``; streaming synthesis supported) when speech
+  is; built anew for every ``describe`` (Home Assistant re-lists voices with one), so an
+  engine's changed speakers show.
 * Speech to text: ``transcribe`` (optional: language; ``transcript_names`` / ``transcript_terms``
   become faster-whisper hotwords), ``audio-start``, ``audio-chunk``..., ``audio-stop`` ->
   ``transcript-start``, ``transcript-chunk`` per decoded segment, ``transcript-stop`` (streaming,
@@ -14,7 +15,9 @@ Per connection (:class:`WyomingHandler`):
   channel count are converted to 16 kHz 16-bit mono with ``AudioChunkConverter``; audio longer
   than ``max_audio_s`` is refused when the limit is crossed.
 * Text to speech: ``synthesize`` -> ``audio-start``, ``audio-chunk`` per decoded chunk (sent as
-  the engine yields it), ``audio-stop``.  The streaming form ``synthesize-start``,
+  the engine yields it), ``audio-stop``.  A request that names no voice (Home Assistant with no
+  voice picked; wyoming-bench) gets the engine's first voice, as wyoming-piper speaks its default
+  voice: a custom-voice model cannot speak without one.  The streaming form ``synthesize-start``,
   ``synthesize-chunk``... (text split anywhere, inside words too), ``synthesize-stop``
   synthesizes each sentence as soon as its end arrives, each as its own ``audio-start`` ..
   ``audio-stop`` (wyoming-piper's framing: a client learns the sentence ends; Home Assistant
@@ -334,11 +337,14 @@ class WyomingHandler:
         from wyoming.audio import AudioChunk, AudioStart
 
         from rkspeech.serve.audio import float_to_pcm16
+        from rkspeech.serve.language_codes import model_language
         from rkspeech.serve.speech import SpeakRequest
 
         engine = self.pool.first_model(SPEECH)
-        request = SpeakRequest.checked(engine, text, speaker=getattr(voice, "speaker", None) or getattr(voice, "name", None),
-                                       language=getattr(voice, "language", None),
+        named = getattr(voice, "speaker", None) or getattr(voice, "name", None)
+        request = SpeakRequest.checked(engine, text, speaker=named or "default",  # none named: the first voice
+                                       language=model_language(getattr(voice, "language", None),
+                                                               engine.languages or []),
                                        max_chars=self.options.max_text_chars)
         rate = engine.sample_rate
         began = time.perf_counter()

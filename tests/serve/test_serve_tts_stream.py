@@ -156,3 +156,111 @@ def test_voices_are_re_read_on_every_describe(served):
         return before, after
 
     assert asyncio.run(go()) == (["alloy", "ryan"], ["alloy", "ryan", "vivian"])
+
+
+class CustomVoice(Sentences):
+    """TEST DOUBLE of a custom-voice engine: refuses to speak without a speaker, as
+    ``models.qwen3_tts.generate`` does ("needs a speaker"); records the speaker of each request."""
+
+    def __init__(self):
+        super().__init__()
+        self.voices: list[str | None] = []
+
+    def stream(self, text, *, speaker=None, language=None, instruct=None):
+        from rkspeech.core.errors import RkspeechError
+
+        self.voices.append(speaker)
+        if speaker is None:
+            raise RkspeechError(f"this custom-voice checkpoint needs a speaker; one of: {', '.join(self.speakers)}")
+        yield from super().stream(text)
+
+
+def test_a_synthesize_that_names_no_voice_gets_the_first_voice():
+    """wyoming-bench (PyPI 2026.10.0) sends ``synthesize`` and ``synthesize-start`` with no voice, as
+    Home Assistant does when no voice is picked (wyoming-piper then speaks its default voice):
+    each is spoken in the engine's first voice, plain and streamed (it was an ``error``:
+    "needs a speaker")."""
+    from wyoming.client import AsyncTcpClient
+    from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop
+
+    from rkspeech.serve.engines import ServePool
+    from rkspeech.serve.options import ServeOptions
+    from rkspeech.serve.server import ServerThread
+
+    engine = CustomVoice()
+    st = ServerThread(ServePool(speakers=[engine], owned=False), ServeOptions(wyoming="tcp://127.0.0.1:0", http=None))
+    host, port = st.start().addresses["wyoming"].removeprefix("tcp://").rsplit(":", 1)
+
+    async def go():
+        async with AsyncTcpClient(host, int(port)) as c:
+            await c.write_event(Synthesize(text="Lights on.").event())
+            plain = await _until(c, "audio-stop", "error")
+            await c.write_event(SynthesizeStart().event())
+            await c.write_event(SynthesizeChunk(text="Lights off. ").event())
+            await c.write_event(SynthesizeStop().event())
+            streamed = await _until(c, "synthesize-stopped")
+        return plain, streamed
+
+    try:
+        plain, streamed = asyncio.run(go())
+    finally:
+        st.stop()
+    assert "error" not in [e.type for e in plain + streamed], [e.data for e in plain + streamed if e.type == "error"]
+    assert _sentences(plain) == [Sentences.pcm("Lights on.")]
+    assert _sentences(streamed) == [Sentences.pcm("Lights off.")]
+    assert engine.voices == ["alloy", "alloy"]
+
+
+class Multilingual(Sentences):
+    """TEST DOUBLE of a Qwen3-TTS engine's languages (the model's names, ``TTSConfig.languages``);
+    records the language of each request."""
+
+    def __init__(self):
+        super().__init__()
+        self.languages = ["auto", "chinese", "english", "german", "klingon"]
+        self.said_in: list[str | None] = []
+        self.voices_asked: list[str | None] = []
+
+    def stream(self, text, *, speaker=None, language=None, instruct=None):
+        self.said_in.append(language)
+        self.voices_asked.append(speaker)
+        yield from super().stream(text)
+
+
+def test_voices_list_language_codes_and_a_code_is_understood():
+    """Home Assistant offers a Wyoming TTS for a pipeline's language only if a voice lists that code
+    (``en``; its Wyoming TTS entity takes ``voice.languages`` as they are), so the model's language
+    names are advertised as ISO 639-1 codes ("auto" is no language; an unknown name stays as it
+    is), and a request's code -- ``en``, ``en_US``, ``de-DE`` -- or name reaches the engine as the
+    model's name.  (It listed ``auto, chinese, english, german`` and refused ``en``.)"""
+    from wyoming.client import AsyncTcpClient
+    from wyoming.info import Describe, Info
+    from wyoming.tts import Synthesize, SynthesizeVoice
+
+    from rkspeech.serve.engines import ServePool
+    from rkspeech.serve.options import ServeOptions
+    from rkspeech.serve.server import ServerThread
+
+    engine = Multilingual()
+    st = ServerThread(ServePool(speakers=[engine], owned=False), ServeOptions(wyoming="tcp://127.0.0.1:0", http=None))
+    host, port = st.start().addresses["wyoming"].removeprefix("tcp://").rsplit(":", 1)
+
+    async def go():
+        async with AsyncTcpClient(host, int(port)) as c:
+            await c.write_event(Describe().event())
+            info = Info.from_event((await _until(c, "info"))[-1])
+            answers = []
+            for language in ("en", "en_US", "de-DE", "german", None):
+                # the protocol's voice is a name (and speaker) or a language alone
+                await c.write_event(Synthesize(text="Hello.", voice=SynthesizeVoice(language=language)).event())
+                answers.append([e.type for e in await _until(c, "audio-stop", "error")])
+        return info, answers
+
+    try:
+        info, answers = asyncio.run(go())
+    finally:
+        st.stop()
+    assert {tuple(v.languages) for v in info.tts[0].voices} == {("zh", "en", "de", "klingon")}
+    assert all(a[-1] == "audio-stop" for a in answers), answers
+    assert engine.said_in == ["english", "english", "german", "german", None]
+    assert engine.voices_asked == ["alloy"] * 5  # a language alone: the first voice speaks it
