@@ -90,8 +90,8 @@ class TTSBuildOptions:
     cpu_check_frames: int = 48  # frames per utterance at most of the accuracy gate (cpu_stages.DEFAULT_CHECK_FRAMES)
     gate: str = "refuse"  # core.thresholds.GATE_MODES: refuse an unsafe placement, warn, or off (not measured)
     # fp32 activation peaks of the NPU-placed talker / code predictor, their exact rescale or a
-    # refusal (pipelines.fp16_headroom); False: not measured (the graphs as they are)
-    fp16_headroom: bool = True
+    # refusal (pipelines.fp16_headroom); skip: not measured, the graphs as they are
+    skip_fp16_headroom: bool = False
     # all
     skip_sim: bool = False
     timeout: float | None = None
@@ -297,7 +297,7 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
     headroom = None
     npu_graphs = ([] if o.skip_code_predictor or cp_place != "npu" else ["code_predictor"]) + \
         ([] if o.skip_talker or talker_place != "npu" else ["talker"])
-    if npu_graphs and o.fp16_headroom:
+    if npu_graphs and not o.skip_fp16_headroom:
         from rkspeech.pipelines.fp16_headroom import check_headroom
 
         headroom = check_headroom(stages, model, [Path(files.config), Path(files.weights)], npu_graphs)
