@@ -109,3 +109,16 @@ def trained_tts_ckpt(request, tmp_path_factory):
     cache = request.config.cache.mkdir("rkspeech") / "trained-tts" if getattr(request.config, "cache", None) else None
     return write_trained_tts_checkpoint(tmp_path_factory.mktemp("trained"), "reduced", "custom-voice", 0,
                                         options=TrainOptions(steps=TRAINED_TEST_STEPS), cache_dir=cache)
+
+
+@pytest.fixture(scope="session")
+def tts_massive_ckpt(tmp_path_factory):
+    """``tts_custom_ckpt``'s model (reduced custom-voice, seed 0) with the published 0.6B's massive
+    activation in its code predictor (``synth-checkpoint qwen3-tts --massive-activations``; the
+    record in ``model.safetensors``' metadata; ~35 s here)."""
+    from rkspeech.models.qwen3_tts.massive_activations import write_massive_activations
+    from rkspeech.models.qwen3_tts.synthetic_tts import write_tts_checkpoint
+
+    root = write_tts_checkpoint(tmp_path_factory.mktemp("tts_massive_reduced"), "reduced", "custom-voice", 0)
+    write_massive_activations(root)
+    return root

@@ -73,6 +73,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     f.add(ADVANCED, "--skip-talker-rknn", action="store_true",
           help="talker as ONNX only (onnxruntime on the host; RKLLM is the board route)")
     f.add(ADVANCED, "--skip-code-predictor", action="store_true", help="no code predictor graph (torch)")
+    f.add(ADVANCED, "--skip-fp16-headroom", action="store_true",
+          help="no fp16 headroom stage: the NPU graphs are exported without measuring their fp32 peaks "
+               "(no exact rescale of a channel past fp16's 65504, no refusal; docs/fp16-headroom.md)")
     f.add(ADVANCED, "--force", action="store_true", help="re-run every stage")
 
 
@@ -91,7 +94,7 @@ def options_from(args: argparse.Namespace):
         fail_on_cpu=args.fail_on_cpu, force=args.force, talker=args.talker, code_predictor=args.code_predictor,
         vocoder=args.vocoder, cpu_threads=args.cpu_threads, int4_block=args.int4_block,
         int4_symmetric=args.int4_symmetric, cpu_check_frames=args.cpu_check_frames,
-        gate=args.gate)
+        gate=args.gate, skip_fp16_headroom=args.skip_fp16_headroom)
 
 
 def _ops(row: dict) -> str:
@@ -154,6 +157,20 @@ def _gate_rows(gate: dict | None) -> list[tuple]:
     return [("accuracy gate", how), ("accuracy gate verdict", verdict)]
 
 
+def _headroom_rows(h: dict | None) -> list[tuple]:
+    """The fp16 headroom stage: per graph its largest fp32 peak and the rescale folded in."""
+    if not h:
+        return []
+    rows = []
+    for g, row in h["graphs"].items():
+        top = row["top"][0] if row["top"] else {"tensor": "-", "ratio": 0.0}
+        fix = "; ".join(f"layer {e['layer']} channels {e['channels']} / 2^{e['shift']}" for e in row["rescale"])
+        rows.append((f"{g}: fp16 headroom", f"peak {top['ratio']:.3g} x 65504 ({top['tensor']}) over "
+                                            f"{h['frames']} frames of {h['texts']} texts; "
+                                            + (f"exact rescale {fix}" if fix else "no rescale")))
+    return rows
+
+
 def summary_rows(summary: dict) -> list[tuple]:
     from rkspeech.core.compare import db_text
 
@@ -184,6 +201,7 @@ def summary_rows(summary: dict) -> list[tuple]:
     v = (summary["graphs"].get("vocoder") or {}).get("verify")
     if v:
         rows.append(("vocoder simulator step vs full decode", f"{db_text(v['snr_db']['rknn_sim_step'])} dB"))
+    rows += _headroom_rows(summary.get("fp16_headroom"))
     rows += _gate_rows(summary.get("accuracy_gate"))
     rows.append(("plan", summary["plan"]))
     rows.append(("total", f"{summary['seconds']:.0f} s"))

@@ -133,7 +133,8 @@ def check_torch_frame_graph(ref_logits, torch_codes) -> None:
 def build_code_predictor(stages, files, out: Path, *, target: str, verify_frames: int = 20,
                          skip_sim: bool = False, timeout: float | None = None, model=None,
                          dtype: str = "fp16", calibration_frames: int = 240, hybrid=None,
-                         form: str = DEFAULT_FORM, convert: bool = True, layout: dict | None = None) -> dict:
+                         form: str = DEFAULT_FORM, convert: bool = True, layout: dict | None = None,
+                         fp16_rescale: list | None = None) -> dict:
     """Run (or resume) the code predictor's stages in ``out / "code_predictor"``; the report.
 
     ``stages``: a ``pipelines.resumable.StageRunner`` (its state file may be shared with the other
@@ -144,7 +145,9 @@ def build_code_predictor(stages, files, out: Path, *, target: str, verify_frames
     ``code_predictor_forms.FORMS``; ``convert=False``: export (and its onnxruntime check) only, for a
     CPU placement (no lint, .rknn or simulator; ``placement``, ``build``, ``sim`` are None);
     ``layout``: the step form's ``kv_layout`` / ``cache_io`` (``cpu_stages.CPU_EXPORT`` for a CPU
-    placement; None: the NPU's; the frame form has no cache input and ignores it)."""
+    placement; None: the NPU's; the frame form has no cache input and ignores it); ``fp16_rescale``:
+    the exact rescale ``model`` carries (``pipelines.fp16_headroom``), in the export's key so that
+    a changed one re-exports (None or []: none)."""
     shape = get_form(form)
     if not convert and dtype != "fp16":
         raise RkspeechError(f"a code predictor that is not converted has no {dtype} build; use dtype fp16")
@@ -189,6 +192,8 @@ def build_code_predictor(stages, files, out: Path, *, target: str, verify_frames
 
     layout_kw = dict(layout or {}) if form == "step" else {}
     export_key = {"form": form, "embed": EMBED} if form == "frame" else {"form": form, **layout_kw}
+    if fp16_rescale:  # absent when empty: builds without one keep their fingerprints
+        export_key["fp16_rescale"] = fp16_rescale
     export = stages.run("code_predictor_export", {**export_key, **({"int16_ready": True} if i16 else {})}, ckpt,
                         lambda: [onnx_path], do_export)
 

@@ -49,9 +49,10 @@ def onnx_vs_torch(step, path, *, start: int | None = None) -> dict:
 
 def build_talker(stages, files, out: Path, *, target: str, capacity: int, prefill_B: int, skip_rknn: bool,
                  skip_sim: bool, timeout: float | None, verify_frames: int = 24,
-                 kv_layout: str = "heads", cache_io: str = "flat", model=None) -> dict:
+                 kv_layout: str = "heads", cache_io: str = "flat", model=None, fp16_rescale: list | None = None) -> dict:
     """Export, lint, convert (unless ``skip_rknn``) and verify (unless ``skip_sim``) the talker.
-    ``model``: a ``LazyTTSModel`` shared with the build's other stages (default: one of its own)."""
+    ``model``: a ``LazyTTSModel`` shared with the build's other stages (default: one of its own);
+    ``fp16_rescale``: the exact rescale it carries (``pipelines.fp16_headroom``; in the export's key)."""
     if model is None:
         from rkspeech.models.qwen3_tts.generate import LazyTTSModel
 
@@ -64,7 +65,8 @@ def build_talker(stages, files, out: Path, *, target: str, capacity: int, prefil
     onnx_paths = {"prefill": onnx_dir / f"talker_prefill_B{prefill_B}_cap{capacity}.onnx",
                   "decode": onnx_dir / f"talker_decode_B1_cap{capacity}.onnx"}
     ckpt = [files.config, files.weights]
-    export_args = {"capacity": capacity, "B": prefill_B, "kv_layout": kv_layout, "cache_io": cache_io}
+    export_args = {"capacity": capacity, "B": prefill_B, "kv_layout": kv_layout, "cache_io": cache_io,
+                   **({"fp16_rescale": fp16_rescale} if fp16_rescale else {})}
 
     def do_export():
         from rkspeech.export.talker_onnx import export_talker_pair

@@ -22,7 +22,14 @@ writes the report without a plan (removing an earlier build's) and raises one li
 writes the plan and records the failures as a warning (report ``warnings``, plan
 ``accuracy_gate``); ``"off"`` measures nothing and records that.  The plan also records the
 checkpoint's ``prompt_form`` (``TTSConfig.default_text_in_prompt``), in which the gate generated.
-``skip_talker_rknn`` is ``talker="cpu-fp32"``.  The vocoder runs on the NPU (``vocoder="npu"``,
+``skip_talker_rknn`` is ``talker="cpu-fp32"``.
+
+**fp16 headroom** (issue 39): before the NPU-placed talker / code predictor are exported, the
+``fp16_headroom`` stage (``pipelines.fp16_headroom``) measures their fp32 activation peaks over
+held-out texts, folds an exact power-of-two rescale into a SwiGLU MLP channel that nears fp16's
+65504 (recorded as the stage record's ``fp16_rescale`` in the plan, and in the report's
+``fp16_headroom``), and refuses the NPU placement in one line where a tensor exceeds 65504 that
+no exact rescale moves.  The vocoder runs on the NPU (``vocoder="npu"``,
 the only value for now; ``speak --backend ort`` runs its exact host graphs).
 """
 
@@ -41,6 +48,7 @@ from rkspeech.core.placement import PLACEMENTS
 from rkspeech.core.thresholds import GATE_MODES
 from rkspeech.core.targets import DEFAULT_TARGET, TARGETS
 from rkspeech.pipelines.code_predictor_forms import DEFAULT_FORM
+from rkspeech.pipelines.fp16_headroom import rescale_of
 from rkspeech.pipelines.vocoder_build import BUILD_REPORT, PLAN_FILE
 from rkspeech.contracts.formulations import DEFAULT_FORMULATION
 
@@ -81,6 +89,9 @@ class TTSBuildOptions:
     int4_symmetric: bool = False  # cpu-int4: no zero points
     cpu_check_frames: int = 48  # frames per utterance at most of the accuracy gate (cpu_stages.DEFAULT_CHECK_FRAMES)
     gate: str = "refuse"  # core.thresholds.GATE_MODES: refuse an unsafe placement, warn, or off (not measured)
+    # fp32 activation peaks of the NPU-placed talker / code predictor, their exact rescale or a
+    # refusal (pipelines.fp16_headroom); skip: not measured, the graphs as they are
+    skip_fp16_headroom: bool = False
     # all
     skip_sim: bool = False
     timeout: float | None = None
@@ -283,6 +294,13 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
     graphs: dict[str, dict] = {}
     cp = talker = None
     cp_place, talker_place = code_predictor_placement(o), talker_placement(o)
+    headroom = None
+    npu_graphs = ([] if o.skip_code_predictor or cp_place != "npu" else ["code_predictor"]) + \
+        ([] if o.skip_talker or talker_place != "npu" else ["talker"])
+    if npu_graphs and not o.skip_fp16_headroom:
+        from rkspeech.pipelines.fp16_headroom import check_headroom
+
+        headroom = check_headroom(stages, model, [Path(files.config), Path(files.weights)], npu_graphs)
     cpu_checks: dict[str, dict] = {}  # stage -> what check_cpu_stages compares
     if not o.skip_code_predictor:
         from rkspeech.pipelines.code_predictor_build import build_code_predictor
@@ -292,7 +310,8 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
                                   dtype=o.code_predictor_dtype,
                                   calibration_frames=o.code_predictor_calibration_frames,
                                   form=o.code_predictor_form, convert=cp_place == "npu",
-                                  layout=CPU_EXPORT if cp_place != "npu" else None)
+                                  layout=CPU_EXPORT if cp_place != "npu" else None,
+                                  fp16_rescale=rescale_of(headroom, "code_predictor"))
         a = cp["artifacts"]
         cpu_checks["code_predictor"] = {"placement": cp_place, "role": cp["role"], "fp32": Path(a["onnx"])}
         if cp_place != "npu":
@@ -322,6 +341,8 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
             sections["code_predictor"] = stage_section(
                 placement="npu", target=o.target, artifacts={cp["role"]: {"onnx": a["onnx"], "rknn": a["rknn"]}},
                 contract=read_contract(a["onnx"]).to_dict(), base=out, quantization=quant)
+            if rescale_of(headroom, "code_predictor") is not None:  # measured ([]: nothing to rescale)
+                sections["code_predictor"]["fp16_rescale"] = rescale_of(headroom, "code_predictor")
             graphs["code_predictor"] = {**_graph_row(cp.get("convert") or cp, (cp.get("rknn") or {}).get("bytes")),
                                         "form": cp.get("form"), "dtype": cp.get("dtype"), "sim": cp.get("sim")}
     if not o.skip_talker:
@@ -330,6 +351,7 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
         talker = build_talker(stages, files, out, target=o.target, capacity=o.talker_capacity,
                               prefill_B=o.talker_prefill, skip_rknn=talker_place != "npu",
                               skip_sim=o.skip_sim, timeout=o.timeout, model=model,
+                              fp16_rescale=rescale_of(headroom, "talker"),
                               **(CPU_EXPORT if talker_place != "npu" else {}))
         a = talker["artifacts"]
         src = {r: Path(a[r]["onnx"]) for r in ("prefill", "decode")}
@@ -348,6 +370,8 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
                 placement="npu", target=o.target,
                 artifacts={r: {"onnx": a[r]["onnx"], "rknn": a[r].get("rknn")} for r in ("prefill", "decode")},
                 contract=read_contract(a["decode"]["onnx"]).to_dict(), base=out)
+            if rescale_of(headroom, "talker") is not None:
+                sections["talker"]["fp16_rescale"] = rescale_of(headroom, "talker")
         graphs["talker"] = {**_graph_row(talker if talker.get("placement") else None, None),
                             "per_graph": {r: _graph_row(talker["graphs"][r] if "placement" in talker["graphs"][r]
                                                         else None, None) for r in ("prefill", "decode")},
@@ -383,6 +407,7 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
         "model": "qwen3-tts", "target": o.target, "plan": str(plan_path),
         "graphs": graphs,
         "vocoder": vocoder, "code_predictor": cp, "talker": talker, "accuracy_gate": gate,
+        "fp16_headroom": headroom,
         **({"warnings": [gate["warning"]]} if gate.get("warning") else {}),
         "placements": {"talker": None if o.skip_talker else talker_place,
                        "code_predictor": None if o.skip_code_predictor else cp_place, "vocoder": o.vocoder},

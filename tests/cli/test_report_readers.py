@@ -54,3 +54,19 @@ def test_verify_report_is_valid_json_when_identical():
     rep = json.loads(json.dumps(r.to_report(), allow_nan=False))
     assert rep["snr_db"] == {"onnxruntime_step": None, "rknn_sim_step": 50.0}
     assert rep["sim_vs_onnxruntime_db"] is None and rep["per_step_snr_db"]["onnxruntime_step"] == [None, 70.12]
+
+
+def test_the_fp16_headroom_row():
+    from rkspeech.cli.build_tts import summary_rows
+
+    h = {"texts": 5, "frames": 115, "graphs": {
+        "code_predictor": {"top": [{"tensor": "model.layers.1.mlp.down_proj:input", "peak": 187716.6, "ratio": 2.8657}],
+                           "rescale": [{"layer": 1, "channels": [13, 64, 71], "shift": 4}]},
+        "talker": {"top": [{"tensor": "layers.0:output", "peak": 9.0, "ratio": 0.0001}], "rescale": []}}}
+    rows = dict(summary_rows({"target": "rk3588", "graphs": {}, "plan": "p", "seconds": 1.0, "fp16_headroom": h}))
+    assert rows["code_predictor: fp16 headroom"] == ("peak 2.87 x 65504 (model.layers.1.mlp.down_proj:input) over "
+                                                     "115 frames of 5 texts; exact rescale layer 1 channels "
+                                                     "[13, 64, 71] / 2^4")
+    assert rows["talker: fp16 headroom"].endswith("; no rescale")
+    assert "code_predictor: fp16 headroom" not in dict(summary_rows({"target": "rk3588", "graphs": {}, "plan": "p",
+                                                                      "seconds": 1.0}))

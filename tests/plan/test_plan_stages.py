@@ -202,3 +202,16 @@ def test_stage_core_mask_reaches_the_runner(tmp_path, graphs, monkeypatch):
     plan.write_text(json.dumps(raw))
     with pytest.raises(RkspeechError, match=r"code_predictor.core_mask is '3', expected one of auto, 0, 1, 2"):
         load_plan(plan, backend="ort")
+
+
+def test_a_stage_record_with_its_fp16_rescale_loads(tmp_path, graphs):
+    """``build qwen3-tts``' fp16 headroom stage adds ``fp16_rescale`` to the NPU stage's record
+    (``pipelines.fp16_headroom``): the plan stays format 2 and loads as before."""
+    from rkspeech.plan.record import PLAN_FORMAT
+
+    plan = make_plan(tmp_path, graphs)
+    raw = json.loads(plan.read_text())
+    raw["code_predictor"]["fp16_rescale"] = [{"layer": 1, "channels": [13, 64, 71], "shift": 4}]
+    plan.write_text(json.dumps(raw))
+    p = load_plan(plan, backend="ort")
+    assert raw["format"] == PLAN_FORMAT and p.stages["code_predictor"].placement == "npu"

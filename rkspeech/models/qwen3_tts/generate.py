@@ -310,8 +310,20 @@ class LazyTTSModel:
 
     def __init__(self, files):
         self.files, self._tts = files, None
+        self._transforms: list = []
 
     def get(self) -> TTSModel:
         if self._tts is None:
-            self._tts = TTSModel.load(self.files.root)
+            tts = TTSModel.load(self.files.root)
+            for fn in self._transforms:
+                fn(tts)
+            self._tts = tts
         return self._tts
+
+    def transform(self, fn) -> None:
+        """Apply ``fn(tts)`` (an in-place change of the weights, e.g. the fp16 headroom's exact
+        rescale) now if the model is loaded, else when ``get`` loads it."""
+        if self._tts is not None:
+            fn(self._tts)
+        else:
+            self._transforms.append(fn)

@@ -1,0 +1,103 @@
+"""The fp16 headroom stage of ``build qwen3-tts``: measure, rescale exactly, or refuse the NPU.
+
+Before any NPU-placed talker / code predictor graph is exported, greedy runs of the accuracy
+gate's held-out texts (``accuracy.gate.GATE_TEXTS``, the first ``texts``, speakers and languages
+cycled as the gate does) record the fp32 peak of every tensor of those graphs' torch stacks
+(``models.qwen3_tts.fp16_headroom``).  Then, per graph:
+
+* a SwiGLU MLP channel over ``FP16_MAX / MARGIN`` gets the exact power-of-two rescale, folded
+  into the shared model's weights before the export (the ONNX and .rknn carry it; the fp32 model
+  stays bit-identical, so every later check compares the same function), its record in the
+  plan's stage record (``fp16_rescale``) and in the export stage's key (a changed rescale
+  re-exports);
+* any other tensor over ``FP16_MAX`` (65504) refuses the NPU placement in one line naming the
+  graph, the tensor (its layer), the peak and the placement that works.
+
+The stage is resumable (``pipelines.resumable``; keyed on the checkpoint files and its
+settings); its report goes to ``build-report.json`` under ``fp16_headroom``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rkspeech.core.errors import RkspeechError
+
+STAGE = "fp16_headroom"
+#: held-out texts (the first of ``GATE_TEXTS``) and greedy frames per text
+TEXTS = 5
+FRAMES = 24
+#: the placement a refusal points to, per graph
+CPU_FLAG = {"code_predictor": "--code-predictor cpu-int8", "talker": "--talker cpu-int8"}
+
+
+def headroom_runs(tts, n: int) -> list[tuple[str, dict]]:
+    """``(text, generate_frames keywords)`` of the first ``n`` gate texts: the gate's requests
+    (custom voice / voice design), a base model cloning the code predictor checks' two-tone clip."""
+    from rkspeech.accuracy.gate import GATE_TEXTS
+    from rkspeech.core.capture import CALM_VOICE, cycled_requests, sample_request, tone_clip
+
+    texts = list(GATE_TEXTS[:n])
+    if tts.cfg.tts_model_type in ("custom_voice", "voice_design"):
+        requests = cycled_requests(tts, len(texts), instruct=CALM_VOICE)
+    else:
+        clip = tone_clip((220, 0.3), (1330, 0.1))
+        requests = [sample_request(tts, i, ref_audio=clip) for i in range(len(texts))]
+    return list(zip(texts, requests))
+
+
+def measure(tts, graphs, *, texts: int = TEXTS, frames: int = FRAMES, margin: float | None = None) -> dict:
+    """The stage's report (JSON-able): per graph the top tensors, the rescale, the top tensors
+    after it and ``over`` (``[tensor, peak]`` still over ``FP16_MAX``)."""
+    from rkspeech.models.qwen3_tts.fp16_headroom import FP16_MAX, MARGIN, measure_peaks, plan_rescale, top_tensors
+
+    margin = MARGIN if margin is None else margin
+    runs = headroom_runs(tts, texts)
+    peaks = measure_peaks(tts, graphs, runs, frames)
+    out = {"texts": len(runs), "frames": peaks.frames, "margin": margin, "fp16_max": FP16_MAX, "graphs": {}}
+    for g in graphs:
+        p = plan_rescale(peaks, g, margin=margin)
+        out["graphs"][g] = {"top": top_tensors(peaks.tensors.get(g, {})), "rescale": p["rescale"],
+                            "top_after": top_tensors(p["after"], 3),
+                            "over": [[n, round(v, 3)] for n, v in p["over"]]}
+    return out
+
+
+def refusal(report: dict) -> str | None:
+    """The one line refusing an NPU placement (None: every graph fits fp16 after its rescale)."""
+    from rkspeech.models.qwen3_tts.fp16_headroom import FP16_MAX
+
+    for g, row in report["graphs"].items():
+        if row["over"]:
+            name, peak = row["over"][0]
+            more = f" (+{len(row['over']) - 1} more tensors)" if len(row["over"]) > 1 else ""
+            return (f"fp16 headroom: the NPU {g.replace('_', ' ')}'s {name} peaks at {peak:.6g} "
+                    f"({peak / FP16_MAX:.2f}x fp16's {FP16_MAX:.0f}) over {report['texts']} held-out texts{more}, "
+                    f"and no exact rescale moves it; place it on the CPU: {CPU_FLAG.get(g, 'cpu-int8')}")
+    return None
+
+
+def check_headroom(stages, model, ckpt: list[Path], graphs, *, texts: int = TEXTS, frames: int = FRAMES) -> dict:
+    """Run (or resume) the stage for ``graphs`` (NPU-placed graph names), refuse in one line where
+    no exact rescale fits, else fold the rescales into ``model`` (a ``LazyTTSModel``: now, or when
+    it loads) and return the report (``seconds``: what the stage took, or took when it ran)."""
+    from rkspeech.models.qwen3_tts.fp16_headroom import MARGIN, apply_rescale
+
+    graphs = sorted(graphs)
+    report = stages.run(STAGE, {"graphs": graphs, "texts": texts, "frames": frames, "margin": MARGIN}, ckpt,
+                        lambda: [], lambda: measure(model.get(), graphs, texts=texts, frames=frames))
+    timing = stages.timings.get(STAGE, {})
+    report = {**report, "seconds": timing.get("seconds", timing.get("built_seconds"))}
+    line = refusal(report)
+    if line:
+        raise RkspeechError(line)
+    for g, row in report["graphs"].items():
+        if row["rescale"]:
+            model.transform(lambda tts, g=g, r=row["rescale"]: apply_rescale(tts, g, r))
+    return report
+
+
+def rescale_of(report: dict | None, graph: str) -> list[dict] | None:
+    """``graph``'s rescale in the stage's report (None: not measured; []: measured, none needed)."""
+    row = ((report or {}).get("graphs") or {}).get(graph)
+    return None if row is None else row["rescale"]
