@@ -170,13 +170,14 @@ root_stage2() {
   touch "$CACHE/stage2.done"
 }
 
-# The checkout as git sees it (tracked and untracked, not ignored files), copied into the root;
+# The checkout as git sees it (tracked and untracked, not ignored files, as they are on disk), copied into the root;
 # its hash decides whether the root's install is current.
 copy_checkout() {
   local dst=$ROOT/src/rkspeech
   rm -rf "$dst"; mkdir -p "$dst"
-  (cd "$REPO" && git ls-files -z -co --exclude-standard | xargs -0 -I{} sh -c '[ -e "{}" ] && echo "{}"' \
-     | tar -cf - -T -) | tar -xf - -C "$dst"
+  # (.venv: a developer's venv, or a link to one, is no part of the checkout)
+  (cd "$REPO" && git ls-files -co --exclude-standard | grep -v -e '^\.venv' -e '^build/' \
+     | while IFS= read -r f; do [ -f "$f" ] && printf '%s\n' "$f"; done | tar -cf - -T -) | tar -xf - -C "$dst"
   (cd "$dst" && find . -type f -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
 }
 pip_install() {
