@@ -12,6 +12,7 @@ docs/board.md.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
@@ -104,7 +105,10 @@ class RknnLiteRunner(Runner):
         cap = FdCapture(None)
         failed = None
         try:
-            with cap:
+            # fd 1 and 2 for the C runtime; sys.stdout / sys.stderr too, for Python prints when
+            # they are not the process's own streams (a test's capture, a server's log)
+            with cap, open(1, "w", closefd=False) as out, open(2, "w", closefd=False) as err, \
+                    contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
                 try:
                     self.rknn = RKNNLite(verbose=False)
                     failed = "load_rknn"
