@@ -152,10 +152,10 @@ in_root() {
   done
   echo "0 0 65536" > "/proc/$pid/uid_map" && echo "0 0 65536" > "/proc/$pid/gid_map" \
     || { kill "$pid" 2>/dev/null; echo "board-rehearsal: cannot map the namespace's ids (needs root)" >&2; }
-  # unshare ignores SIGTERM / SIGINT while it waits, and the command is the namespace's pid 1, which
-  # the kernel spares every signal it has no handler for: SIGKILL unshare, and --kill-child takes
-  # the namespace down with it (measured: a TERM left check-board running)
-  trap 'kill -KILL '"$pid"' 2>/dev/null; exit 143' INT TERM
+  # unshare ignores SIGTERM / SIGINT while it waits, and --kill-child's death signal did not reach
+  # the command (measured: it ran on, reparented, after unshare was SIGKILLed): SIGKILL the
+  # namespace's pid 1 from here, which ends every process in the namespace, then unshare
+  trap 'kill -KILL $(cat /proc/'"$pid"'/task/'"$pid"'/children 2>/dev/null) '"$pid"' 2>/dev/null; exit 143' INT TERM
   wait "$pid" || rc=$?
   trap - INT TERM
   return "$rc"
