@@ -308,8 +308,10 @@ if chk.is_file():
     rows.append(("check-board --backend ort (aarch64)", "; ".join(
         f"{g['graph']} {'ok' if g['ok'] else 'FAIL'} ({len(g['steps'])} steps)" for g in rep["graphs"])))
 lite = (out / "arm64-rknnlite.txt").read_text().strip().splitlines() if (out / "arm64-rknnlite.txt").is_file() else []
+lite = [ln for ln in lite if not ln.startswith(("... ", "done: "))]  # rkspeech's own progress lines
 rc = times.get("arm64-check-board-rknnlite", (0, -1))[1]
-rows.append(("check-board rknn-lite (aarch64)", f"exit {rc}, {len(lite)} line(s): {lite[-1][:160] if lite else ''}"))
+rows.append(("check-board rknn-lite (aarch64)", f"exit {rc}, {len(lite)} line(s) besides progress: "
+             f"{lite[-1][:150] if lite else ''}..."))
 ok &= rc == 2 and len(lite) == 1
 doc = (out / "arm64-doctor.txt").read_text().splitlines() if (out / "arm64-doctor.txt").is_file() else []
 rows.append(("doctor --plan (aarch64)", f"exit {times.get('arm64-doctor', (0, -1))[1]}, {len(doc)} lines"))

@@ -87,6 +87,8 @@ class NoisyRKNNLite(StandInRKNNLite):
 
 
 def test_init_failure_is_one_line_and_the_toolkit_noise_goes_to_a_log(tmp_path_factory, monkeypatch, capfd):
+    import os
+
     import rkspeech.convert.toolkit as toolkit
     from rkspeech.core.errors import RkspeechError
     from rkspeech.runtime.runners import open_runner
@@ -103,6 +105,7 @@ def test_init_failure_is_one_line_and_the_toolkit_noise_goes_to_a_log(tmp_path_f
     assert "\n" not in line
     log = line.rsplit("its log: ", 1)[1]
     text = open(log).read()
+    os.unlink(log)
     assert "toolkit log line 8" in text and "Traceback" in text and "librknnrt version" in text
 
 
