@@ -278,7 +278,7 @@ rows, ok = [], True
 def tsv(path):
     return [line.split("\t") for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
 times = {r[0]: (float(r[1]), int(r[2])) for r in tsv(out / "times.tsv")}
-total = same = 0
+total = same = whole = 0
 for i in range(n):
     a, x = out / f"arm64-{i}.npy", out / f"x86-{i}.npy"
     if not (a.is_file() and x.is_file()):
@@ -287,6 +287,7 @@ for i in range(n):
     total += cx.size
     if ca.shape == cx.shape and np.array_equal(ca, cx):
         same += cx.size
+        whole += 1
         verdict = f"identical ({cx.shape[0]} frames x {cx.shape[1]} codebooks)"
     else:
         t = min(len(ca), len(cx))
@@ -301,7 +302,8 @@ for i in range(n):
     verdict += f"; wav {snr}, max |diff| {int(np.abs(d).max()) if t else 0} LSB, {int(np.count_nonzero(d))} of {t} samples differ"
     rows.append((f"utterance {i}: aarch64 vs x86", verdict))
 if total:
-    rows.insert(0, ("greedy codes aarch64 vs x86", f"{same} of {total} identical"))
+    rows.insert(0, ("greedy codes aarch64 vs x86", f"{whole} of {n} utterances identical end to end "
+                                                    f"({total} codes compared)"))
 chk = out / "arm64-check-ort.json"
 if chk.is_file():
     rep = json.loads(chk.read_text())
