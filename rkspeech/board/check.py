@@ -177,6 +177,7 @@ def check_graph(g: BoardGraph, o: CheckBoardOptions, target: str | None) -> dict
                     rows = [_compare(n, ref, call.outputs[n]) for n, ref in golden.outputs[k].items()]
                     steps.append({"step": k, "outputs": rows, "ok": all(r["ok"] for r in rows)})
             overhead = getattr(runner, "overhead_s", None)
+            runtime_log = getattr(runner, "runtime_log", "")  # rknn-lite: librknnrt's version line and the rest
     rest = times[1:] or times
     timing = {"first_ms": round(times[0] * 1e3, 3), "median_ms": round(statistics.median(rest) * 1e3, 3),
               "p95_ms": round(_pct(rest, 0.95) * 1e3, 3), "calls": len(times), "load_s": round(load_s, 3)}
@@ -186,6 +187,7 @@ def check_graph(g: BoardGraph, o: CheckBoardOptions, target: str | None) -> dict
     return {"graph": g.name, "file": str(g.rknn if o.backend == "rknnlite" else g.onnx), "golden": str(g.golden),
             "golden_source": golden.meta.get("source"), "steps": steps, "timing": timing,
             "estimate": _estimate_ms(g.rknn), "ok": failed is None,
+            **({"runtime_log": runtime_log[-4000:]} if runtime_log else {}),
             **({"failure": _failure_line(g.name, failed)} if failed else {})}
 
 

@@ -28,6 +28,9 @@ SOURCES = {
     "runtime-older-than-toolkit": "airockchip/rknn-toolkit2#281 (librknnrt 1.4.0, model from 2.3.0: \"Invalid RKNN "
                                   "model version 6\"), #254 (librknnrt 1.3.0), rockchip-linux/rknn-toolkit2#316 "
                                   "(librknnrt 1.5.0); fixed by replacing /usr/lib/librknnrt.so",
+    "librknnrt-missing": "the rknn-toolkit-lite2 2.5.0 aarch64 wheel holds no librknnrt.so (issue 40, measured); "
+                         "airockchip/rknn-toolkit2#303 (runtime/Linux/librknn_api/${BOARD_ARCH}/librknnrt.so pushed "
+                         "to /usr/lib), rockchip-linux/rknn-toolkit2#260, radxa-docs/docs#612 (rknpu2-rk3588)",
     "lite-runtime-skew": "airockchip/rknn-toolkit2#281 (rknn-toolkit-lite2 2.3.0 over librknnrt 1.4.0)",
     "driver-old": "airockchip/rknn-llm#97 (0.9.6: stability, NPU allocations over 4 GB); a 0.9.3 driver failing "
                   "\"failed to submit\" on a MobileNet conv, fixed by 0.9.6 (blog.gitcode.com, Radxa Rock 5B); "

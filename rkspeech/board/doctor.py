@@ -21,6 +21,7 @@ import re
 from pathlib import Path
 
 from rkspeech.board import compat
+from rkspeech.convert.toolkit import LIBRKNNRT_FROM
 from rkspeech.core.errors import RkspeechError
 
 _RT_VERSION = re.compile(rb"(\d+\.\d+\.\d+(?:b\d+)?) \(([0-9a-f]{6,}@\d{4}-\d\d-\d\dT[\d:]+)\)")
@@ -217,9 +218,8 @@ def board_report(*, root: str | os.PathLike = "/", plan: str | os.PathLike | Non
     else:
         if rt["path"] is None:
             findings.append({"id": "librknnrt-missing", "severity": "error",
-                             "message": "librknnrt.so not found: copy rknpu2/runtime/Linux/librknn_api/aarch64/"
-                                        "librknnrt.so from rknn-toolkit2 (the release of the toolkit that built the "
-                                        ".rknn) to /usr/lib/", "source": compat.SOURCES["runtime-older-than-toolkit"]})
+                             "message": f"librknnrt.so not found: {LIBRKNNRT_FROM}",
+                             "source": compat.SOURCES["librknnrt-missing"]})
         drv = compat.version_tuple(readings["rknpu_driver"])
         if drv is not None and drv < compat.MIN_DRIVER:
             findings.append({"id": "driver-old", "severity": "warning",

@@ -23,8 +23,17 @@ from rkspeech.core.errors import MissingPackage, RkspeechError
 
 TOOLKIT_HINT = ("install it into the host venv with `pip install --no-deps rknn-toolkit2==2.5.0` "
                 "(plus numpy<2, onnx<=1.18, setuptools<81; see `rkspeech doctor`)")
-LITE_HINT = ("rknn-toolkit-lite2 runs on the board (aarch64): `pip install rknn-toolkit-lite2` there, "
-             "with librknnrt.so from Rockchip's rknpu2 runtime installed")
+#: Where librknnrt.so comes from. rknn-toolkit-lite2 2.5.0's aarch64 wheel holds no librknnrt.so
+#: (measured: `pip install '.[board]'` in an emulated arm64 root, issue 40); it dlopens the one in
+#: /usr/lib (LIBRKNNRT_PATH elsewhere). Rockchip publishes it in airockchip/rknn-toolkit2 at
+#: rknpu2/runtime/Linux/librknn_api/aarch64/ (airockchip/rknn-toolkit2#303, rockchip-linux/
+#: rknn-toolkit2#260); vendor images package it too (Radxa's `rknpu2-rk3588`: radxa-docs/docs#612).
+LIBRKNNRT_FROM = ("rknn-toolkit-lite2's wheel does not ship librknnrt.so: copy "
+                  "rknpu2/runtime/Linux/librknn_api/aarch64/librknnrt.so from airockchip/rknn-toolkit2 (the "
+                  "release of the toolkit that built the .rknn) to /usr/lib/, or install the board vendor's "
+                  "runtime package (Radxa: rknpu2-rk3588)")
+LITE_HINT = ("rknn-toolkit-lite2 runs on the board (aarch64): `pip install rknn-toolkit-lite2` there; "
+             + LIBRKNNRT_FROM)
 
 
 def rknn_class():

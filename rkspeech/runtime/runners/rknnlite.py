@@ -12,7 +12,11 @@ docs/board.md.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
+import sys
+import tempfile
 import time
 
 import numpy as np
@@ -74,15 +78,51 @@ class RknnLiteRunner(Runner):
         self.reuse_outputs = bool(reuse_outputs)
         self.overhead_s = 0.0
         RKNNLite = rknn_lite_class()
-        self.rknn = RKNNLite(verbose=False)
-        if self.rknn.load_rknn(rknn_path) != 0:
+        #: what the toolkit and librknnrt printed while loading (the runtime's version line on a
+        #: board); check-board puts it in its report
+        self.runtime_log = ""
+        self.rknn = None
+        failed = self._open_quietly(RKNNLite, rknn_path, getattr(RKNNLite, _MASK_NAMES[core_mask]))
+        if failed:
             self.close()
-            raise RkspeechError(f"{rknn_path}: rknn-lite load_rknn failed")
-        if self.rknn.init_runtime(core_mask=getattr(RKNNLite, _MASK_NAMES[core_mask])) != 0:
-            self.close()
-            raise RkspeechError(f"{rknn_path}: rknn-lite init_runtime failed (built for "
-                                f"{', '.join(c.target_platform)}; is this that chip, with librknnrt.so "
-                                "and the NPU driver present?)")
+            log = keep_log(self.runtime_log, os.path.basename(rknn_path))
+            reason = toolkit_reason(self.runtime_log)
+            hint = (f" (built for {', '.join(c.target_platform)}; is this that chip, with librknnrt.so and the "
+                    "NPU driver present? docs/board.md says where librknnrt.so comes from)"
+                    if failed == "init_runtime" else "")
+            raise RkspeechError(f"{rknn_path}: rknn-lite {failed} failed{': ' + reason if reason else ''}{hint}"
+                                f"{'; its log: ' + log if log else ''}")
+
+    def _open_quietly(self, RKNNLite, rknn_path: str, mask: int) -> str | None:
+        """``RKNNLite()``, ``load_rknn``, ``init_runtime`` with fd 1 and 2 captured (``runtime_log``).
+
+        Off a board, rknn-toolkit-lite2 2.5.0 prints about ten log lines and a Python traceback from
+        ``init_runtime`` before returning -1 (issue 40, measured on an emulated aarch64): that noise
+        belongs in a file, behind our one line.  Returns the call that failed, or None.
+        """
+        from rkspeech.core.child import FdCapture
+
+        cap = FdCapture(None)
+        failed = None
+        try:
+            # fd 1 and 2 for the C runtime; sys.stdout / sys.stderr too, for Python prints when
+            # they are not the process's own streams (a test's capture, a server's log)
+            with cap, open(1, "w", closefd=False) as out, open(2, "w", closefd=False) as err, \
+                    contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                try:
+                    self.rknn = RKNNLite(verbose=False)
+                    failed = "load_rknn"
+                    if self.rknn.load_rknn(rknn_path) == 0:
+                        failed = "init_runtime"
+                        if self.rknn.init_runtime(core_mask=mask) == 0:
+                            failed = None
+                except Exception as exc:  # noqa: BLE001 - the toolkit raises what it likes; one line below
+                    print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
+                    failed = failed or "RKNNLite()"
+            self.runtime_log = cap.tail()
+        finally:
+            cap.close()
+        return failed
 
     def _infer(self, arrays: dict[str, np.ndarray]) -> list[np.ndarray]:
         if self.rknn is None:
@@ -118,3 +158,25 @@ class RknnLiteRunner(Runner):
         if getattr(self, "rknn", None) is not None:
             rknn, self.rknn = self.rknn, None
             rknn.release()
+
+
+def toolkit_reason(log: str) -> str:
+    """The toolkit's last error line in a captured log: an ``E ...`` log line or a Python
+    ``SomeError: ...`` / ``Exception: ...`` line ('' when there is none), at most 200 characters."""
+    for line in reversed([ln.strip() for ln in log.splitlines() if ln.strip()]):
+        if re.match(r"(E\s|E RKNN:|[A-Za-z_.]*(Exception|Error)\b.*:)", line):
+            return line[:200]
+    return ""
+
+
+def keep_log(text: str, name: str) -> str:
+    """Write a captured runtime log to a kept temporary file; its path ('' when empty or unwritable)."""
+    if not text.strip():
+        return ""
+    try:
+        fd, path = tempfile.mkstemp(prefix=f"rkspeech-rknnlite-{name}-", suffix=".log")
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        return path
+    except OSError:
+        return ""
