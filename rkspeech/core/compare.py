@@ -110,9 +110,15 @@ def compare_tensors(reference, test) -> dict:
 
 def json_number(x, digits: int | None = 2):
     """``x`` as a report writes it: rounded to ``digits`` (None: as it is); None (JSON ``null``)
-    when it is None or not finite (for an SNR: ``math.inf``, identical)."""
-    if x is None or not math.isfinite(x):
+    when it is None or ``math.inf`` (for an SNR: identical); NaN and ``-inf`` as the strings
+    ``"NaN"`` / ``"-Infinity"`` (JSON has no such numbers, and a NaN output must never read as
+    identical: an fp16 overflow's SNR is NaN)."""
+    if x is None or x == math.inf:
         return None
+    if math.isnan(x):
+        return "NaN"
+    if x == -math.inf:
+        return "-Infinity"
     return float(x) if digits is None else round(float(x), digits)
 
 
@@ -125,7 +131,7 @@ def report_tensors(reference, test) -> dict:
 
 def db_value(v) -> float:
     """A report's measured SNR back as a float: ``None`` (identical, :func:`json_number`) and an
-    older report's ``Infinity`` are ``math.inf``."""
+    older report's ``Infinity`` are ``math.inf``; ``"NaN"`` is NaN."""
     return math.inf if v is None else float(v)
 
 
@@ -133,4 +139,6 @@ def db_text(v, digits: int = 1) -> str:
     """A measured SNR (in memory, or from a report: ``None`` is identical) for people: the number
     to ``digits``, or ``identical``."""
     x = db_value(v)
+    if math.isnan(x):
+        return "NaN"
     return "identical" if x == math.inf else f"{x:.{digits}f}"
