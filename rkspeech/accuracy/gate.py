@@ -72,16 +72,23 @@ class GateThresholds:
 
 
 def record_reference(tts, *, talker, code_predictor, texts, requests, frames: int):
-    """The fp32 greedy runs (``ReferenceRun`` per text, its request kept as ``run.request``)."""
-    from rkspeech.accuracy.quantized_stage import record_greedy_reference
+    """The fp32 greedy runs (``ReferenceRun`` per text, its request kept as ``run.request``);
+    lane factories (``each_run``) run them all at once."""
+    import copy
 
-    runs = []
-    for text, request in progress.track(list(zip(texts, requests)), "accuracy gate: fp32 reference"):
-        run, = record_greedy_reference(tts, talker=talker, code_predictor=code_predictor, texts=(text,),
+    from rkspeech.accuracy.quantized_stage import each_run, record_greedy_reference
+
+    def one(item, b):
+        text, request = item
+        host = copy.copy(tts)  # its own backends and timing: the threads share weights and host only
+        run, = record_greedy_reference(host, talker=b["talker"], code_predictor=b["code_predictor"], texts=(text,),
                                        frames=frames, request=request)
         run.request = request
-        runs.append(run)
-    return runs
+        run.timing = dict(host.last_timing)
+        return run
+
+    return each_run(list(zip(texts, requests)), one, {"talker": talker, "code_predictor": code_predictor},
+                    "accuracy gate: fp32 reference")
 
 
 def _compare(ref: np.ndarray, got: np.ndarray, cap: int) -> dict:
@@ -105,18 +112,21 @@ def _compare(ref: np.ndarray, got: np.ndarray, cap: int) -> dict:
 def free_running(tts, runs, *, talker, code_predictor, frames: int, label: str = "stage") -> dict:
     """Greedy generation of every reference text with these backends, against the reference
     (``label``: the stage under test, for the progress lines)."""
+    import copy
+
+    from rkspeech.accuracy.quantized_stage import each_run
     from rkspeech.models.qwen3_tts.generate import GenerationOptions
 
-    saved = (tts.talker_backend, tts.code_predictor_backend)
-    rows = []
-    try:
-        tts.use_backends(talker=talker, code_predictor=code_predictor)
-        for run in progress.track(runs, f"accuracy gate: {label}, free running"):
-            got = tts.generate_codes(run.text, options=GenerationOptions.greedy(max_new_tokens=frames + 1),
-                                     **run.request)
-            rows.append({"text": run.text, **_compare(np.asarray(run.frames), got, frames)})
-    finally:
-        tts.talker_backend, tts.code_predictor_backend = saved
+    def one(run, b):
+        host = copy.copy(tts)  # its own backends and timing
+        host.use_backends(talker=b["talker"], code_predictor=b["code_predictor"])
+        got = host.generate_codes(run.text, options=GenerationOptions.greedy(max_new_tokens=frames + 1),
+                                  **run.request)
+        return {"text": run.text, **_compare(np.asarray(run.frames), got, frames)}, dict(host.last_timing)
+
+    done = each_run(runs, one, {"talker": talker, "code_predictor": code_predictor},
+                    f"accuracy gate: {label}, free running")
+    rows = [r for r, _ in done]
     same = sum(r["same_stop"] for r in rows)
     return {"utterances": len(rows), "same_stop": same, "same_stop_share": round(same / len(rows), 4) if rows else None,
             "stopped_reference": sum(r["stop_frame_reference"] is not None for r in rows),
@@ -124,7 +134,13 @@ def free_running(tts, runs, *, talker, code_predictor, frames: int, label: str =
             "first_diverging_frame": min((r["first_diverging_frame"] for r in rows
                                           if r["first_diverging_frame"] is not None), default=None),
             "codes_equal": round(float(np.mean([r["codes_equal"] for r in rows])), 4) if rows else None,
-            "texts": rows}
+            "texts": rows, "timing": stage_seconds([t for _, t in done])}
+
+
+def stage_seconds(timings) -> dict:
+    """Seconds in the stages' calls (``loop.new_timing``) summed over generations: with lanes, a
+    thread's wait for its round counts (so the sum exceeds the wall time)."""
+    return {k: round(sum(t.get(k, 0.0) for t in timings), 2) for k in ("talker_s", "code_predictor_s")}
 
 
 def measure_stage(tts, runs, name: str, variant, *, reference: dict, frames: int) -> dict:
@@ -141,8 +157,11 @@ def measure_stage(tts, runs, name: str, variant, *, reference: dict, frames: int
     else:
         tf = code_predictor_agreement(runs, variant)
         backends = {"talker": reference["talker"], "code_predictor": variant}
+    t1 = time.perf_counter()
     free = free_running(tts, runs, frames=frames, label=name.replace("_", " "), **backends)
-    return {"teacher_forced": tf, "free_running": free, "seconds": round(time.perf_counter() - t0, 2)}
+    t2 = time.perf_counter()
+    return {"teacher_forced": tf, "free_running": free, "seconds": round(t2 - t0, 2),
+            "timing": {"teacher_forced_s": round(t1 - t0, 2), "free_running_s": round(t2 - t1, 2)}}
 
 
 def judge(name: str, figures: dict, thresholds: GateThresholds) -> list[str]:
@@ -192,6 +211,7 @@ def run_gate(tts, *, reference: dict, variants: dict, texts=GATE_TEXTS, frames: 
     requests = cycled_requests(tts, len(texts), what="the accuracy gate",
                                hint=" (no reference audio to clone from); build with --gate off")
     runs = record_reference(tts, texts=texts, requests=requests, frames=frames, **reference)
+    ref_seconds = time.perf_counter() - t0
     ref_frames = sum(len(r.frames) for r in runs)
     out = {"texts": len(texts), "frames_per_text": frames,
            "prompt_form": "whole-text" if tts.cfg.default_text_in_prompt else "streaming",
@@ -200,7 +220,10 @@ def run_gate(tts, *, reference: dict, variants: dict, texts=GATE_TEXTS, frames: 
            "host_loop": tts.host,  # which host ran the generation loop (speak's report says the same)
            "reference_frames": ref_frames,
            "stopped_reference": sum(len(r.frames) < frames for r in runs),
-           "thresholds": thresholds.to_dict(), "stages": {}}
+           "thresholds": thresholds.to_dict(), "stages": {},
+           # where the time goes (docs/accuracy-gate.md, Cost); lanes: runtime.tts.lanes or None
+           "timing": {"reference_s": round(ref_seconds, 2), **stage_seconds([r.timing for r in runs]),
+                      "lanes": lanes_record(reference)}}
     for i, (name, backend) in enumerate(variants.items(), 1):
         # the gate runs for minutes (~15 on a published-size root): a line per part, and the
         # parts' own progress lines (core.progress.track), so it never sits silent (issue 37)
@@ -209,7 +232,18 @@ def run_gate(tts, *, reference: dict, variants: dict, texts=GATE_TEXTS, frames: 
         out["stages"][name] = {"backend": getattr(backend, "name", str(backend)),
                                **measure_stage(tts, runs, name, backend, reference=reference, frames=frames)}
     out["seconds"] = round(time.perf_counter() - t0, 2)
+    if out["timing"]["lanes"] is not None:
+        out["timing"]["lanes"] = lanes_record(reference)  # the rounds and calls of the whole gate
     return apply_thresholds(out, thresholds)
+
+
+def lanes_record(backends: dict) -> dict | None:
+    """``{"lanes", "rounds", "calls"}`` when the backends are lane factories (``runtime.tts.lanes``)."""
+    groups = [b for b in backends.values() if hasattr(b, "lane")]
+    if not groups:
+        return None
+    rounds = groups[0].rounds
+    return {"lanes": min(g.lanes for g in groups), "rounds": rounds.rounds, "calls": rounds.calls}
 
 
 def apply_thresholds(report: dict, thresholds: GateThresholds | None = None) -> dict:

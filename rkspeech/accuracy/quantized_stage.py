@@ -59,6 +59,48 @@ class ReferenceRun:
     cp_logits: list = field(default_factory=list)
 
 
+def each_run(items, fn, backends: dict, what: str) -> list:
+    """``[fn(item, backends) for item in items]``.  When every backend is a lane factory
+    (``runtime.tts.lanes``: it has ``lane()``), each item runs in a thread of its own with a lane
+    of each (``Rounds.map``): the items' graph calls become one call per round; otherwise in turn
+    (``what``: the progress line)."""
+    if not backends or not all(hasattr(b, "lane") for b in backends.values()):
+        return [fn(item, backends) for item in progress.track(list(items), what)]
+    import threading
+    import time
+
+    from rkspeech.runtime.tts.numpy_loop import blas_one_thread
+
+    rounds = next(iter(backends.values())).rounds
+    items = list(items)
+    lock, start = threading.Lock(), time.perf_counter()
+    state = {"done": 0, "last": start}
+
+    def finished() -> None:  # progress.track's lines, as the items end
+        with lock:
+            state["done"] += 1
+            now = time.perf_counter()
+            if now - state["last"] > progress.PERIODIC_SECONDS or state["done"] == len(items):
+                progress.info(f"    {what}: {state['done']}/{len(items)} ({now - start:.0f} s, in lanes)")
+                state["last"] = now
+
+    def one(item):
+        lanes = {}
+        try:
+            for k, b in backends.items():
+                lanes[k] = b.lane()
+            out = fn(item, lanes)
+        finally:
+            for lane in lanes.values():
+                lane.close()
+        finished()
+        return out
+
+    n = min(b.lanes for b in backends.values())
+    with blas_one_thread():  # one setting for every thread (each generation also sets it)
+        return [r for lo in range(0, len(items), n) for r in rounds.map(one, items[lo:lo + n])]
+
+
 def record_greedy_reference(tts, *, talker, code_predictor, texts=DEFAULT_TEXTS, frames: int = 16,
                             request: dict | None = None, text_in_prompt: bool | None = None) -> list[ReferenceRun]:
     """Greedy generation of up to ``frames`` frames per text with ``talker`` and
@@ -121,10 +163,14 @@ def talker_agreement(tts, runs: list[ReferenceRun], talker) -> dict:
     def logits(hidden) -> np.ndarray:
         return ops.numpy(ops.codec_logits(np.asarray(hidden, np.float32).reshape(-1)))
 
-    for run in progress.track(runs, "accuracy gate: talker, teacher forced"):
-        talker.start(sum(e.shape[0] for e, _ in run.talker_calls))
+    def replay(run, b):
+        b["talker"].start(sum(e.shape[0] for e, _ in run.talker_calls))
+        return [b["talker"].forward(e) for e, _ in run.talker_calls]
+
+    hidden = each_run(runs, replay, {"talker": talker}, "accuracy gate: talker, teacher forced")
+    for run, got_hidden in zip(runs, hidden):
         ref = np.stack([logits(h) for _, h in run.talker_calls])
-        got = np.stack([logits(talker.forward(e)) for e, _ in run.talker_calls])
+        got = np.stack([logits(h) for h in got_hidden])
         history = [int(c) for c in run.frames[:, 0]]
         ref_top, got_top = [], []
         for k in range(ref.shape[0]):
@@ -160,16 +206,23 @@ def code_predictor_agreement(runs: list[ReferenceRun], code_predictor) -> dict:
     margins: list[float] = []
     identical_frames = frames = 0
     per_text = []
-    for run in progress.track(runs, "accuracy gate: code predictor, teacher forced"):
-        first_div = None
-        for f, ((hidden, first), ref) in enumerate(zip(run.cp_inputs, run.cp_logits)):
-            codes = [int(c) for c in run.frames[f, 1:]]
+
+    def replay(run, b):
+        out = []
+        for f, (hidden, first) in enumerate(run.cp_inputs):
             if teacher_forced:
                 rows: list[np.ndarray] = []
-                code_predictor.frame(hidden, first, teacher(codes, rows))
-                got = np.stack(rows)
+                b["cp"].frame(hidden, first, teacher([int(c) for c in run.frames[f, 1:]], rows))
+                out.append(np.stack(rows))
             else:
-                got = np.asarray(code_predictor.infer(hidden, first)["logits"], dtype=np.float32)
+                out.append(np.asarray(b["cp"].infer(hidden, first)["logits"], dtype=np.float32))
+        return out
+
+    replayed = each_run(runs, replay, {"cp": code_predictor}, "accuracy gate: code predictor, teacher forced")
+    for run, got_frames in zip(runs, replayed):
+        first_div = None
+        for f, (ref, got) in enumerate(zip(run.cp_logits, got_frames)):
+            codes = [int(c) for c in run.frames[f, 1:]]
             ref = np.asarray(ref, np.float64)
             got = got.astype(np.float64).reshape(ref.shape)
             same = got.argmax(-1) == np.asarray(codes)

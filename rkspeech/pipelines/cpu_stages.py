@@ -111,7 +111,7 @@ def _files(sources: dict[str, Path], quantized: dict[str, Path]) -> dict:
 
 def check_cpu_stages(stages, model, *, talker: dict | None, code_predictor: dict | None,
                      ckpt: list[Path], frames: int = DEFAULT_CHECK_FRAMES, texts=None,
-                     threads: int | None = None) -> dict:
+                     threads: int | None = None, lanes: bool | None = None, int4: dict | None = None) -> dict:
     """The accuracy gate's figures (``accuracy.gate.run_gate``) of each quantized stage against its
     fp32 graph: teacher forced and free running over the gate's utterances, at most ``frames``
     frames each, in the checkpoint's recorded prompt form.
@@ -124,7 +124,13 @@ def check_cpu_stages(stages, model, *, talker: dict | None, code_predictor: dict
     (its fp32 graph then serves as the reference), else the reference is torch.  ``model``: a
     ``LazyTTSModel``.  Returns ``run_gate``'s report (judged against the default thresholds; the
     build judges it again, so a changed threshold needs no new measurement) with each stage's
-    ``placement``, or ``{}`` when no stage is quantized."""
+    ``placement``, or ``{}`` when no stage is quantized.
+
+    ``lanes``: run every utterance at once (``pipelines.gate_lanes``: each stage's step graph
+    exported for one lane per utterance, the variant quantized with ``int4``'s options as placed)
+    when both stages are CPU-placed with their step forms; otherwise, and with ``lanes=False``, one
+    utterance at a time over the placed graphs.  None (the build's default): lanes when they apply
+    and the fp32 talker decode graph holds at least ``LANES_MIN_BYTES``."""
     from rkspeech.accuracy.gate import GATE_TEXTS
 
     texts = tuple(texts or GATE_TEXTS)
@@ -139,29 +145,58 @@ def check_cpu_stages(stages, model, *, talker: dict | None, code_predictor: dict
         for key in ("fp32", "variant", "heads", "start"):
             x = v.get(key)
             inputs += list(x.values()) if isinstance(x, dict) else ([x] if x else [])
+    if lanes is None:
+        lanes = lanes_apply(talker, code_predictor) and Path(talker["fp32"]["decode"]).stat().st_size >= LANES_MIN_BYTES
+    lanes = lanes and lanes_apply(talker, code_predictor)
     args = {"frames": frames, "texts": list(texts), "stages": {k: v["placement"] for k, v in quantized.items()},
-            "gate_version": GATE_VERSION}
+            "gate_version": GATE_VERSION, "lanes": lanes, **({"int4": int4} if lanes and int4 else {})}
 
     def work():
-        return _check(model, talker, code_predictor, frames=frames, texts=texts, threads=threads)
+        return _check(model, talker, code_predictor, frames=frames, texts=texts, threads=threads,
+                      lanes_folder=stages.path.parent if lanes else None, int4=int4)
 
     return stages.run("accuracy_gate", args, [Path(p) for p in inputs], lambda: [], work)
 
 
+#: the gate runs in lanes (``pipelines.gate_lanes``) by default from this fp32 talker decode graph
+#: size: below it the lane graphs' export costs more than lanes save (docs/accuracy-gate.md, Cost)
+LANES_MIN_BYTES = 256 * 2**20
+
 #: bump when what the gate measures changes (the resumable stage then runs again)
-GATE_VERSION = 4  # 2: a step-form code predictor's variant measured with its quantized heads; 3: and its start
-# graph; 4: through the numpy host loop (the one speak runs), not the torch one
+GATE_VERSION = 5  # 2: a step-form code predictor's variant measured with its quantized heads; 3: and its start
+# graph; 4: through the numpy host loop (the one speak runs), not the torch one; 5: its timing recorded, lanes
 
 
-def _check(model, talker, code_predictor, *, frames, texts, threads) -> dict:
+#: CPU variants whose rows do not see each other, so that a lane graph computes each lane's row as
+#: the placed graph computes it alone: fp32, and int4 (MatMulNBits quantizes its input per row and
+#: block).  Not int8: its dynamic quantization takes one activation scale over the whole call, so
+#: 20 lanes' rows change each other's rounding (the trained reduced root's int8 talker: 41.71 dB in
+#: lanes against 44.83 dB alone, decisions the same; docs/accuracy-gate.md, Cost)
+LANE_VARIANTS = ("fp32", "int4")
+
+
+def lanes_apply(talker: dict | None, code_predictor: dict | None) -> bool:
+    """Whether the gate can run in lanes: both stages CPU-placed in ``LANE_VARIANTS`` (their fp32
+    graphs in the CPU export, whose weights the lane graphs must match), the code predictor in its
+    step form."""
+    return bool(talker and code_predictor and cpu_variant(talker.get("placement") or "npu") in LANE_VARIANTS
+                and cpu_variant(code_predictor.get("placement") or "npu") in LANE_VARIANTS and talker.get("fp32")
+                and code_predictor.get("fp32") and code_predictor.get("role") == "step")
+
+
+def _check(model, talker, code_predictor, *, frames, texts, threads, lanes_folder=None, int4=None) -> dict:
     """The gate through ``NumpyTTSModel`` (the loop ``speak`` runs on a stage plan); ``model``
-    (``LazyTTSModel``) is loaded only for a stage whose reference is torch (no fp32 graph)."""
+    (``LazyTTSModel``) is loaded only for a stage whose reference is torch (no fp32 graph), or to
+    export the lane graphs (``lanes_folder``: where, ``pipelines.gate_lanes``)."""
     from rkspeech.accuracy.gate import run_gate
     from rkspeech.runtime.tts.numpy_loop import NumpyTTSModel
     from rkspeech.runtime.tts.open_stages import open_code_predictor, open_talker_for
 
     tts = NumpyTTSModel.load(model.files.root)
     opened = []
+    if lanes_folder is not None:
+        return _check_lanes(model, tts, talker, code_predictor, frames=frames, texts=texts, threads=threads,
+                            folder=lanes_folder, int4=int4)
 
     def keep(backend):
         opened.append(backend)
@@ -193,6 +228,83 @@ def _check(model, talker, code_predictor, *, frames, texts, threads) -> dict:
     for name, placement in placements.items():
         out["stages"][name] = {"placement": placement, **out["stages"][name]}
     return out
+
+
+def _check_lanes(model, tts, talker, code_predictor, *, frames, texts, threads, folder, int4) -> dict:
+    """``_check`` with every utterance at once (``pipelines.gate_lanes``), its lane graphs in a
+    scratch folder of ``folder`` removed afterwards."""
+    import time
+
+    from rkspeech.accuracy.gate import run_gate
+    from rkspeech.core import progress
+    from rkspeech.core.capture import cycled_requests
+    from rkspeech.core.child import scratch
+    from rkspeech.pipelines.gate_lanes import open_gate_lanes
+
+    requests = cycled_requests(tts, len(texts), what="the accuracy gate",
+                               hint=" (no reference audio to clone from); build with --gate off")
+    opened: list = []
+    try:
+        with scratch(folder, prefix=".gate-lanes.") as tmp:
+            t0 = time.perf_counter()
+            with progress.stage(f"accuracy gate: the stages' graphs for {len(texts)} lanes"):
+                ref, variants = open_gate_lanes(model, tts, Path(tmp), talker=talker, code_predictor=code_predictor,
+                                                texts=texts, requests=requests, frames=frames, threads=threads,
+                                                int4=int4, opened=opened)
+            lanes_s = time.perf_counter() - t0
+            out = run_gate(tts, reference=ref, variants=variants, texts=texts, frames=frames)
+    finally:
+        for b in opened:
+            b.close()
+    out["timing"]["lane_graphs_s"] = round(lanes_s, 2)
+    out["seconds"] = round(out["seconds"] + lanes_s, 2)
+    placements = {"talker": talker["placement"], "code_predictor": code_predictor["placement"]}
+    for name in out["stages"]:
+        out["stages"][name] = {"placement": placements[name], **out["stages"][name]}
+    return out
+
+
+def gate_inputs(build_dir) -> dict:
+    """What ``check_cpu_stages`` measures in a ``build qwen3-tts`` folder with CPU-placed talker
+    and code predictor (its ``build-report.json`` and ``plan.json``: built with ``--gate off`` or
+    ``warn``): ``{"talker", "code_predictor", "model_dir", "int4"}``, to run the gate again
+    (``benchmarks/bench_gate_cost.py``)."""
+    import json
+
+    from rkspeech.core.errors import RkspeechError
+    from rkspeech.plan.plan import load_plan
+
+    build_dir = Path(build_dir)
+    try:
+        report = json.loads((build_dir / "build-report.json").read_text())
+        plan_data = json.loads((build_dir / "plan.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise RkspeechError(f"{build_dir}: not a finished build qwen3-tts folder ({exc})") from None
+    o = report["options"]
+
+    def here(p) -> Path:  # the report names files as the build was told (--out-dir relative to its folder)
+        p = Path(p)
+        if p.is_absolute():
+            return p
+        try:
+            return build_dir / p.relative_to(Path(o["out_dir"]))
+        except ValueError:
+            return build_dir / p
+
+    g = report["graphs"]
+    if "cpu" not in (g.get("talker") or {}) or "cpu" not in (g.get("code_predictor") or {}):
+        raise RkspeechError(f"{build_dir}: its talker and code predictor are not both CPU-placed")
+    tcpu, ccpu = g["talker"]["cpu"], g["code_predictor"]["cpu"]
+    talker = {"placement": tcpu["placement"], "fp32": {r: here(f["fp32"]) for r, f in tcpu["files"].items()}}
+    if tcpu.get("quantization"):
+        talker["variant"] = {r: here(f["variant"]) for r, f in tcpu["files"].items()}
+    (role, files), = ccpu["files"].items()
+    cp = {"placement": ccpu["placement"], "role": role, "fp32": here(files["fp32"])}
+    if ccpu.get("quantization"):
+        stage = load_plan(build_dir / "plan.json", backend="ort").stages["code_predictor"]
+        cp.update(variant=here(files["variant"]), heads=stage.heads or None, start=stage.start)
+    return {"talker": talker, "code_predictor": cp, "model_dir": Path(plan_data["build"]["checkpoint"]),
+            "int4": {"block_size": o["int4_block"], "symmetric": o["int4_symmetric"]}}
 
 
 def cpu_row(q: dict, sources: dict[str, Path]) -> dict:

@@ -89,6 +89,10 @@ class TTSBuildOptions:
     int4_symmetric: bool = False  # cpu-int4: no zero points
     cpu_check_frames: int = 48  # frames per utterance at most of the accuracy gate (cpu_stages.DEFAULT_CHECK_FRAMES)
     gate: str = "refuse"  # core.thresholds.GATE_MODES: refuse an unsafe placement, warn, or off (not measured)
+    # the gate's utterances all at once over lane graphs (pipelines.gate_lanes) when both stages are
+    # CPU-placed: True, False (one at a time over the placed graphs), None: by the talker's size
+    # (cpu_stages.LANES_MIN_BYTES; docs/accuracy-gate.md, Cost)
+    gate_lanes: bool | None = None
     # fp32 activation peaks of the NPU-placed talker / code predictor, their exact rescale or a
     # refusal (pipelines.fp16_headroom); skip: not measured, the graphs as they are
     skip_fp16_headroom: bool = False
@@ -382,7 +386,7 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
         check = check_cpu_stages(stages, model, talker=cpu_checks.get("talker"),
                                  code_predictor=cpu_checks.get("code_predictor"),
                                  ckpt=[Path(files.config), Path(files.weights)], frames=o.cpu_check_frames,
-                                 threads=o.cpu_threads)
+                                 threads=o.cpu_threads, lanes=o.gate_lanes, int4=int4_options(o))
     gate = gate_section(check, o.gate, npu=_npu_figures(graphs))
     for name, figures in (gate.get("stages") or {}).items():
         graphs[name]["cpu"]["check"] = figures

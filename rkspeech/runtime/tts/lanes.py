@@ -1,0 +1,295 @@
+"""Many generations at once over one graph call: lanes of a step graph exported for N sequences.
+
+A step graph (``stepgraph.talker_step.TalkerStep``) takes ``B`` rows, each with its own RoPE
+cos/sin and its own mask row over ``cap + B`` columns, so nothing ties its rows to one sequence:
+exported with ``capacity = N * c`` and ``B = N`` it serves N sequences of up to ``c`` positions
+each (a *lane*: cache slots ``[i*c, (i+1)*c)``), one row per sequence a call, the mask keeping
+each row to its lane's slots and its own rows (block diagonal).  A published-size weight read
+then serves N rows instead of one: a step of the published fp32 talker or code predictor reads
+its weights from memory whatever B is, so the accuracy gate's 20 utterances cost about one.
+
+Generation stays written once (``models.qwen3_tts.loop``): each utterance runs the unchanged
+loop in a thread of its own (:meth:`Rounds.map`), its stage backends lanes
+(:class:`Lane`, a ``TalkerBackend``; :class:`LaneCodePredictor`, a ``CodePredictorBackend``
+whose frame is ``loop.predict_frame`` over a lane).  A lane's ``forward`` waits until every
+running thread has asked for a graph call (or finished); the last to ask runs the round: each
+group's requests packed into calls of ``B`` rows (a prompt's rows in order, over as many calls
+as it needs), the new keys/values written into each lane's slots, every thread released.
+
+The figures are those of the B = 1 graphs up to float rounding: a row's products are the same
+weights times the same inputs, but the matrix products run over N rows (another kernel
+blocking) and the softmax over more (masked, exactly zero) columns; the accuracy gate's
+figures on the trained reduced root with and without lanes are in docs/accuracy-gate.md.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from rkspeech.core.errors import RkspeechError
+
+
+class Rounds:
+    """The threads of one :meth:`map` and the graph calls they wait on."""
+
+    def __init__(self):
+        self._cv = threading.Condition()
+        self._live = 0
+        self._pending: list[_Request] = []
+        self._local = threading.local()
+        #: rounds run and graph calls made (all groups), for the gate's timing record
+        self.rounds = 0
+        self.calls = 0
+
+    def map(self, fn, items) -> list:
+        """``[fn(item) for item in items]``, each call in a thread of its own, their lanes' graph
+        calls gathered into rounds; the first exception raised by any ``fn`` is raised here, after
+        every thread has ended."""
+        items = list(items)
+        results: list = [None] * len(items)
+        errors: list[BaseException | None] = [None] * len(items)
+
+        def work(k):
+            self._local.worker = True
+            try:
+                results[k] = fn(items[k])
+            except BaseException as exc:  # noqa: BLE001 - re-raised by map
+                errors[k] = exc
+            finally:
+                with self._cv:
+                    self._live -= 1
+                    self._fire_if_ready()
+
+        with self._cv:
+            if self._live:
+                raise RuntimeError("Rounds.map is already running")
+            self._live = len(items)
+        threads = [threading.Thread(target=work, args=(k,), name=f"lane-{k}", daemon=True) for k in range(len(items))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for exc in errors:
+            if exc is not None:
+                raise exc
+        return results
+
+    def request(self, group, lane: int, rows: np.ndarray) -> np.ndarray:
+        """The last row's hidden state of ``rows`` appended to ``lane`` of ``group``: at once
+        outside :meth:`map`, else when the round runs."""
+        req = _Request(group, lane, rows)
+        if not getattr(self._local, "worker", False):
+            group.execute([req])
+            return req.result()
+        with self._cv:
+            self._pending.append(req)
+            self._fire_if_ready()
+            while not req.done:
+                self._cv.wait()
+        return req.result()
+
+    def _fire_if_ready(self) -> None:
+        """Run the round when every live thread waits (the lock is held)."""
+        if not self._pending or len(self._pending) < self._live:
+            return
+        pending, self._pending = self._pending, []
+        try:
+            by_group: dict[int, tuple[object, list]] = {}
+            for r in pending:
+                by_group.setdefault(id(r.group), (r.group, []))[1].append(r)
+            for group, reqs in by_group.values():
+                self.calls += group.execute(reqs)
+        except BaseException as exc:  # noqa: BLE001 - each waiting thread raises it
+            for r in pending:
+                if not r.done:
+                    r.error, r.done = exc, True
+        self.rounds += 1
+        self._cv.notify_all()
+
+
+class _Request:
+    __slots__ = ("group", "lane", "rows", "hidden", "error", "done")
+
+    def __init__(self, group, lane: int, rows: np.ndarray):
+        self.group, self.lane, self.rows = group, lane, rows
+        self.hidden = self.error = None
+        self.done = False
+
+    def result(self) -> np.ndarray:
+        if self.error is not None:
+            raise self.error
+        return self.hidden
+
+
+class LaneGroup:
+    """``lanes`` sequences of at most ``lane_capacity`` positions over one step graph (``runner``
+    with ``contract``: capacity ``lanes * lane_capacity``, ``B`` rows a call).  ``rope``: the
+    host's RoPE recipe (``talker_backend.ROPE_RECIPES``).  :meth:`lane` hands out the lanes."""
+
+    def __init__(self, runner, contract, *, lanes: int, lane_capacity: int, rounds: Rounds, rope: str = "numpy",
+                 name: str = "lanes"):
+        from rkspeech.stepgraph.host import (
+            numpy_inverse_frequencies,
+            numpy_rope_cos_sin,
+            rope_cos_sin,
+            torch_inverse_frequencies,
+        )
+
+        if contract.capacity != lanes * lane_capacity:
+            raise RkspeechError(f"{name}: capacity {contract.capacity} is not {lanes} lanes x {lane_capacity}")
+        self.runner, self.contract, self.rounds, self.name = runner, contract, rounds, name
+        self.lanes, self.lane_capacity = lanes, lane_capacity
+        if rope == "torch":
+            self.inv_freq, self._cos_sin = torch_inverse_frequencies(contract.head_dim, contract.rope_theta), rope_cos_sin
+        else:
+            self.inv_freq = numpy_inverse_frequencies(contract.head_dim, contract.rope_theta)
+            self._cos_sin = numpy_rope_cos_sin
+        self.cache = np.zeros(contract.cache_shape(), dtype=np.float32)
+        if contract.cache_io == "flat":
+            self._cache_feed = {"cache": self.cache}
+        else:
+            self._cache_feed = {f"cache_{kv}{i}": self.cache[2 * i + j:2 * i + j + 1]
+                                for i in range(contract.layers) for j, kv in enumerate("kv")}
+        self.length = [0] * lanes
+        self._free = list(range(lanes))
+        self._lock = threading.Lock()
+
+    def lane(self) -> Lane:
+        with self._lock:
+            if not self._free:
+                raise RkspeechError(f"{self.name}: all {self.lanes} lanes are in use")
+            return Lane(self, self._free.pop(0))
+
+    def _release(self, i: int) -> None:
+        with self._lock:
+            self._free.append(i)
+            self._free.sort()
+
+    def reset(self, i: int) -> None:
+        c = self.lane_capacity
+        self.cache[:, :, i * c:(i + 1) * c] = 0.0
+        self.length[i] = 0
+
+    def execute(self, requests: list) -> int:
+        """Append each request's rows to its lane (calls of ``B`` rows; a request's rows stay in
+        order); sets each request's ``hidden`` (its last row's); returns the calls made."""
+        c, B = self.contract, self.contract.B
+        queue = [(r, lo) for r in requests for lo in range(r.rows.shape[0])]
+        calls = 0
+        for lo in range(0, len(queue), B):
+            chunk = queue[lo:lo + B]
+            self._call(chunk)
+            calls += 1
+        for r in requests:
+            r.done = True
+        return calls
+
+    def _call(self, chunk: list) -> None:
+        c, B, cap, lc = self.contract, self.contract.B, self.contract.capacity, self.lane_capacity
+        x = np.zeros((B, c.hidden), dtype=np.float32)
+        pos = np.zeros(B, dtype=np.int64)
+        mask = np.full((B, cap + B), c.mask_value, dtype=np.float32)
+        first_row: dict[int, int] = {}  # lane -> its first row in this call
+        start: dict[int, int] = {}  # lane -> its length before this call
+        for k, (r, row) in enumerate(chunk):
+            i = r.lane
+            if i not in start:
+                start[i], first_row[i] = self.length[i], k
+            p = start[i] + k - first_row[i]
+            if p >= lc:
+                raise RkspeechError(f"{self.name}: a sequence needs more than the {lc} positions of a lane")
+            x[k] = r.rows[row]
+            pos[k] = p
+            mask[k, i * lc:i * lc + start[i]] = 0.0  # the lane's cached positions
+            mask[k, cap + first_row[i]:cap + k + 1] = 0.0  # its rows in this call, up to itself
+        for k in range(len(chunk), B):
+            mask[k, cap + k] = 0.0  # padding rows see themselves (none all-masked); dropped
+        cos, sin = self._cos_sin(pos, self.inv_freq)
+        rep = c.mask_rows // B
+        out = self.runner.infer({"embeds": x, "cos": cos, "sin": sin,
+                                 "mask": np.tile(mask, (rep, 1)) if rep > 1 else mask, **self._cache_feed})
+        kv, hidden = out["kv_new"], out["hidden"]
+        for k, (r, row) in enumerate(chunk):
+            i = r.lane
+            p = int(pos[k])
+            self.cache[:, :, i * lc + p] = kv[:, :, k]
+            if row == r.rows.shape[0] - 1:
+                r.hidden = np.array(hidden[k], dtype=np.float32)
+        for i, s in start.items():
+            self.length[i] = s + sum(1 for r, _ in chunk if r.lane == i)
+
+    def close(self) -> None:
+        if self.runner is not None:
+            self.runner.close()
+        self.runner = None
+
+
+class Lane:
+    """One sequence of a :class:`LaneGroup`: a ``TalkerBackend`` (``start`` / ``forward`` /
+    ``close``, which gives the lane back)."""
+
+    def __init__(self, group: LaneGroup, index: int):
+        self.group, self.index = group, index
+        self.name = f"{group.name} lane {index}"
+        self.capacity = group.lane_capacity
+        self.calls = {"prefill": 0, "decode": 0}
+
+    def start(self, capacity: int) -> None:
+        del capacity  # positions actually used count (as GraphTalker)
+        self.group.reset(self.index)
+        self.calls = {"prefill": 0, "decode": 0}
+
+    def forward(self, embeds: np.ndarray) -> np.ndarray:
+        x = np.ascontiguousarray(embeds, dtype=np.float32)
+        if x.ndim != 2 or x.shape[1] != self.group.contract.hidden:
+            raise RkspeechError(f"input must be [t, {self.group.contract.hidden}] embeddings, got {list(x.shape)}")
+        self.calls["prefill" if x.shape[0] > 1 else "decode"] += 1
+        return self.group.rounds.request(self.group, self.index, x)
+
+    def close(self) -> None:
+        if self.group is not None:
+            self.group._release(self.index)
+        self.group = None
+
+
+class LaneCodePredictor:
+    """A step-form ``CodePredictorBackend`` whose stack is a lane of ``group`` (the code
+    predictor's step graph exported for N lanes of 16 positions); ``ops`` the model's host (its
+    projection, embeddings and, without ``heads``, its heads); ``heads``: head graphs
+    (``runtime.tts.heads.HeadGraphs``, shared by the lanes)."""
+
+    greedy_only = False
+
+    def __init__(self, group: LaneGroup, ops, groups: int, heads=None):
+        self.stack = group.lane()
+        self.ops, self.groups, self.heads = ops, groups, heads
+        self.name = f"code predictor {self.stack.name}" + (f" + {len(heads)} head graphs" if heads else "")
+
+    def frame(self, hidden: np.ndarray, first_embed: np.ndarray, choose) -> list[int]:
+        from rkspeech.models.qwen3_tts.loop import predict_frame
+
+        return predict_frame(self.stack, self.ops, self.groups, hidden, first_embed, choose, self.heads)
+
+    def close(self) -> None:
+        self.stack.close()  # the heads are the caller's
+
+
+class CodePredictorLanes:
+    """Hands out :class:`LaneCodePredictor` s over ``group`` (``lane()``), as a ``LaneGroup``
+    hands out talker lanes; ``close`` closes the group and the heads."""
+
+    def __init__(self, group: LaneGroup, ops, groups: int, heads=None):
+        self.group, self.ops, self.groups, self.heads = group, ops, groups, heads
+        self.rounds, self.lanes = group.rounds, group.lanes
+        self.name = f"code predictor {group.name}" + (f" + {len(heads)} head graphs" if heads else "")
+
+    def lane(self) -> LaneCodePredictor:
+        return LaneCodePredictor(self.group, self.ops, self.groups, self.heads)
+
+    def close(self) -> None:
+        self.group.close()
+        if self.heads is not None:
+            self.heads.close()
+        self.heads = None
