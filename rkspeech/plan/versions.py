@@ -92,7 +92,8 @@ def version_skews(raw: dict, plan_path, installed: dict[str, str | None], *, boa
             out.append(_finding("onnxruntime", "warning" if major else "info",
                                 f"onnxruntime {ort_i} here, {what} were built and checked with {ort_b}: another "
                                 "release's int8 / int4 kernels round differently, so greedy codes may part from the "
-                                "build's (measured on a reduced cpu-int4 plan: 1.32.0 vs 1.19.2 parted at frames 1-4); "
+                                "build's (measured on a reduced cpu-int4 plan on emulated aarch64: 1.32.0 parted from the build's "
+                                "1.19.2 at frames 1-4); "
                                 f"{check} replays the CPU stages' goldens here, or `pip install onnxruntime=={ort_b}`"))
     np_b, np_i = rec.get("numpy"), installed.get("numpy")
     if np_b and np_i and version_tuple(np_i) != version_tuple(np_b):
