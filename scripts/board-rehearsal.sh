@@ -307,8 +307,16 @@ if total:
 chk = out / "arm64-check-ort.json"
 if chk.is_file():
     rep = json.loads(chk.read_text())
+    def worst(g):  # the lowest SNR of a graph's graded outputs (null: identical), and its logits' top-1
+        snr = [r["snr_db"] for s in g["steps"] for r in s["outputs"] if r.get("graded")]
+        num = [v for v in snr if isinstance(v, (int, float))]
+        top = [r["top1"] for s in g["steps"] for r in s["outputs"] if r.get("top1")]
+        t = (f", top-1 {sum(round(x['agreement'] * x['rows']) for x in top)}/{sum(x['rows'] for x in top)}"
+             if top else "")
+        return (f"worst {min(num):.1f} dB" if num else "identical" if snr else "-") + t
     rows.append(("check-board --backend ort (aarch64)", "; ".join(
-        f"{g['graph']} {'ok' if g['ok'] else 'FAIL'} ({len(g['steps'])} steps)" for g in rep["graphs"])))
+        f"{g['graph']} {'ok' if g['ok'] else 'FAIL'} ({len(g['steps'])} steps, {worst(g)})" for g in rep["graphs"])))
+    ok &= bool(rep.get("ok"))
 lite = (out / "arm64-rknnlite.txt").read_text().strip().splitlines() if (out / "arm64-rknnlite.txt").is_file() else []
 lite = [ln for ln in lite if not ln.startswith(("... ", "done: "))]  # rkspeech's own progress lines
 rc = times.get("arm64-check-board-rknnlite", (0, -1))[1]

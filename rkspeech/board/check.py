@@ -3,13 +3,19 @@ each output with what the simulator computed, time each call, and set the timing
 compiler-based estimate (``rkspeech estimate``).
 
 The graphs of a plan (:func:`plan_graphs`): the vocoder's ``first`` / ``main`` step graphs, the
-talker's ``prefill`` / ``decode``, the code predictor's ``step`` or ``frame`` (NPU-placed stages
-only: a CPU stage never reaches the NPU), a Whisper encoder's ``encoder`` or ``part0..N``.  Each
-runs on ``backend``: ``rknnlite`` (the .rknn on the board's NPU), ``sim`` (the simulator, from the
-ONNX the .rknn came from) or ``ort`` (onnxruntime on that ONNX), so the command runs off a board.
+talker's ``prefill`` / ``decode``, the code predictor's ``step`` or ``frame`` (NPU-placed stages),
+a Whisper encoder's ``encoder`` or ``part0..N``.  Each runs on ``backend``: ``rknnlite`` (the
+.rknn on the board's NPU), ``sim`` (the simulator, from the ONNX the .rknn came from) or ``ort``
+(onnxruntime on that ONNX), so the command runs off a board.  Then each CPU-placed stage's graphs
+whose goldens its record lists (``pipelines.cpu_goldens``: the talker's, the code predictor's
+step / frame, start graph and heads; a generation's real calls and the build host's onnxruntime
+outputs), on onnxruntime whatever the backend, as a board runs them: this checks the board's ARM
+int8 / int4 kernels.  A plan whose CPU stages list none (built before 2026-12-05) is said in one
+line (``notes``), and the rest is checked.
 
 Per graph: each step's outputs against the golden (SNR and cosine from ``core.compare``, pass marks
-``core.thresholds.SIM_MIN_SNR_DB`` and ``GOLDEN_MIN_COSINE``; integer outputs as agreement,
+``core.thresholds.SIM_MIN_SNR_DB`` and ``GOLDEN_MIN_COSINE``; a CPU stage's ``CPU_GOLDEN_*``, and
+its logits' top-1 on every row that is not a near-tie; integer outputs as agreement,
 reported, not graded: a near-tie of two logits may flip between fp16 implementations), and call
 times: the first call (it pays the runtime's lazy set-up), then the median and p95 of the rest
 over ``repeats`` replays.  The first failing step is one line naming the graph and the step.
@@ -25,7 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rkspeech.core.errors import MissingPackage, RkspeechError
-from rkspeech.core.thresholds import GOLDEN_MIN_COSINE, SIM_MIN_SNR_DB
+from rkspeech.core.thresholds import (CPU_GOLDEN_MIN_COSINE, CPU_GOLDEN_MIN_SNR_DB, CPU_GOLDEN_TIE,
+                                      GOLDEN_MIN_COSINE, SIM_MIN_SNR_DB)
 
 CHECK_FORMAT = "rkspeech-check-board/1"
 
@@ -37,6 +44,8 @@ class BoardGraph:
     rknn: Path | None
     golden: Path
     build: dict = field(default_factory=dict)  # the simulator's build keywords (dtype, dataset, hybrid)
+    #: a CPU stage's graph: onnxruntime whatever the backend, the CPU marks (``CPU_GOLDEN_*``)
+    cpu: bool = False
 
 
 @dataclass(frozen=True)
@@ -56,7 +65,7 @@ def plan_graphs(raw: dict, base: Path) -> list[BoardGraph]:
     the Whisper encoder's whatever their placement (their goldens replay on onnxruntime too)."""
     from rkspeech.plan.integrity import golden_path
     from rkspeech.plan.paths import plan_file
-    from rkspeech.plan.record import START_ROLE, head_codebook, is_npu, stage_records
+    from rkspeech.plan.record import START_ROLE, head_codebook, is_npu, record_goldens, stage_records
 
     def path(v):
         return None if not isinstance(v, str) else plan_file(base, v, f"plan in {base}")
@@ -86,7 +95,23 @@ def plan_graphs(raw: dict, base: Path) -> list[BoardGraph]:
                 continue
             label = name.replace("_", " ") + ("" if role == "encoder" else f" {role}")
             out.append(BoardGraph(label, o, r, golden_of(r, o), build))
+    for name in ("talker", "code_predictor"):  # CPU stages: the goldens their records list
+        rec = records.get(name)
+        if rec is None or is_npu(rec):
+            continue
+        arts = rec.get("artifacts") if isinstance(rec.get("artifacts"), dict) else {}
+        for role, g in (record_goldens(rec, f"plan in {base}: {name}") or {}).items():
+            onnx = path((arts.get(role) or {}).get("onnx"))
+            out.append(BoardGraph(f"{name.replace('_', ' ')} {role}", onnx, None, path(g), cpu=True))
     return out
+
+
+def cpu_stages_without_goldens(raw: dict) -> list[str]:
+    """The CPU-placed stages of the plan ``raw`` that list no goldens (built before 2026-12-05)."""
+    from rkspeech.plan.record import is_npu, stage_records
+
+    return [n for n, rec in stage_records(raw).items()
+            if n in ("talker", "code_predictor") and not is_npu(rec) and not rec.get("goldens")]
 
 
 def _estimate_ms(rknn: Path | None) -> dict:
@@ -103,12 +128,22 @@ def _estimate_ms(rknn: Path | None) -> dict:
         return {"est_step_ms": None, "why": str(exc)}
 
 
-def _compare(name: str, ref, out) -> dict:
+def marks(cpu: bool) -> dict:
+    """The pass marks of a graph's outputs: an NPU graph's against the simulator
+    (``SIM_MIN_SNR_DB``, ``GOLDEN_MIN_COSINE``), a CPU stage's against the build host's
+    onnxruntime (``CPU_GOLDEN_*``, and its logits' top-1 on rows that are not near-ties)."""
+    if cpu:
+        return {"snr_db": CPU_GOLDEN_MIN_SNR_DB, "cosine": CPU_GOLDEN_MIN_COSINE, "top1_tie": round(CPU_GOLDEN_TIE, 4)}
+    return {"snr_db": SIM_MIN_SNR_DB, "cosine": GOLDEN_MIN_COSINE}
+
+
+def _compare(name: str, ref, out, cpu: bool = False) -> dict:
     """One output against its golden: SNR (``core.compare``: null when identical) and cosine;
-    ``nonfinite``: how many inf / NaN values the output holds (then it fails)."""
+    ``nonfinite``: how many inf / NaN values the output holds (then it fails).  A CPU stage's
+    ``logits`` also top-1 row by row (``core.compare.top1_rows``): a flip of a decided row fails."""
     import numpy as np
 
-    from rkspeech.core.compare import compare_tensors, json_number
+    from rkspeech.core.compare import compare_tensors, json_number, top1_rows
 
     ref, out = np.asarray(ref), np.asarray(out)
     if ref.shape != out.shape and ref.size == out.size:
@@ -116,11 +151,16 @@ def _compare(name: str, ref, out) -> dict:
     if ref.dtype.kind in "iub":
         agree = float(np.mean(ref.reshape(-1) == out.reshape(-1).astype(ref.dtype))) if ref.size else 1.0
         return {"output": name, "agreement": agree, "graded": False, "ok": True}
+    m = marks(cpu)
     c = compare_tensors(ref.astype(np.float32), out.astype(np.float32))
     bad = int(out.size - np.isfinite(out).sum())
-    ok = not bad and c["snr_db"] >= SIM_MIN_SNR_DB and c["cosine"] >= GOLDEN_MIN_COSINE
-    return {"output": name, "snr_db": json_number(c["snr_db"]), "cosine": round(c["cosine"], 7),
-            "max_abs_diff": c["max_abs_diff"], "graded": True, "ok": ok, **({"nonfinite": bad} if bad else {})}
+    ok = not bad and c["snr_db"] >= m["snr_db"] and c["cosine"] >= m["cosine"]
+    row = {"output": name, "snr_db": json_number(c["snr_db"]), "cosine": round(c["cosine"], 7),
+           "max_abs_diff": c["max_abs_diff"], "graded": True}
+    if cpu and name == "logits" and not bad:
+        row["top1"] = top1_rows(ref, out, m["top1_tie"])
+        ok = ok and row["top1"]["decided_flips"] == 0
+    return {**row, "ok": ok, **({"nonfinite": bad} if bad else {})}
 
 
 def snr_text(row: dict, digits: int = 2) -> str:
@@ -134,6 +174,10 @@ def snr_text(row: dict, digits: int = 2) -> str:
 def _open(g: BoardGraph, o: CheckBoardOptions, target: str | None):
     from rkspeech.runtime.runners import open_runner
 
+    if g.cpu:  # a CPU stage runs on onnxruntime whatever runs the NPU graphs (a board: rknnlite)
+        if g.onnx is None:
+            raise RkspeechError(f"{g.name}: the plan names no ONNX for it")
+        return open_runner("ort", g.onnx, threads=o.threads)
     if o.backend == "rknnlite":
         if g.rknn is None:
             raise RkspeechError(f"{g.name}: the plan names no .rknn for it (build it with conversion)")
@@ -165,7 +209,7 @@ def check_graph(g: BoardGraph, o: CheckBoardOptions, target: str | None) -> dict
                             "rebuild)")
     golden = load_golden(g.golden)
     t0 = time.perf_counter()
-    with progress.stage(f"check-board: {g.name} on {o.backend}"):
+    with progress.stage(f"check-board: {g.name} on {'ort' if g.cpu else o.backend}"):
         with _open(g, o, target) as runner:
             load_s = time.perf_counter() - t0
             steps, times = [], []
@@ -174,7 +218,7 @@ def check_graph(g: BoardGraph, o: CheckBoardOptions, target: str | None) -> dict
                     times.append(call.seconds)
                     if rep:
                         continue
-                    rows = [_compare(n, ref, call.outputs[n]) for n, ref in golden.outputs[k].items()]
+                    rows = [_compare(n, ref, call.outputs[n], g.cpu) for n, ref in golden.outputs[k].items()]
                     steps.append({"step": k, "outputs": rows, "ok": all(r["ok"] for r in rows)})
             overhead = getattr(runner, "overhead_s", None)
             runtime_log = getattr(runner, "runtime_log", "")  # rknn-lite: librknnrt's version line and the rest
@@ -184,19 +228,23 @@ def check_graph(g: BoardGraph, o: CheckBoardOptions, target: str | None) -> dict
     if overhead is not None:
         timing["runner_overhead_ms"] = round(1e3 * overhead / max(1, len(times)), 4)
     failed = next((s for s in steps if not s["ok"]), None)
-    return {"graph": g.name, "file": str(g.rknn if o.backend == "rknnlite" else g.onnx), "golden": str(g.golden),
+    return {"graph": g.name, "file": str(g.rknn if o.backend == "rknnlite" and not g.cpu else g.onnx),
+            "golden": str(g.golden), "placement": "cpu" if g.cpu else "npu", "pass_marks": marks(g.cpu),
             "golden_source": golden.meta.get("source"), "steps": steps, "timing": timing,
             "estimate": _estimate_ms(g.rknn), "ok": failed is None,
             **({"runtime_log": runtime_log[-4000:]} if runtime_log else {}),
-            **({"failure": _failure_line(g.name, failed)} if failed else {})}
+            **({"failure": _failure_line(g.name, failed, g.cpu)} if failed else {})}
 
 
-def _failure_line(graph: str, step: dict) -> str:
+def _failure_line(graph: str, step: dict, cpu: bool = False) -> str:
     bad = next(r for r in step["outputs"] if not r["ok"])
+    m = marks(cpu)
+    t = bad.get("top1") or {}
+    flips = (f"; top-1 flipped on {t['decided_flips']} of {t['rows']} decided rows (margin up to "
+             f"{t['worst_margin']} x the row's rms, ties below {m['top1_tie']:g})" if t.get("decided_flips") else "")
     return (f"{graph}, step {step['step']}: output {bad['output']} differs from the golden replay "
             f"(SNR {snr_text(bad)}{'' if bad.get('nonfinite') else ' dB'}, "
-            f"cosine {bad['cosine']}; pass marks {SIM_MIN_SNR_DB:g} dB, "
-            f"{GOLDEN_MIN_COSINE:g})")
+            f"cosine {bad['cosine']}{flips}; pass marks {m['snr_db']:g} dB, {m['cosine']:g})")
 
 
 def check_board(options: CheckBoardOptions) -> dict:
@@ -216,15 +264,20 @@ def check_board(options: CheckBoardOptions) -> dict:
     plan = Path(o.plan)
     raw = read_plan(plan)
     graphs = plan_graphs(raw, plan.parent)
+    notes = []
+    older = cpu_stages_without_goldens(raw)
+    if older:
+        notes.append(f"the plan's CPU stage(s) {', '.join(n.replace('_', ' ') for n in older)} have no golden replays "
+                     "(built before 2026-12-05): not checked; rebuild the plan to check them")
     if not graphs:
-        raise RkspeechError(f"plan {plan}: no NPU graphs to check")
+        raise RkspeechError(f"plan {plan}: no graphs with golden replays to check" + (f" ({notes[0]})" if notes else ""))
     target = o.target or next((s.get("target") for s in raw.values() if isinstance(s, dict) and s.get("target")), None)
     started = time.perf_counter()
     rows = [check_graph(g, o, target) for g in graphs]
     report = {"format": CHECK_FORMAT, "plan": str(plan), "backend": o.backend, "core_mask": o.core_mask,
               "target": target, "machine": f"{platform.system()} {platform.machine()}",
               "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-              "pass_marks": {"snr_db": SIM_MIN_SNR_DB, "cosine": GOLDEN_MIN_COSINE},
+              "pass_marks": marks(False), "cpu_pass_marks": marks(True), "notes": notes,
               "graphs": rows, "ok": all(r["ok"] for r in rows), "seconds": round(time.perf_counter() - started, 1)}
     if o.output is not None:
         from rkspeech.core.atomic import write_json

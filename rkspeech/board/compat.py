@@ -7,6 +7,8 @@ are tuples of ints.  Sources are the public threads where the failure was report
 
 from __future__ import annotations
 
+from rkspeech.plan.versions import version_tuple  # noqa: F401  (the one reading of a version string)
+
 #: where Rockchip's runtime looks for librknnrt.so (rknn-toolkit-lite2 2.5.0's rknn_runtime
 #: module: ``LIBRKNNRT_PATH``, else ``/usr/lib/librknnrt.so``), then the usual library folders
 LIBRKNNRT_PATHS = ("usr/lib/librknnrt.so", "usr/lib64/librknnrt.so", "usr/local/lib/librknnrt.so",
@@ -49,18 +51,6 @@ SOURCES = {
 
 #: the rknpu driver version below which the checks warn
 MIN_DRIVER = (0, 9, 6)
-
-
-def version_tuple(text: str | None) -> tuple[int, ...] | None:
-    """``"2.3.2 (429f97ae6b@2025-04-09)"`` / ``"v0.9.8"`` -> ``(2, 3, 2)`` / ``(0, 9, 8)``."""
-    import re
-
-    if not text:
-        return None
-    m = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", text)
-    if not m:
-        return None
-    return tuple(int(g) for g in m.groups() if g is not None)
 
 
 def runtime_older_than_toolkit(runtime: tuple | None, toolkit: tuple | None) -> bool:

@@ -202,8 +202,10 @@ def plan_rknn_files(plan_path: str | os.PathLike) -> tuple[list[Path], list[dict
 
 
 def board_report(*, root: str | os.PathLike = "/", plan: str | os.PathLike | None = None,
-                 lite_version: str | None = None) -> dict:
-    """Readings and findings; ``lite_version``: the installed rknn-toolkit-lite2 (None: absent)."""
+                 lite_version: str | None = None, installed: dict | None = None) -> dict:
+    """Readings and findings; ``lite_version``: the installed rknn-toolkit-lite2 (None: absent);
+    ``installed``: package -> installed version (``plan.versions.installed_versions``; None: read
+    here), compared with the versions the plan was built with (``plan.versions.version_skews``)."""
     root = Path(root)
     board = chip(root)
     rt = librknnrt(root)
@@ -259,12 +261,30 @@ def board_report(*, root: str | os.PathLike = "/", plan: str | os.PathLike | Non
                                             f"{rt['version']} (\"Invalid RKNN model version\"): replace {rt['path']} with "
                                             f"the librknnrt.so of rknn-toolkit2 {c.toolkit_version}",
                                  "source": compat.SOURCES["runtime-older-than-toolkit"]})
+        findings += _version_findings(plan, installed, lite_version, rt.get("version"), board is not None)
         versions = sorted({m["toolkit_version"] for m in models if m["toolkit_version"]})
         if len(versions) > 1:
             findings.append({"id": "mixed-toolkits", "severity": "warning",
                              "message": f"the plan's .rknn files come from several toolkit versions ({', '.join(versions)}): "
                                         "the runtime must be at least the newest; rebuild them with one", "source": "-"})
     return {"board": readings, "models": models, "findings": findings}
+
+
+def _version_findings(plan, installed: dict | None, lite_version: str | None, librknnrt: str | None,
+                      board: bool) -> list[dict]:
+    """The plan's recorded runtime versions against this machine's (``plan.versions``); nothing
+    when the plan cannot be read (``plan_rknn_files`` said so)."""
+    from rkspeech.plan.plan import read_plan
+    from rkspeech.plan.versions import installed_versions, version_skews
+
+    try:
+        raw = read_plan(plan)
+    except RkspeechError:
+        return []
+    have = dict(installed if installed is not None else installed_versions())
+    have.setdefault("rknn-toolkit-lite2", lite_version)
+    have["librknnrt"] = librknnrt
+    return version_skews(raw, plan, have, board=board)
 
 
 def compat_targets() -> tuple[str, ...]:

@@ -51,15 +51,21 @@ def run(args: argparse.Namespace) -> int:
         worst = (min(graded, key=lambda r: -math.inf if r.get("nonfinite") else db_value(r["snr_db"]))
                  if graded else None)
         t, e = g["timing"], g["estimate"]
+        top1 = [r["top1"] for r in graded if r.get("top1")]
+        agree = (f"{sum(round(t['agreement'] * t['rows']) for t in top1)}/{sum(t['rows'] for t in top1)}"
+                 if top1 else "-")
         rows.append((g["graph"], "ok" if g["ok"] else "FAIL", len(g["steps"]),
-                     snr_text(worst, 1) if worst else "-", _fmt(worst["cosine"], 6) if worst else "-",
+                     snr_text(worst, 1) if worst else "-", _fmt(worst["cosine"], 6) if worst else "-", agree,
                      _fmt(t["first_ms"], 1), _fmt(t["median_ms"], 2), _fmt(t["p95_ms"], 2),
                      _fmt(e.get("est_step_ms"), 2)))
     print_table(f"check-board, {rep['backend']} on {rep['machine']}: worst output vs the golden (the "
-                "simulator's), call times in ms, the board estimate (`rkspeech estimate`, one core)", rows,
-                headers=("graph", "result", "steps", "SNR dB", "cosine", "first", "median", "p95", "estimate"))
+                "simulator's; a CPU stage's: the build host's onnxruntime), call times in ms, the board "
+                "estimate (`rkspeech estimate`, one core)", rows,
+                headers=("graph", "result", "steps", "SNR dB", "cosine", "top-1", "first", "median", "p95", "estimate"))
     if args.output:
         print(f"report: {args.output}")
+    for note in rep.get("notes") or ():
+        print(f"rkspeech: check-board: {note}", file=sys.stderr)
     failed = [g for g in rep["graphs"] if not g["ok"]]
     for g in failed:
         print(f"rkspeech: check-board: {g['failure']}", file=sys.stderr)

@@ -92,12 +92,9 @@ def collect() -> dict:
     import platform
     import sys
 
-    raw = {}
-    for name in PACKAGES:
-        try:
-            raw[name] = md.version(name)
-        except md.PackageNotFoundError:
-            raw[name] = None
+    from rkspeech.plan.versions import installed_versions
+
+    raw = installed_versions(PACKAGES)
     versions = {k: _vt(v) for k, v in raw.items()}
     cuda = False
     if raw["torch"]:
@@ -129,7 +126,8 @@ def run(args: argparse.Namespace) -> int:
     from rkspeech.board.doctor import board_report
 
     info = collect()
-    board = board_report(root=args.root, plan=args.plan, lite_version=info["packages"].get("rknn-toolkit-lite2"))
+    board = board_report(root=args.root, plan=args.plan, lite_version=info["packages"].get("rknn-toolkit-lite2"),
+                         installed={k: info["packages"].get(k) for k in ("onnxruntime", "numpy", "rknn-toolkit-lite2")})
     info["board"], info["models"] = board["board"], board["models"]
     info["findings"] += board["findings"]
     if args.json:

@@ -7,7 +7,8 @@ stage saw, then replays it through the stage under test.  Written once here (num
   wrapped object stays the caller's: ``close`` does not close it):
   :class:`RecordingTalker` (a ``TalkerBackend``: ``forward``'s input and output),
   :class:`RecordingCodePredictor` (a ``CodePredictorBackend``: each frame's inputs and
-  logits), :class:`RecordingRunner` (a graph runner: every ``infer`` feed);
+  logits), :class:`RecordingRunner` (a graph runner: every ``infer`` feed, or the first few
+  feeds and outputs: the CPU stages' golden replays, ``pipelines.cpu_goldens``);
 * sample requests, the ``generate_frames`` keywords a check generates with, by the checkpoint's
   variant (``tts.cfg.tts_model_type``): :func:`sample_request` (one run),
   :func:`cycled_requests` (speakers x languages, the accuracy gate), :func:`random_request`
@@ -97,15 +98,30 @@ def teacher(codes, rows: list):
 
 
 class RecordingRunner:
-    """A graph runner whose every ``infer`` feed is appended (copied) to ``feeds``."""
+    """A graph runner whose every ``infer`` feed is appended (copied) to ``feeds``; with
+    ``outputs`` (a list) each call's outputs are appended (copied) too; with ``limit`` only the
+    first ``limit`` calls are kept (later calls pass through uncopied: a published talker's cache
+    is 117 MB a call).  ``owns``: ``close`` closes the wrapped runner (a recorder put in a stage's
+    place, whose ``close`` is the stage's); else the runner stays the caller's."""
 
-    def __init__(self, runner, feeds: list | None = None):
-        self.runner = runner
+    def __init__(self, runner, feeds: list | None = None, *, outputs: list | None = None,
+                 limit: int | None = None, owns: bool = False):
+        self.runner, self.limit, self.owns = runner, limit, owns
         self.feeds: list[dict[str, np.ndarray]] = [] if feeds is None else feeds
+        self.outputs = outputs
 
     def infer(self, feed):
-        self.feeds.append({k: np.array(v) for k, v in feed.items()})
-        return self.runner.infer(feed)
+        keep = self.limit is None or len(self.feeds) < self.limit
+        if keep:
+            self.feeds.append({k: np.array(v) for k, v in feed.items()})
+        out = self.runner.infer(feed)
+        if keep and self.outputs is not None:
+            self.outputs.append({k: np.array(v) for k, v in out.items()})
+        return out
+
+    def close(self) -> None:
+        if self.owns:
+            self.runner.close()
 
 
 def _refuse(kind: str, what: str, hint: str) -> RkspeechError:

@@ -108,6 +108,25 @@ def compare_tensors(reference, test) -> dict:
     }
 
 
+def top1_rows(reference, test, tie: float) -> dict:
+    """Top-1 agreement of two logit tensors row by row (the last axis is the vocabulary):
+    ``rows``, ``agreement`` (share of rows whose argmax is the reference's), and ``decided_flips``:
+    rows whose argmax differs although the reference's top-1 margin (top-1 minus top-2) is at least
+    ``tie`` times the row's rms (a near-tie may flip under any rounding; a decided row may not);
+    ``worst_margin``: the largest such margin, in units of the row's rms (None without a flip)."""
+    ref = np.asarray(reference, dtype=np.float32)
+    out = np.asarray(test, dtype=np.float32).reshape(ref.shape)
+    ref, out = ref.reshape(-1, ref.shape[-1]), out.reshape(-1, ref.shape[-1])
+    top = np.sort(ref, axis=-1)
+    rms = np.sqrt(np.mean(ref.astype(np.float64) ** 2, axis=-1)) + 1e-30
+    margin = (top[:, -1] - top[:, -2]) / rms if ref.shape[-1] > 1 else np.full(len(ref), np.inf)
+    flip = ref.argmax(-1) != out.argmax(-1)
+    decided = flip & (margin >= tie)
+    return {"rows": int(len(ref)), "agreement": float(1.0 - flip.mean()) if len(ref) else 1.0,
+            "decided_flips": int(decided.sum()),
+            "worst_margin": round(float(margin[flip].max()), 4) if flip.any() else None}
+
+
 def json_number(x, digits: int | None = 2):
     """``x`` as a report writes it: rounded to ``digits`` (None: as it is); None (JSON ``null``)
     when it is None or ``math.inf`` (for an SNR: identical); NaN and ``-inf`` as the strings

@@ -261,6 +261,23 @@ def _refuse(o, out: Path, graphs, gate, vocoder, cp, talker, stages, started) ->
                         f"{out / BUILD_REPORT}; --gate warn writes it anyway)")
 
 
+def _cpu_goldens(stages, files, checks: dict, cp, talker, o: TTSBuildOptions) -> dict:
+    """The CPU stages' golden replays (``pipelines.cpu_goldens``), driven through the numpy loop
+    by the plan's graphs: each CPU stage's variant (with a code predictor's heads and start
+    graph), an NPU stage's exported ONNX (not recorded)."""
+    from rkspeech.pipelines.cpu_goldens import record_cpu_goldens
+
+    t = c = None
+    if talker is not None:
+        ck = checks["talker"]
+        t = {"placement": ck["placement"], "graphs": ck.get("variant") or ck["fp32"]}
+    if cp is not None:
+        ck = checks["code_predictor"]
+        c = {"placement": ck["placement"], "role": ck["role"], "graph": ck.get("variant") or ck["fp32"],
+             "heads": ck.get("heads"), "start": ck.get("start")}
+    return record_cpu_goldens(stages, files, talker=t, code_predictor=c, threads=o.cpu_threads)
+
+
 def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
     from rkspeech.pipelines.resumable import StageRunner
     from rkspeech.pipelines.vocoder_build import VocoderBuildOptions, _build as build_vocoder_in
@@ -333,10 +350,10 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
             graphs["code_predictor"] = {**_graph_row(None, None), "form": cp.get("form"), "dtype": "fp32",
                                         "sim": None, "cpu": {**cpu_row(q, src), "heads": heads.get("record"),
                                                              "start": start.get("record")}}
+            cpu_checks["code_predictor"]["heads"] = heads.get("heads")
+            cpu_checks["code_predictor"]["start"] = start.get("start")
             if q["record"]:
                 cpu_checks["code_predictor"]["variant"] = q["artifacts"][cp["role"]]
-                cpu_checks["code_predictor"]["heads"] = heads.get("heads")
-                cpu_checks["code_predictor"]["start"] = start.get("start")
         else:
             quant = None
             if cp.get("dtype", "fp16") != "fp16":
@@ -393,6 +410,11 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
     graphs["vocoder"] = _vocoder_row(vocoder, vplan)
     if gate["failures"] and o.gate == "refuse":
         _refuse(o, out, graphs, gate, vocoder, cp, talker, stages, started)
+    goldens = _cpu_goldens(stages, files, cpu_checks, cp, talker, o)
+    from rkspeech.plan.sections import add_goldens
+
+    for name, listed in (goldens.get("goldens") or {}).items():
+        add_goldens(sections[name], listed, out)
     # the vocoder's record as its plan has it (NPU graphs, exact host graphs, which backend runs
     # which); vplan.contracts are those of the graphs ort runs, so each set's are read from its ONNX
     from rkspeech.contracts.vocoder import VocoderContract
@@ -411,7 +433,7 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
         "model": "qwen3-tts", "target": o.target, "plan": str(plan_path),
         "graphs": graphs,
         "vocoder": vocoder, "code_predictor": cp, "talker": talker, "accuracy_gate": gate,
-        "fp16_headroom": headroom,
+        "fp16_headroom": headroom, "cpu_goldens": goldens,
         **({"warnings": [gate["warning"]]} if gate.get("warning") else {}),
         "placements": {"talker": None if o.skip_talker else talker_place,
                        "code_predictor": None if o.skip_code_predictor else cp_place, "vocoder": o.vocoder},

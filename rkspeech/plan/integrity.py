@@ -5,7 +5,7 @@ line naming it before anything runs.
 ``plan.json`` holds ``"integrity": {"files": {relative path: {"bytes": n, "sha256": hex}}}``:
 every graph of every stage record (``plan.record``: each role's ``rknn``, ``onnx`` and
 ``host_onnx`` files), an ONNX graph's external ``.data`` file, and each graph's golden replay
-(:func:`golden_path`).
+(:func:`golden_path`; a CPU stage's are also listed in its record's ``goldens``).
 
 Checking is cheap: the size of every file always (one ``stat``), the hash once per file, cached
 in :func:`hash_cache_path` (a small JSON file; a published-size plan's ~1 GB of graphs hashes in
@@ -25,7 +25,7 @@ from pathlib import Path
 
 from rkspeech.core.errors import RkspeechError
 from rkspeech.plan.paths import plan_file
-from rkspeech.plan.record import is_npu, record_files, stage_records
+from rkspeech.plan.record import is_npu, record_files, record_goldens, stage_records
 
 INTEGRITY_KEY = "integrity"
 #: the golden replay file beside a graph: ``X.rknn`` -> ``X.golden.npz``
@@ -49,7 +49,8 @@ def plan_files(raw: dict, base: Path) -> list[Path]:
     """Every file the plan ``raw`` (its JSON, format 2, in folder ``base``) names, with each
     graph's external data file and golden replay when they exist; in a stable order, without
     repeats."""
-    named = [f for rec in stage_records(raw).values() for f in record_files(rec)]
+    records = stage_records(raw)
+    named = [f for rec in records.values() for f in record_files(rec)]
     out: dict[Path, None] = {}
     for v in named:
         p = plan_file(base, v, f"plan in {base}")
@@ -57,6 +58,9 @@ def plan_files(raw: dict, base: Path) -> list[Path]:
         for extra in (p.with_name(p.name + ".data"), golden_path(p)):
             if extra.is_file():
                 out[extra] = None
+    for name, rec in records.items():  # a CPU stage's goldens, listed (beside their graphs as a rule)
+        for v in (record_goldens(rec, f"plan in {base}: {name}") or {}).values():
+            out[plan_file(base, v, f"plan in {base}: {name}.goldens")] = None
     return list(out)
 
 

@@ -125,11 +125,17 @@ def write_plan(path, *, placement: str, target: str | None, contracts: dict[str,
 def write_plan_data(path, data: dict) -> Path:
     """Write the plan ``data`` (format 2; a format-1 dict is upgraded: ``plan.record``) to ``path``
     with its ``integrity`` record (size and sha256 of every file it names and of their golden
-    replays: ``plan.integrity``)."""
+    replays: ``plan.integrity``) and, unless ``build`` holds them, the runtime versions this
+    process built it with (``plan.versions``: ``build.runtime_versions``)."""
     from rkspeech.plan.integrity import INTEGRITY_KEY, record
+
+    from rkspeech.plan.versions import RUNTIME_KEY, build_versions
 
     p = Path(path)
     data = {k: v for k, v in upgrade(data, f"plan {p}").items() if k != INTEGRITY_KEY}
+    build = data.get("build") if isinstance(data.get("build"), dict) else {}
+    if RUNTIME_KEY not in build:  # what this build ran (a plan rewritten keeps its own)
+        data["build"] = {**build, RUNTIME_KEY: build_versions(data)}
     data[INTEGRITY_KEY] = record(data, p.parent)
     return write_json(p, data)
 

@@ -14,6 +14,10 @@ A plan (format ``rkspeech-plan/2``) holds one record per stage it places, under 
   NPU graph; ``onnx``: the ONNX it was converted from, or the graph a CPU stage runs; ``host_onnx``:
   the vocoder's exact host graphs). The code predictor's start graph and quantized heads are roles
   of its record (``start``, ``head1`` ... ``head15``) like its ``step`` graph;
+* ``goldens`` (a CPU-placed stage, plans from 2026-12-05 on): role -> the golden replay of that
+  role's graph (``runtime.golden``; ``X.onnx`` -> ``X.golden.npz`` beside it), which
+  ``rkspeech check-board`` replays; :func:`record_goldens` reads it.  The NPU graphs' goldens
+  sit beside their .rknn and are not listed;
 * the rest is the stage's own: ``contract``; the vocoder's ``host_contract``, ``codes_length`` and
   ``backends`` (backend -> the kind it runs); a stage's ``quantization``, ``threads``, ``core_mask``;
   the encoder's ``custom_string``.
@@ -82,6 +86,25 @@ def record_files(record: dict, kinds=KINDS) -> list[str]:
         if isinstance(files, dict):
             out += [files[k] for k in kinds if isinstance(files.get(k), str)]
     return out
+
+
+GOLDENS = "goldens"
+
+
+def record_goldens(record: dict, where: str) -> dict[str, str] | None:
+    """A stage record's ``goldens`` (role -> file name, as written), checked against its
+    ``artifacts`` (a golden for a role it has); None when the record lists none (an NPU stage,
+    or a plan written before CPU goldens).  One line for a malformed list."""
+    g = record.get(GOLDENS) if isinstance(record, dict) else None
+    if g is None:
+        return None
+    arts = record.get("artifacts") if isinstance(record.get("artifacts"), dict) else {}
+    if not isinstance(g, dict) or not all(isinstance(k, str) and isinstance(v, str) and v for k, v in g.items()):
+        raise RkspeechError(f"{where}.{GOLDENS} must map roles to golden files; rebuild the plan")
+    extra = sorted(set(g) - set(arts))
+    if extra:
+        raise RkspeechError(f"{where}.{GOLDENS} names role(s) {extra} the stage's artifacts do not hold; rebuild the plan")
+    return dict(g)
 
 
 def upgrade(raw: dict, where: str) -> dict:

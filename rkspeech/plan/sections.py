@@ -48,7 +48,7 @@ from rkspeech.core.errors import RkspeechError
 from rkspeech.core.placement import CPU_VARIANTS, PLACEMENTS
 from rkspeech.core.targets import CORE_MASKS
 from rkspeech.plan.paths import plan_file
-from rkspeech.plan.record import START_ROLE, head_codebook, head_role, record_placement
+from rkspeech.plan.record import GOLDENS, START_ROLE, head_codebook, head_role, record_goldens, record_placement
 
 #: stage name -> the main role sets its record may hold (exactly one of them)
 STAGE_ROLES = {"talker": (("prefill", "decode"),), "code_predictor": (("step",), ("frame",))}
@@ -78,6 +78,9 @@ class StagePlan:
     #: a CPU step-form code predictor's start graph (B = 2: a frame's first two positions in one
     #: call, ``pipelines.cpu_start``); None: those positions take two step calls
     start: Path | None = None
+    #: a CPU stage's golden replays, role -> file (``pipelines.cpu_goldens``; replayed by
+    #: ``rkspeech check-board``); empty: none recorded (an NPU stage, or an older plan)
+    goldens: dict[str, Path] = field(default_factory=dict)
 
     @property
     def on_npu(self) -> bool:
@@ -106,14 +109,15 @@ class StagePlan:
 def stage_section(*, placement: str, target: str | None, artifacts: dict[str, dict[str, Path | None]],
                   contract: dict, base: Path, quantization: dict | None = None,
                   threads: int | None = None, heads: dict[str, Path] | None = None,
-                  start: Path | None = None) -> dict:
+                  start: Path | None = None, goldens: dict[str, Path] | None = None) -> dict:
     """A stage's record (``plan.record``), paths made relative to ``base`` (the plan's folder);
     ``placement``: ``core.placement.PLACEMENTS``; ``quantization``: ``{"dtype", "dataset",
     "hybrid"}`` of a quantized NPU build, or a CPU variant's record (``{"variant", ..., "graphs":
     {role: {"source": path, ...}}}``; None: fp16 / fp32); ``threads``: a CPU stage's onnxruntime
     threads (None: not recorded); ``heads``: a code predictor's quantized head graphs, codebook
     (``"1"`` ...) -> ONNX (``pipelines.cpu_heads``); ``start``: its start graph
-    (``pipelines.cpu_start``); both written as roles of ``artifacts``."""
+    (``pipelines.cpu_start``); both written as roles of ``artifacts``; ``goldens``: role -> the
+    golden replay of a CPU stage's graph (``pipelines.cpu_goldens``), written as ``goldens``."""
     from rkspeech.plan.linking import plan_name
 
     if placement not in PLACEMENTS:
@@ -130,6 +134,7 @@ def stage_section(*, placement: str, target: str | None, artifacts: dict[str, di
     sec = {"placement": placement, "target": target, "contract": contract, "artifacts": arts}
     if threads is not None:
         sec["threads"] = int(threads)
+    add_goldens(sec, goldens, base)
     if quantization and "variant" in quantization:
         graphs = {role: {**g, **({"source": rel(g["source"])} if g.get("source") else {})}
                   for role, g in (quantization.get("graphs") or {}).items()}
@@ -137,6 +142,16 @@ def stage_section(*, placement: str, target: str | None, artifacts: dict[str, di
     elif quantization:
         sec["quantization"] = {**quantization, "dataset": rel(quantization["dataset"])}
     return sec
+
+
+def add_goldens(section: dict, goldens: dict[str, Path] | None, base: Path) -> dict:
+    """``section`` (a stage record) with ``goldens`` (role -> golden replay of its graph) listed,
+    relative to ``base``; nothing when there are none."""
+    from rkspeech.plan.linking import plan_name
+
+    if goldens:
+        section[GOLDENS] = {role: plan_name(p, base) for role, p in goldens.items()}
+    return section
 
 
 #: what a CPU variant's record must hold: key -> accepted types
@@ -269,8 +284,10 @@ def load_stages(raw: dict, plan_path: Path, backend: str | None) -> dict[str, St
             raise RkspeechError(f"{where}.core_mask is {core_mask!r}, expected one of {', '.join(CORE_MASKS)}")
         quant = _quantization(sec, base, where, need_files=backend == "sim", placement=placement, roles=roles)
         heads, start = _extra_roles(arts, base, where, roles, placement, contract)
+        listed = record_goldens(sec, where) or {}
+        goldens = {role: plan_file(base, v, f"{where}.{GOLDENS}.{role}") for role, v in listed.items()}
         stage = StagePlan(name, placement, sec.get("target"), artifacts, contract, quant, threads, core_mask,
-                          heads, start)
+                          heads, start, goldens)
         for role, path in stage.paths(backend or "ort").items():
             if not path.is_file():
                 raise RkspeechError(f"{where}: {role} artifact {path} is missing")

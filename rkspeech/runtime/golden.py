@@ -11,6 +11,10 @@ cache, not the simulator's) and a cache the board corrupts shows in the next ste
   that of step k-1 with the step's ``kv_new`` rows written at its positions (talker, code
   predictor step; as ``runtime.tts.talker_backend`` does).
 
+The NPU graphs' goldens are seeded inputs (:func:`golden_inputs`) and the simulator's outputs; the
+CPU stages' (``pipelines.cpu_goldens``) are calls a generation really made and the build host's
+onnxruntime outputs (:func:`golden_from_calls`).
+
 Inputs are deterministic (seeded) and shaped by the graph's contract: vocoder codes drawn from the
 codebook, RoPE angles and slot counts of positions 0, B, 2B...; talker embeddings N(0, 1) with the
 cos/sin and mask of their positions; an encoder window given by the build (its check mel).  Chained
@@ -167,6 +171,54 @@ def _talker(graph, c, specs, steps, rng) -> Golden:
     chain = [{"kind": "kv_write", "input": "cache", "output": "kv_new", "rows": B,
               "layout": c.cache_io, "positions": [k * B for k in range(steps - 1)]}]
     return Golden(graph, feeds, chain, meta={"inputs": f"embeds N(0, 1) at positions 0, {B}, ..."})
+
+
+# ---- calls recorded from a generation --------------------------------------------------------
+
+def _cache_names(feed: dict) -> list[str]:
+    return [n for n in feed if n == "cache" or n.startswith(("cache_k", "cache_v"))]
+
+
+def golden_from_calls(graph: str, contract, feeds: list[dict], outputs: list[dict], **meta) -> Golden:
+    """A :class:`Golden` of calls a graph really made (``feeds`` and ``outputs`` as a
+    ``core.capture.RecordingRunner`` keeps them: the CPU stages' goldens, recorded during a
+    generation).  A step graph (``contract`` a ``TalkerContract``) whose calls follow one another
+    (each call's cache is the previous call's with its ``kv_new`` written at the previous call's
+    position, read off its mask) is chained (``kv_write``), so its cache is stored for the first
+    call only and a board's own cache is carried forward; any other graph, or calls that do not
+    follow (a prefill of each utterance, a frame's start graph from an empty cache) keep every
+    feed as it was."""
+    from rkspeech.contracts.talker import TalkerContract
+
+    feeds = [dict(f) for f in feeds]
+    golden = Golden(graph, feeds, outputs=[dict(o) for o in outputs], meta=dict(meta))
+    names = _cache_names(feeds[0]) if feeds else []
+    if not isinstance(contract, TalkerContract) or not names or len(feeds) < 2 or "kv_new" not in outputs[0]:
+        return golden
+    cap = contract.capacity
+    starts = [int(np.count_nonzero(np.asarray(f["mask"])[0, :cap] == 0)) for f in feeds]
+    chain = [{"kind": "kv_write", "input": "cache", "output": "kv_new", "rows": contract.B,
+              "layout": contract.cache_io, "positions": starts[:-1]}]
+    trial = Golden(graph, feeds, chain)
+    for k in range(1, len(feeds)):
+        fed = trial.feed(k, feeds[k - 1], outputs[k - 1])
+        if not all(np.array_equal(fed[n], feeds[k][n]) for n in names):
+            return golden  # the calls do not follow one another: every feed kept
+    for f in feeds[1:]:
+        for n in names:
+            del f[n]
+    golden.chain = chain
+    return golden
+
+
+def golden_bytes(golden: Golden) -> dict[str, int]:
+    """What a golden holds, uncompressed: ``state`` (the first call's cache, a chained graph's
+    stored state), ``inputs`` (the rest of the inputs), ``outputs``."""
+    names = set(_cache_names(golden.inputs[0])) if golden.inputs else set()
+    state = sum(np.asarray(a).nbytes for n, a in golden.inputs[0].items() if n in names) if golden.inputs else 0
+    ins = sum(np.asarray(a).nbytes for f in golden.inputs for a in f.values())
+    return {"state": int(state), "inputs": int(ins - state),
+            "outputs": int(sum(np.asarray(a).nbytes for o in golden.outputs for a in o.values()))}
 
 
 # ---- file --------------------------------------------------------------------------------------

@@ -71,3 +71,19 @@ def test_json_writes_identical_as_null_and_readers_take_old_infinity():
     for v in (None, old["snr_db"], math.inf):
         assert db_value(v) == math.inf and db_text(v) == "identical"
     assert db_text(41.234) == "41.2" and db_text(41.234, 2) == "41.23" and db_value(7) == 7.0
+
+
+def test_top1_rows_excuses_near_ties_only():
+    """A flipped argmax fails only where the reference's top-1 margin is not a near-tie."""
+    from rkspeech.core.compare import top1_rows
+
+    ref = np.array([[0.0, 1.0, 5.0, 4.99], [0.0, 1.0, 5.0, 2.0], [3.0, 0.0, 0.0, 0.0]], np.float32)
+    same = top1_rows(ref, ref.copy(), tie=0.1)
+    assert same == {"rows": 3, "agreement": 1.0, "decided_flips": 0, "worst_margin": None}
+    out = ref.copy()
+    out[0, 3] = 5.01  # row 0: a near-tie flips (margin 0.01, rms ~3.6)
+    tie = top1_rows(ref, out, tie=0.1)
+    assert tie["decided_flips"] == 0 and tie["agreement"] == pytest.approx(2 / 3) and tie["worst_margin"] < 0.1
+    out[1, 3] = 6.0  # row 1: a decided row (margin 3) flips
+    bad = top1_rows(ref, out, tie=0.1)
+    assert bad["decided_flips"] == 1 and bad["agreement"] == pytest.approx(1 / 3) and bad["worst_margin"] > 0.5

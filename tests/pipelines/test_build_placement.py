@@ -190,10 +190,171 @@ def test_a_second_build_resumes(built, tts_custom_ckpt, vocoder_plan, capsys):
     assert rc == 0
     flat = " ".join(err.split())
     for stage in ("talker_quantize_int4", "code_predictor_quantize_int8", "code_predictor_heads_int8",
-                  "code_predictor_start_int8", "talker_export"):
+                  "code_predictor_start_int8", "talker_export", "cpu_goldens"):
         assert f"skip: {stage}" in flat, err
     assert "== " not in err, err
     assert (built / "plan.json").read_text() == plan
+
+
+CPU_ROLES = {"talker": {"prefill", "decode"},
+             "code_predictor": {"step", "start", *(f"head{j}" for j in range(1, 16))}}
+
+
+def test_cpu_goldens_are_recorded_and_listed(built):
+    """Every CPU graph has a golden beside it, listed in its stage record and hashed by the plan;
+    their inputs are a generation's real calls: the talker's decode and the code predictor's
+    step chained from their first call's cache, the prefill and the start graph from an empty one."""
+    from rkspeech.plan.integrity import golden_path
+    from rkspeech.plan.plan import load_plan
+    from rkspeech.runtime.golden import load_golden
+
+    raw = json.loads((built / "plan.json").read_text())
+    plan = load_plan(built / "plan.json", backend="ort")
+    for name, roles in CPU_ROLES.items():
+        listed = raw[name]["goldens"]
+        assert set(listed) == roles, (name, sorted(listed))
+        for role, rel in listed.items():
+            onnx = raw[name]["artifacts"][role]["onnx"]
+            assert built / rel == golden_path(built / onnx) and rel in raw["integrity"]["files"], (name, role)
+        assert plan.stages[name].goldens == {r: built / v for r, v in listed.items()}
+    report = json.loads((built / "build-report.json").read_text())["cpu_goldens"]["graphs"]
+    decode = load_golden(built / raw["talker"]["goldens"]["decode"])
+    assert decode.steps == 3 and decode.meta["inputs"] == "generation" and decode.chain[0]["kind"] == "kv_write"
+    assert all(not any(n.startswith("cache") for n in f) for f in decode.inputs[1:])  # chained: state once
+    assert decode.inputs[0]["cache_k0"].any()  # the prompt's keys: the state the decode golden stores
+    assert decode.chain[0]["positions"] == [decode.chain[0]["positions"][0] + k for k in range(2)]
+    assert report["talker"]["decode"]["chained"] and report["code_predictor"]["step"]["chained"]
+    assert not report["talker"]["prefill"]["chained"] and not report["code_predictor"]["start"]["chained"]
+    start = load_golden(built / raw["code_predictor"]["goldens"]["start"])
+    assert start.steps == 3 and not any(a.any() for f in start.inputs for n, a in f.items() if n.startswith("cache"))
+    head = load_golden(built / raw["code_predictor"]["goldens"]["head3"])
+    assert head.steps == 3 and set(head.outputs[0]) == {"logits"}
+    total = sum(r["bytes"] for stage in report.values() for r in stage.values())
+    assert total < 600_000, report  # reduced: ~465 KB, 15 heads x 25 KB of logits the most of it
+
+
+def _with_vocoder_goldens(built, tmp_path):
+    """A copy of the build whose placeholder vocoder gets goldens (onnxruntime on its ONNX), so
+    check-board has every graph to replay."""
+    import shutil
+
+    from rkspeech.contracts.read import read_contract
+    from rkspeech.plan.integrity import golden_path
+    from rkspeech.runtime.golden import golden_inputs, record_golden
+    from rkspeech.runtime.runners import open_runner
+
+    folder = tmp_path / "plan"
+    shutil.copytree(built, folder)
+    raw = json.loads((folder / "plan.json").read_text())
+    for role, files in raw["vocoder"]["artifacts"].items():
+        with open_runner("ort", folder / files["onnx"]) as r:
+            g = golden_inputs(role, read_contract(folder / files["onnx"]), r.input_specs())
+            record_golden(golden_path(folder / files["rknn"]), g, r, source="ort")
+    return folder
+
+
+def test_check_board_replays_the_cpu_goldens(built, tmp_path, capsys):
+    from rkspeech.cli import main
+    from rkspeech.core.thresholds import CPU_GOLDEN_MIN_SNR_DB
+
+    folder = _with_vocoder_goldens(built, tmp_path)
+    rc = main(["check-board", "--plan", str(folder / "plan.json"), "--backend", "ort", "--repeats", "1",
+               "-o", str(tmp_path / "r.json")])
+    out, err = capsys.readouterr()
+    assert rc == 0, out + err
+    rep = json.loads((tmp_path / "r.json").read_text())
+    cpu = {g["graph"]: g for g in rep["graphs"] if g["placement"] == "cpu"}
+    assert set(cpu) == {f"{n.replace('_', ' ')} {r}" for n, roles in CPU_ROLES.items() for r in roles}, sorted(cpu)
+    assert {g["graph"] for g in rep["graphs"] if g["placement"] == "npu"} == {"vocoder first", "vocoder main"}
+    assert rep["notes"] == [] and rep["cpu_pass_marks"]["snr_db"] == CPU_GOLDEN_MIN_SNR_DB
+    for name, g in cpu.items():
+        assert g["ok"] and g["file"].endswith(".onnx") and len(g["steps"]) == 3, name
+    top1 = [r["top1"] for s in cpu["code predictor head3"]["steps"] for r in s["outputs"]]
+    assert top1 and all(t["rows"] == 1 and t["decided_flips"] == 0 for t in top1)
+
+
+def test_check_board_fails_on_a_changed_cpu_golden(built, tmp_path, capsys):
+    """One changed value of a head's golden logits fails naming graph and step: the runner-up made
+    the golden's top-1 by one rms, a decided row, while SNR (~30 dB) and cosine stay above the CPU
+    marks, so only the top-1 rule sees it."""
+    import numpy as np
+
+    from rkspeech.cli import main
+    from rkspeech.runtime.golden import load_golden, save_golden
+
+    folder = _with_vocoder_goldens(built, tmp_path)
+    raw = json.loads((folder / "plan.json").read_text())
+    path = folder / raw["code_predictor"]["goldens"]["head5"]
+    g = load_golden(path)
+    row = g.outputs[1]["logits"].reshape(-1)
+    second = np.argsort(row)[-2]
+    row[second] = row.max() + np.sqrt(np.mean(row ** 2))  # the runner-up on top by one rms
+    path.unlink()
+    save_golden(path, g)
+    plan = folder / "plan.json"
+    raw.pop("integrity")  # the golden changed on purpose: re-record the plan over the files as they are
+    from rkspeech.plan.plan import write_plan_data
+
+    plan.unlink()
+    write_plan_data(plan, raw)
+    rc = main(["check-board", "--plan", str(plan), "--backend", "ort", "--repeats", "1"])
+    err = capsys.readouterr().err
+    line = [x for x in err.splitlines() if x.startswith("rkspeech: check-board:")]
+    assert rc == 1 and len(line) == 1 and "code predictor head5, step 1: output logits differs" in line[0], err
+    assert "top-1 flipped on 1 of 1 decided rows" in line[0], line
+    from rkspeech.core.thresholds import CPU_GOLDEN_MIN_SNR_DB
+
+    snr = float(line[0].split("(SNR ")[1].split(" dB")[0])
+    assert snr > CPU_GOLDEN_MIN_SNR_DB, line  # the SNR mark alone would have passed it
+
+
+def test_check_board_on_a_plan_without_cpu_goldens_says_so(built, tmp_path, capsys):
+    """A plan built before CPU goldens: one line says its CPU stages are not checked; the rest is."""
+    from rkspeech.cli import main
+
+    folder = _with_vocoder_goldens(built, tmp_path)
+    plan = folder / "plan.json"
+    raw = json.loads(plan.read_text())
+    for name in CPU_ROLES:
+        raw[name].pop("goldens")
+    plan.write_text(json.dumps(raw))
+    rc = main(["check-board", "--plan", str(plan), "--backend", "ort", "--repeats", "1", "-o", str(tmp_path / "r.json")])
+    out, err = capsys.readouterr()
+    notes = [x for x in err.splitlines() if "golden" in x]
+    assert rc == 0 and len(notes) == 1, err
+    assert "CPU stage(s) talker, code predictor have no golden replays" in notes[0] and "rebuild" in notes[0]
+    rep = json.loads((tmp_path / "r.json").read_text())
+    assert [g["graph"] for g in rep["graphs"]] == ["vocoder first", "vocoder main"]
+
+
+def test_doctor_compares_the_plan_runtime_versions(built, tmp_path, capsys, monkeypatch):
+    """The plan records what it was built with; doctor names each skew with the installed one
+    (faked here: the board extra's onnxruntime 1.32.0 / numpy 2.4.6) and says what to do."""
+    import importlib.metadata as md
+
+    from rkspeech.cli import main
+
+    rec = json.loads((built / "plan.json").read_text())["build"]["runtime_versions"]
+    assert rec == {"onnxruntime": md.version("onnxruntime"), "numpy": md.version("numpy"),
+                   "rknn-toolkit2": rec["rknn-toolkit2"], "librknnrt": rec["rknn-toolkit2"]}, rec
+    # the CPU stages alone (the vocoder's .rknn here are placeholders doctor cannot read)
+    plan = _edit_plan(built, tmp_path, lambda r: r.pop("vocoder"))
+    try:
+        main(["doctor", "--plan", str(plan)])
+        out = capsys.readouterr().out
+        assert "version-skew" not in out and "versions-unrecorded" not in out, out
+        real = md.version
+        fake = {"onnxruntime": "1.32.0", "numpy": "2.4.6"}
+        monkeypatch.setattr(md, "version", lambda name: fake.get(name) or real(name))
+        main(["doctor", "--plan", str(plan)])
+    finally:
+        plan.unlink()
+    lines = {x.split(":")[0]: x for x in capsys.readouterr().out.splitlines() if "version-skew" in x}
+    assert set(lines) == {"WARNING version-skew-onnxruntime", "WARNING version-skew-numpy"}, lines
+    ort = lines["WARNING version-skew-onnxruntime"]
+    assert f"onnxruntime 1.32.0 here, the plan's CPU stages (talker, code predictor) were built and checked with " \
+           f"{rec['onnxruntime']}" in ort and "check-board" in ort and f"onnxruntime=={rec['onnxruntime']}" in ort
+    assert f"numpy=={rec['numpy']}" in lines["WARNING version-skew-numpy"]
 
 
 def _edit_plan(built, tmp_path, edit):

@@ -111,6 +111,11 @@ class GraphCodePredictor:
         """Codebooks 1..G-1 (greedy; ``choose`` is ignored: the graph feeds its own argmax back)."""
         return [int(c) for c in greedy_codes(self.infer(hidden, first_embed))]
 
+    def wrap_runners(self, wrap) -> None:
+        """``wrap("frame", runner)`` in the frame graph's runner's place (as
+        ``GraphTalker.wrap_runners``)."""
+        self.runner = wrap("frame", self.runner)
+
     def close(self) -> None:
         runner, self.runner = self.runner, None
         if runner is not None:

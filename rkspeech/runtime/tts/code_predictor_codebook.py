@@ -156,6 +156,13 @@ class CodebookCodePredictor:
         self.frame(hidden, first_embed, greedy)
         return {"logits": np.stack(rows)}
 
+    def wrap_runners(self, wrap) -> None:
+        """``wrap(role, runner)`` in each graph's runner's place: ``start``, ``step`` and
+        ``head{j}`` (the plan's roles; as ``GraphTalker.wrap_runners``)."""
+        self.stack.wrap_runners(wrap, ("start", "step"))
+        if self.heads is not None:
+            self.heads.wrap_runners(wrap)
+
     def close(self) -> None:
         for name in ("stack", "heads"):
             part = getattr(self, name, None)

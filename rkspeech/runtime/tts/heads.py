@@ -46,6 +46,11 @@ class HeadGraphs:
         x = np.asarray(hidden, dtype=np.float32).reshape(1, -1)
         return self._runners[j].infer({"hidden": x})["logits"].reshape(-1)
 
+    def wrap_runners(self, wrap) -> None:
+        """``wrap(f"head{j}", runner)`` in each head graph's runner's place (as
+        ``GraphTalker.wrap_runners``)."""
+        self._runners = {j: wrap(f"head{j}", r) for j, r in self._runners.items()}
+
     def close(self) -> None:
         runners, self._runners = getattr(self, "_runners", {}), {}
         for r in runners.values():

@@ -133,6 +133,14 @@ class GraphTalker:
             got = self._position_feed[key] = {"cos": cos, "sin": sin, "mask": step_mask(contract, start)}
         return got
 
+    def wrap_runners(self, wrap, names: tuple[str, str] = ("prefill", "decode")) -> None:
+        """Put ``wrap(name, runner)`` in each graph's runner's place (a recorder: the CPU stages'
+        golden replays); ``names``: what the prefill and decode graphs are called (the code
+        predictor's: start, step).  ``close`` then closes the wrappers."""
+        if self.prefill is not None:
+            self.prefill = (wrap(names[0], self.prefill[0]), self.prefill[1])
+        self.decode = (wrap(names[1], self.decode[0]), self.decode[1])
+
     def close(self) -> None:
         for pair in (self.decode, self.prefill):
             if pair is not None:
