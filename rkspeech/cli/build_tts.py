@@ -158,14 +158,23 @@ def _gate_rows(gate: dict | None) -> list[tuple]:
         return [("accuracy gate", "off: the quantized stages were not measured")]
     if not gate.get("stages"):
         return [("accuracy gate", "no stage to judge (no quantized stage; NPU stages are judged on the simulator, "
-                                  "not with --skip-sim)")]
+                                  "not with --skip-sim)")] + _unmeasured(gate)
     t = gate["thresholds"]
     how = (f"{gate['reference_frames']} fp32 frames of {gate['texts']} utterances ({gate['prompt_form']} prompt, "
            f"{gate['stopped_reference']} stopped); marks: agreement >= {100 * t['min_agreement']:.0f} %, same stop >= "
            f"{100 * t['min_same_stop']:.0f} %, logit SNR >= {t['min_logit_snr_db']:.0f} dB, frames >= {t['min_frames']}, "
            f"fp32 stopped >= {100 * t['min_stopped_reference']:.0f} %")
     verdict = "passed" if gate["passed"] else f"FAILED ({gate['mode']}): " + "; ".join(gate["failures"])
-    return [("accuracy gate", how), ("accuracy gate verdict", verdict)]
+    rows = [("accuracy gate", how), ("accuracy gate verdict", verdict)]
+    if gate.get("not_judged"):
+        rows.append(("accuracy gate: not judged", ", ".join(gate["not_judged"]) + " (the checkpoint does not let the "
+                                                  "gate vouch: see each stage's row)"))
+    return rows + _unmeasured(gate)
+
+
+def _unmeasured(gate: dict) -> list[tuple]:
+    u = gate.get("npu_not_measured")
+    return [("accuracy gate: NPU stages", f"{', '.join(u['stages'])} not measured: {u['why']}")] if u else []
 
 
 def _headroom_rows(h: dict | None) -> list[tuple]:

@@ -97,9 +97,16 @@ def _weight_of(tts, graph: str, module: str) -> dict:
     return {"K": int(w.shape[0]), "N": int(w.shape[1]), "weight_sha256": weight_digest(w)}
 
 
+#: module names of a graph's torch stack that its step graphs hold (the code predictor's heads and
+#: input projection are other graphs, quantized apart: ``pipelines.cpu_heads``)
+STEP_MODULES = {"code_predictor": "model.", "talker": ""}
+
+
 def keep_fp32_of(report: dict | None, graph: str) -> list[tuple]:
-    """``CpuQuantOptions.keep_fp32`` entries of ``graph``'s outlier inputs (``outliers_of``)."""
-    return [(o["module"], o["K"], o["N"], o["weight_sha256"]) for o in outliers_of(report, graph)]
+    """``CpuQuantOptions.keep_fp32`` entries of ``graph``'s outlier inputs (``outliers_of``) that
+    its step graphs hold."""
+    return [(o["module"], o["K"], o["N"], o["weight_sha256"]) for o in outliers_of(report, graph)
+            if o["module"].startswith(STEP_MODULES.get(graph, ""))]
 
 
 def refusal(report: dict) -> str | None:

@@ -411,6 +411,11 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
                                  ckpt=[Path(files.config), Path(files.weights)], frames=o.cpu_check_frames,
                                  threads=o.cpu_threads)
     gate = gate_section(check, o.gate, npu=_npu_figures(graphs))
+    if o.skip_sim and o.gate != "off":  # recorded, not warned: --skip-sim says it
+        skipped = [n for n, c in cpu_checks.items() if c["placement"] == "npu"]
+        if skipped:
+            gate["npu_not_measured"] = {"stages": sorted(skipped), "why": "--skip-sim (NPU stages are judged on "
+                                                                           "the simulator)"}
     for name, figures in (gate.get("stages") or {}).items():
         if "cpu" in graphs[name]:
             graphs[name]["cpu"]["check"] = figures
