@@ -47,6 +47,8 @@ def _argv(root, vocoder_plan, home, out, *extra):
             "--talker-capacity", "96", "--talker-prefill", "16", "--cpu-threads", "1", *extra]
 
 
+@pytest.mark.slow
+@pytest.mark.rknn
 @pytest.mark.skipif(not have_rknn(), reason="rknn-toolkit2 is not installed")
 def test_npu_code_predictor_judged_on_the_simulator(trained_massive_ckpt, placeholder_vocoder_plan, home, capsys):
     from rkfixtures import run_relative
@@ -83,7 +85,7 @@ def test_npu_code_predictor_judged_on_the_simulator(trained_massive_ckpt, placeh
     assert gate["reference_frames"] >= 300 and gate["stopped_reference"] == 20
     assert report["graphs"]["code_predictor"]["gate"] == s
     plan = json.loads((home / "fixed" / "plan.json").read_text())
-    assert plan["stages"]["code_predictor"]["fp16_rescale"][0]["layer"] == record["layer"]
+    assert plan["code_predictor"]["fp16_rescale"][0]["layer"] == record["layer"]
     rows = dict(summary_rows(report))
     assert rows["code_predictor (NPU, simulator): accuracy gate"] == "pass"
 
@@ -111,7 +113,7 @@ def test_cpu_int8_keeps_the_outlier_matmul_in_fp32(trained_massive_ckpt, placeho
     assert kept[0]["bytes"] == 4 * K * N - (K * N + 5 * N)  # fp32 against int8 per channel (scale, zero point)
     assert q["kept_fp32_bytes"] == sum(k["bytes"] for k in kept)
     plan = json.loads((home / "int8" / "plan.json").read_text())
-    assert plan["stages"]["code_predictor"]["quantization"]["kept_fp32"] == kept
+    assert plan["code_predictor"]["quantization"]["kept_fp32"] == kept
     gate = report["accuracy_gate"]
     assert gate["passed"] is True, gate["failures"]
     assert dict(summary_rows(report))["code_predictor: kept fp32"].startswith("step ")
