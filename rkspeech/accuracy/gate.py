@@ -18,6 +18,12 @@ the loop ``speak`` runs on a stage plan (the numpy host, its RoPE recipe, its he
   where a lost stop token or a run-away shows (issue 27: quantized speech LMs elsewhere lost
   theirs).
 
+The approximate backend may be a quantized graph on onnxruntime or an NPU-placed stage's graph on
+the rknn-toolkit2 simulator (issue 39): the same loop, the same marks.  NPU stages are measured
+only where the gate can vouch (``run_gate``'s ``vouched_only``): a random root's flat logits fail
+the measurement itself, and its fp16 noise flips decisions that mean nothing.  A NaN logit SNR
+(an fp16 overflow) fails the SNR mark.
+
 :func:`judge` holds the figures against ``GateThresholds`` (defaults: ``core.thresholds``, set
 from figures measured on the confident checkpoint, docs/accuracy-gate.md) and returns one line
 per failure; the build refuses the placement with them unless told to accept it.
@@ -25,6 +31,7 @@ per failure; the build refuses the placement with them unless told to accept it.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import asdict, dataclass
 
@@ -32,6 +39,7 @@ import numpy as np
 
 from rkspeech.core import progress
 from rkspeech.core.capture import cycled_requests
+from rkspeech.core.compare import db_value
 from rkspeech.core.thresholds import (
     GATE_MIN_AGREEMENT,
     GATE_MIN_FRAMES,
@@ -71,9 +79,11 @@ class GateThresholds:
         return asdict(self)
 
 
-def record_reference(tts, *, talker, code_predictor, texts, requests, frames: int):
+def record_reference(tts, *, talker, code_predictor, texts, requests, frames: int, give_up_after: int | None = None):
     """The fp32 greedy runs (``ReferenceRun`` per text, its request kept as ``run.request``);
-    lane factories (``each_run``) run them all at once."""
+    lane factories (``each_run``) run them all at once.  ``give_up_after``: stop recording, one run
+    at a time, once more than this many runs did not stop by themselves within ``frames`` (the
+    measurement can then vouch for nothing: no need to finish it)."""
     import copy
 
     from rkspeech.accuracy.quantized_stage import each_run, record_greedy_reference
@@ -87,8 +97,16 @@ def record_reference(tts, *, talker, code_predictor, texts, requests, frames: in
         run.timing = dict(host.last_timing)
         return run
 
-    return each_run(list(zip(texts, requests)), one, {"talker": talker, "code_predictor": code_predictor},
-                    "accuracy gate: fp32 reference")
+    backends = {"talker": talker, "code_predictor": code_predictor}
+    items = list(zip(texts, requests))
+    if give_up_after is None:
+        return each_run(items, one, backends, "accuracy gate: fp32 reference")
+    runs = []
+    for item in progress.track(items, "accuracy gate: fp32 reference"):
+        runs.append(one(item, backends))
+        if sum(len(r.frames) >= frames for r in runs) > give_up_after:
+            break
+    return runs
 
 
 def _compare(ref: np.ndarray, got: np.ndarray, cap: int) -> dict:
@@ -173,8 +191,10 @@ def judge(name: str, figures: dict, thresholds: GateThresholds) -> list[str]:
         out.append(f"{name} agrees with fp32 on {100 * (tf.get('agreement') or 0):.1f} % of decisions "
                    f"(< {100 * thresholds.min_agreement:.0f} %"
                    + (f"; fp32 top-1 margin median {median:.2f}" if median is not None else "") + ")")
-    snr = tf.get("logit_snr_db")
-    if snr is not None and snr < thresholds.min_logit_snr_db:  # None: identical logits
+    snr = db_value(tf.get("logit_snr_db"))  # None: identical logits (inf); "NaN": NaN
+    if math.isnan(snr):
+        out.append(f"{name} logit SNR NaN (its logits hold NaN or inf: an fp16 overflow?)")
+    elif snr < thresholds.min_logit_snr_db:
         out.append(f"{name} logit SNR {snr:.1f} dB (< {thresholds.min_logit_snr_db:.0f} dB)")
     share = free.get("same_stop_share")
     if share is None or share < thresholds.min_same_stop:
@@ -198,10 +218,15 @@ def measurement_failures(report: dict, thresholds: GateThresholds) -> list[str]:
 
 
 def run_gate(tts, *, reference: dict, variants: dict, texts=GATE_TEXTS, frames: int = 48,
-             thresholds: GateThresholds | None = None) -> dict:
+             thresholds: GateThresholds | None = None, vouched_only=()) -> dict:
     """The gate over ``texts``: ``reference`` the fp32 backends (``talker``, ``code_predictor``),
     ``variants`` the approximate backend of each stage to judge (by the same names).  Backends are
-    not closed here.  Returns ``{"texts", "frames_per_text", "prompt_form", "host_loop", "reference_frames",
+    not closed here.  ``vouched_only``: stages (names in ``variants``) measured only where the
+    measurement can vouch for them (``measurement_failures`` empty: a checkpoint that stops by
+    itself); otherwise they are recorded ``not_judged`` with the reason, and when every stage is
+    such a one the fp32 reference stops as soon as it cannot vouch (the NPU-placed stages: their
+    simulator runs are slow, and a random root's fp16 noise flips its flat decisions).  Returns
+    ``{"texts", "frames_per_text", "prompt_form", "host_loop", "reference_frames",
     "stopped_reference", "thresholds", "stages": {name: figures + "failures"}, "failures",
     "passed", "seconds"}``."""
     thresholds = thresholds or GateThresholds()
@@ -210,7 +235,10 @@ def run_gate(tts, *, reference: dict, variants: dict, texts=GATE_TEXTS, frames: 
     # a base model is refused: no reference audio to clone from
     requests = cycled_requests(tts, len(texts), what="the accuracy gate",
                                hint=" (no reference audio to clone from); build with --gate off")
-    runs = record_reference(tts, texts=texts, requests=requests, frames=frames, **reference)
+    give_up = None
+    if variants and set(variants) <= set(vouched_only):
+        give_up = len(texts) - math.ceil(thresholds.min_stopped_reference * len(texts))
+    runs = record_reference(tts, texts=texts, requests=requests, frames=frames, give_up_after=give_up, **reference)
     ref_seconds = time.perf_counter() - t0
     ref_frames = sum(len(r.frames) for r in runs)
     out = {"texts": len(texts), "frames_per_text": frames,
@@ -224,7 +252,15 @@ def run_gate(tts, *, reference: dict, variants: dict, texts=GATE_TEXTS, frames: 
            # where the time goes (docs/accuracy-gate.md, Cost); lanes: runtime.tts.lanes or None
            "timing": {"reference_s": round(ref_seconds, 2), **stage_seconds([r.timing for r in runs]),
                       "lanes": lanes_record(reference)}}
+    if len(runs) < len(texts):
+        out["reference_abandoned_after"] = len(runs)
+    unvouched = measurement_failures(out, thresholds)
     for i, (name, backend) in enumerate(variants.items(), 1):
+        if name in vouched_only and unvouched:
+            progress.info(f"accuracy gate: {name.replace('_', ' ')} not judged: {unvouched[-1]}")
+            out["stages"][name] = {"backend": getattr(backend, "name", str(backend)),
+                                   "not_judged": "; ".join(unvouched)}
+            continue
         # the gate runs for minutes (~15 on a published-size root): a line per part, and the
         # parts' own progress lines (core.progress.track), so it never sits silent (issue 37)
         progress.info(f"accuracy gate: stage {i}/{len(variants)}: {name.replace('_', ' ')} ({len(runs)} utterances, "
@@ -251,10 +287,16 @@ def apply_thresholds(report: dict, thresholds: GateThresholds | None = None) -> 
     each stage's ``failures``, and the report's ``failures``, ``passed`` and ``thresholds``."""
     thresholds = thresholds or GateThresholds()
     failures = []
+    judged = 0
     for name, figures in report["stages"].items():
+        if "not_judged" in figures:  # run_gate's vouched_only: nothing measured, nothing to judge
+            figures["failures"] = []
+            continue
+        judged += 1
         figures["failures"] = judge(name, figures, thresholds)
         failures += figures["failures"]
-    if report["stages"]:  # listed after the stages' own: the one-line refusal names a stage's fault first
+    if judged:  # listed after the stages' own: the one-line refusal names a stage's fault first
         failures += measurement_failures(report, thresholds)
-    report.update(thresholds=thresholds.to_dict(), failures=failures, passed=not failures)
+    report.update(thresholds=thresholds.to_dict(), failures=failures, passed=not failures,
+                  not_judged=sorted(n for n, f in report["stages"].items() if "not_judged" in f))
     return report

@@ -108,8 +108,6 @@ def _ops(row: dict) -> str:
 
 def _cpu_rows(name: str, cpu: dict | None) -> list[tuple]:
     """A CPU stage: its weights (record, sizes) and its agreement with the fp32 graph."""
-    from rkspeech.core.compare import db_text
-
     if not cpu:
         return []
     q = cpu.get("quantization")
@@ -125,8 +123,20 @@ def _cpu_rows(name: str, cpu: dict | None) -> list[tuple]:
         how = "fp32 (the exported graphs as they are)"
     rows = [(f"{name}: CPU weights", f"{how}; {after / 1e6:.2f} MB ({after / before:.2f} x fp32 {before / 1e6:.2f} MB)"
              if before else how)]
-    c = cpu.get("check")
-    if c:
+    for k in (q or {}).get("kept_fp32") or []:
+        rows.append((f"{name}: kept fp32", f"{k['graph']} {k['node']} (input peak {k['ratio']:.0f} x its median channel"
+                                           f"): +{k['bytes'] / 1e3:.1f} kB"))
+    return rows + _check_rows(name, cpu.get("check"))
+
+
+def _check_rows(name: str, c: dict | None) -> list[tuple]:
+    """A stage's gate figures against its fp32 graph (a CPU variant, or an NPU stage on the simulator)."""
+    from rkspeech.core.compare import db_text
+
+    rows: list[tuple] = []
+    if c and c.get("not_judged"):
+        rows.append((f"{name}: accuracy gate", f"not judged: {c['not_judged']}"))
+    elif c:
         tf, free = c["teacher_forced"], c["free_running"]
         snr = db_text(tf.get("logit_snr_db")) + ("" if tf.get("logit_snr_db") is None else " dB")
         rows.append((f"{name} vs fp32 (teacher forced)",
@@ -147,14 +157,24 @@ def _gate_rows(gate: dict | None) -> list[tuple]:
     if gate["mode"] == "off":
         return [("accuracy gate", "off: the quantized stages were not measured")]
     if not gate.get("stages"):
-        return [("accuracy gate", "no quantized stage")]
+        return [("accuracy gate", "no stage to judge (no quantized stage; NPU stages are judged on the simulator, "
+                                  "not with --skip-sim)")] + _unmeasured(gate)
     t = gate["thresholds"]
     how = (f"{gate['reference_frames']} fp32 frames of {gate['texts']} utterances ({gate['prompt_form']} prompt, "
            f"{gate['stopped_reference']} stopped); marks: agreement >= {100 * t['min_agreement']:.0f} %, same stop >= "
            f"{100 * t['min_same_stop']:.0f} %, logit SNR >= {t['min_logit_snr_db']:.0f} dB, frames >= {t['min_frames']}, "
            f"fp32 stopped >= {100 * t['min_stopped_reference']:.0f} %")
     verdict = "passed" if gate["passed"] else f"FAILED ({gate['mode']}): " + "; ".join(gate["failures"])
-    return [("accuracy gate", how), ("accuracy gate verdict", verdict)]
+    rows = [("accuracy gate", how), ("accuracy gate verdict", verdict)]
+    if gate.get("not_judged"):
+        rows.append(("accuracy gate: not judged", ", ".join(gate["not_judged"]) + " (the checkpoint does not let the "
+                                                  "gate vouch: see each stage's row)"))
+    return rows + _unmeasured(gate)
+
+
+def _unmeasured(gate: dict) -> list[tuple]:
+    u = gate.get("npu_not_measured")
+    return [("accuracy gate: NPU stages", f"{', '.join(u['stages'])} not measured: {u['why']}")] if u else []
 
 
 def _headroom_rows(h: dict | None) -> list[tuple]:
@@ -164,10 +184,17 @@ def _headroom_rows(h: dict | None) -> list[tuple]:
     rows = []
     for g, row in h["graphs"].items():
         top = row["top"][0] if row["top"] else {"tensor": "-", "ratio": 0.0}
-        fix = "; ".join(f"layer {e['layer']} channels {e['channels']} / 2^{e['shift']}" for e in row["rescale"])
-        rows.append((f"{g}: fp16 headroom", f"peak {top['ratio']:.3g} x 65504 ({top['tensor']}) over "
-                                            f"{h['frames']} frames of {h['texts']} texts; "
-                                            + (f"exact rescale {fix}" if fix else "no rescale")))
+        fix = "; ".join(f"layer {e['layer']} channels {e['channels']} / 2^{e['shift']}" for e in row["rescale"] or [])
+        if row.get("placement", "npu") == "npu":
+            rows.append((f"{g}: fp16 headroom", f"peak {top['ratio']:.3g} x 65504 ({top['tensor']}) over "
+                                                f"{h['frames']} frames of {h['texts']} texts; "
+                                                + (f"exact rescale {fix}" if fix else "no rescale")))
+        out = row.get("outliers") or []
+        if out or row.get("placement") == "cpu":
+            big = row.get("largest_outlier_ratio") or {}
+            rows.append((f"{g}: outlier inputs", ", ".join(f"{o['module']} ({o['ratio']} x median channel)" for o in out)
+                         if out else f"none over {h.get('outlier_ratio')} x median channel (largest "
+                                     f"{big.get('ratio')} x, {big.get('module')})"))
     return rows
 
 
@@ -184,6 +211,7 @@ def summary_rows(summary: dict) -> list[tuple]:
         if row.get("rknn") and row["rknn"].get("bytes"):
             rows.append((f"{name}: .rknn", f"{row['rknn']['bytes'] / 1e6:.1f} MB"))
         rows += _cpu_rows(name, row.get("cpu"))
+        rows += _check_rows(f"{name} (NPU, simulator)", row.get("gate"))
     cp_row = summary["graphs"].get("code_predictor") or {}
     sim = cp_row.get("sim")
     if sim:

@@ -63,15 +63,22 @@ class CpuQuantOptions:
     padded to whole blocks), ``symmetric`` (no zero point), ``accuracy_level`` (MatMulNBits'
     compute type: 4 = int8, 0 = fp32; None leaves the attribute out, i.e. 0).  int8:
     ``per_channel`` (one weight scale per output column instead of one per matrix).  Options of
-    the other variants are ignored and not recorded."""
+    the other variants are ignored and not recorded.  ``keep_fp32``: the MatMuls left out of the
+    quantization, by their module's weight (:func:`matmuls_of` finds them in each graph; the
+    record lists each with the bytes it costs)."""
 
     variant: str = "int4"
     block_size: int = 32
     symmetric: bool = False
     accuracy_level: int | None = 4
     per_channel: bool = True
+    #: ``(module name, K, N, weight_digest)`` of each MatMul that stays fp32 (names as
+    #: ``models.qwen3_tts.fp16_headroom`` gives them): an input carrying an outlier channel, which
+    #: a per-tensor (int8) or per-block (int4, accuracy level 4) activation scale would flatten
+    keep_fp32: tuple = ()
 
     def __post_init__(self):
+        object.__setattr__(self, "keep_fp32", tuple(tuple(k) for k in self.keep_fp32))
         if self.variant not in VARIANTS:
             raise RkspeechError(f"unknown CPU weight variant {self.variant!r}; choose one of {', '.join(VARIANTS)}")
         if self.variant == "int4":
@@ -130,25 +137,88 @@ def _quiet_quantizer():
         logging.disable(before)
 
 
+def weight_digest(matrix) -> str:
+    """sha256 of a MatMul weight ``[K, N]`` as float32 (C order): how a module's weight (a torch
+    Linear's ``weight.T``) is found among a graph's initializers whatever the exporter named it
+    (the step graphs' node names lose the layer: ``/mlp/down_proj_1/MatMul`` is layer 1's)."""
+    import hashlib
+
+    import numpy as np
+
+    return hashlib.sha256(np.ascontiguousarray(matrix, dtype=np.float32).tobytes()).hexdigest()
+
+
+def matmuls_of(model, keep) -> dict[str, list[dict]]:
+    """Module name -> the MatMul nodes of ``model`` (a ModelProto) whose constant 2-D weight is that
+    module's: ``keep`` holds ``(module, K, N, weight_digest)`` entries; each node found is
+    ``{"node", "K", "N"}``."""
+    from onnx import numpy_helper
+
+    wanted: dict[tuple[int, int], list[tuple[str, str]]] = {}
+    for module, K, N, digest in keep:
+        wanted.setdefault((int(K), int(N)), []).append((module, digest))
+    inits = {i.name: i for i in model.graph.initializer if tuple(i.dims) in wanted}
+    digests: dict[str, str] = {}
+    out: dict[str, list[dict]] = {k[0]: [] for k in keep}
+    for node in model.graph.node:
+        if node.op_type != "MatMul" or len(node.input) < 2 or node.input[1] not in inits:
+            continue
+        init = inits[node.input[1]]
+        if init.name not in digests:
+            digests[init.name] = weight_digest(numpy_helper.to_array(init))
+        K, N = (int(d) for d in init.dims)
+        for module, digest in wanted[(K, N)]:
+            if digests[init.name] == digest:
+                out[module].append({"node": node.name, "K": K, "N": N})
+    return out
+
+
+def quantized_bytes(K: int, N: int, options: CpuQuantOptions) -> int:
+    """Bytes a ``[K, N]`` weight takes in ``options.variant`` (weights, scales, zero points): what
+    keeping it fp32 (``4 K N``) saves against; onnxruntime's layouts (int8: per output column
+    fp32 scale and int8 zero point, or one of each; int4: K padded to blocks of ``block_size``,
+    two weights a byte, an fp32 scale per block, a 4-bit zero point per block unless symmetric)."""
+    if options.variant == "int8":
+        n = N if options.per_channel else 1
+        return K * N + 5 * n
+    if options.variant == "int4":
+        blocks = -(-K // options.block_size)
+        zp = 0 if options.symmetric else N * (-(-blocks // 2))
+        return N * blocks * options.block_size // 2 + 4 * N * blocks + zp
+    return 4 * K * N
+
+
 def _quantize_model(src: Path, options: CpuQuantOptions, scratch: Path):
-    """The quantized ModelProto of ``src``."""
+    """``(the quantized ModelProto of src, the kept MatMuls)``: ``options.keep_fp32``'s MatMuls
+    excluded from the quantization, each ``{"module", "node", "K", "N", "bytes"}`` (``bytes``:
+    what keeping it fp32 costs against the variant).  A module with no MatMul in ``src`` is a
+    one-line RkspeechError."""
     import onnx
 
     model = onnx.load(str(src))
+    kept = []
+    for module, nodes in matmuls_of(model, options.keep_fp32).items():
+        if not nodes:
+            raise RkspeechError(f"{src.name}: no MatMul holds {module}'s weight, which should stay fp32 (its "
+                                "outlier input was measured on the torch model; was the graph exported from another?)")
+        kept += [{"module": module, **n, "bytes": 4 * n["K"] * n["N"] - quantized_bytes(n["K"], n["N"], options)}
+                 for n in nodes]
+    exclude = [k["node"] for k in kept]
     with _quiet_quantizer():
         if options.variant == "int4":
             from onnxruntime.quantization.matmul_4bits_quantizer import MatMul4BitsQuantizer
 
             q = MatMul4BitsQuantizer(model, block_size=options.block_size, is_symmetric=options.symmetric,
-                                     accuracy_level=options.accuracy_level)
+                                     accuracy_level=options.accuracy_level, nodes_to_exclude=exclude)
             q.process()
-            return q.model.model
+            return q.model.model, kept
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
         out = scratch / "int8.onnx"
         quantize_dynamic(model, out, op_types_to_quantize=["MatMul"], per_channel=options.per_channel,
-                         weight_type=QuantType.QInt8, extra_options={"MatMulConstBOnly": True})
-        return onnx.load(str(out))
+                         weight_type=QuantType.QInt8, extra_options={"MatMulConstBOnly": True},
+                         nodes_to_exclude=exclude)
+        return onnx.load(str(out)), kept
 
 
 def _restore_metadata(model, meta: dict[str, str]) -> list[str]:
@@ -199,6 +269,7 @@ def quantize_step_graph(src: str | os.PathLike, dst: str | os.PathLike, options:
     io_before = read_graph_io(src)
     t0 = time.perf_counter()
     restored: list[str] = []
+    kept: list[dict] = []
     ops: dict[str, int] | None = None  # the fp32 copy is not loaded
     with atomic_path(dst, suffix=".onnx") as tmp:
         if options.variant == "fp32":
@@ -210,7 +281,9 @@ def quantize_step_graph(src: str | os.PathLike, dst: str | os.PathLike, options:
 
             with work_folder(dst.parent, prefix=".cpu-quant.") as scratch:  # swept if a SIGKILL leaves it
                 try:
-                    model = _quantize_model(src, options, Path(scratch))
+                    model, kept = _quantize_model(src, options, Path(scratch))
+                except RkspeechError:
+                    raise
                 except Exception as exc:  # noqa: BLE001 - the quantizers raise what they like
                     raise RkspeechError(f"{src}: onnxruntime's {options.variant} quantizer failed: "
                                         f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
@@ -231,4 +304,5 @@ def quantize_step_graph(src: str | os.PathLike, dst: str | os.PathLike, options:
             "onnxruntime": onnxruntime.__version__, "source": str(src), "bytes_before": before,
             "bytes_after": after, "size_ratio": round(after / before, 4), "quantized_ops": quantized,
             "fp32_matmuls": None if ops is None else ops.get("MatMul", 0), "metadata_restored": restored,
+            **({"kept_fp32": kept, "kept_fp32_bytes": sum(k["bytes"] for k in kept)} if options.keep_fp32 else {}),
             "seconds": round(time.perf_counter() - t0, 3)}

@@ -10,7 +10,9 @@ NPU stage is (its fp32 ONNX step graphs, checked against torch), never converted
   block size, symmetric, accuracy level / per channel, onnxruntime version) and per graph the
   source, sizes and quantized op counts.
 * :func:`check_cpu_stages`: one resumable stage (``accuracy_gate``) measuring each quantized
-  stage against its fp32 graph with ``accuracy.gate`` (issue 27) through the loop ``speak`` runs
+  stage, and each NPU-placed stage on the rknn-toolkit2 simulator (built from its exported graph
+  as it was converted: target, dtype; issue 39), against its fp32 graph with ``accuracy.gate``
+  (issue 27) through the loop ``speak`` runs
   (``runtime.tts.numpy_loop.NumpyTTSModel``: the numpy host, its RoPE recipe and heads): greedy
   generation of the gate's 20 utterances with the fp32 graphs on onnxruntime (torch for a stage
   that has no graph), then
@@ -33,7 +35,7 @@ SHARED_KEYS = ("variant", "quantizer", "bits", "block_size", "symmetric", "accur
                "activations", "onnxruntime")
 #: per-graph keys kept from each record
 GRAPH_KEYS = ("source", "bytes_before", "bytes_after", "size_ratio", "quantized_ops", "fp32_matmuls",
-              "metadata_restored", "seconds")
+              "metadata_restored", "kept_fp32", "kept_fp32_bytes", "seconds")
 #: frames per utterance at most of the build's accuracy gate (``TTSBuildOptions.cpu_check_frames``):
 #: the trained reduced root's 20 gate utterances stop by themselves after 6-27 frames (378 in all)
 DEFAULT_CHECK_FRAMES = 48
@@ -61,19 +63,31 @@ def export_cpu_code_predictor(cp, path: Path) -> Path:
     return export_talker_onnx(code_predictor_step(cp, **CPU_EXPORT), path)
 
 
-def stage_options(placement: str, int4: dict | None = None):
+def stage_options(placement: str, int4: dict | None = None, keep_fp32=()):
     """The ``CpuQuantOptions`` of a CPU placement; ``int4``: fields (block size, symmetric) that
-    apply to a ``cpu-int4`` one only.  One place for the stack, its heads and its start graph."""
+    apply to a ``cpu-int4`` one only; ``keep_fp32``: the stack's MatMuls that stay fp32
+    (``pipelines.fp16_headroom.keep_fp32_of``; the stack's graphs only, not its heads).  One
+    place for the stack, its heads and its start graph."""
     from rkspeech.convert.cpu_quant import CpuQuantOptions
 
-    return CpuQuantOptions.for_placement(placement, **((int4 or {}) if cpu_variant(placement) == "int4" else {}))
+    return CpuQuantOptions.for_placement(placement, **((int4 or {}) if cpu_variant(placement) == "int4" else {}),
+                                         keep_fp32=tuple(keep_fp32))
+
+
+def kept_record(per_graph: dict) -> dict:
+    """A stage record's per-node precision: every MatMul kept fp32 (graph, module, node, the bytes
+    it costs against the variant) and their total (absent: nothing kept)."""
+    kept = [{"graph": role, **k} for role, r in per_graph.items() for k in r.get("kept_fp32") or []]
+    return {"kept_fp32": kept, "kept_fp32_bytes": sum(k["bytes"] for k in kept)} if kept else {}
 
 
 def quantize_stage(stages, name: str, placement: str, sources: dict[str, Path], folder: Path, *,
-                   int4: dict | None = None) -> dict:
+                   int4: dict | None = None, keep_fp32=()) -> dict:
     """``{"placement", "artifacts": {role: variant path}, "record": {...} | None}`` for stage
     ``name`` (``talker``, ``code_predictor``); ``sources``: role -> exported fp32 ONNX; ``int4``:
-    ``CpuQuantOptions`` fields for a ``cpu-int4`` placement (block size, symmetric)."""
+    ``CpuQuantOptions`` fields for a ``cpu-int4`` placement (block size, symmetric);
+    ``keep_fp32``: ``CpuQuantOptions.keep_fp32`` entries, MatMuls that stay fp32 (the record's
+    ``kept_fp32``, each node with the bytes it costs, and ``kept_fp32_bytes``)."""
     from dataclasses import asdict
 
     from rkspeech.convert.cpu_quant import quantize_step_graph
@@ -84,7 +98,7 @@ def quantize_stage(stages, name: str, placement: str, sources: dict[str, Path], 
     sources = {role: Path(p) for role, p in sources.items()}
     if variant == "fp32":
         return {"placement": placement, "artifacts": dict(sources), "record": None}
-    options = stage_options(placement, int4)
+    options = stage_options(placement, int4, keep_fp32)
     folder = Path(folder)
     dst = {role: folder / f"{src.stem}.{variant}.onnx" for role, src in sources.items()}
 
@@ -99,6 +113,7 @@ def quantize_stage(stages, name: str, placement: str, sources: dict[str, Path], 
     first = next(iter(per_graph.values()))
     record = {k: first[k] for k in SHARED_KEYS if k in first}
     record["graphs"] = {role: {k: r[k] for k in GRAPH_KEYS if k in r} for role, r in per_graph.items()}
+    record.update(kept_record(per_graph))
     return {"placement": placement, "artifacts": dst, "record": record}
 
 
@@ -124,18 +139,23 @@ def check_cpu_stages(stages, model, *, talker: dict | None, code_predictor: dict
     (its fp32 graph then serves as the reference), else the reference is torch.  ``model``: a
     ``LazyTTSModel``.  Returns ``run_gate``'s report (judged against the default thresholds; the
     build judges it again, so a changed threshold needs no new measurement) with each stage's
-    ``placement``, or ``{}`` when no stage is quantized.
+    ``placement``, or ``{}`` when no stage is quantized or simulated.
 
     ``lanes``: run every utterance at once (``pipelines.gate_lanes``: each stage's step graph
     exported for one lane per utterance, the variant quantized with ``int4``'s options as placed)
     when both stages are CPU-placed with their step forms; otherwise, and with ``lanes=False``, one
     utterance at a time over the placed graphs.  None (the build's default) is True: lanes were
-    2.0x faster already at the reduced size, their export included (docs/accuracy-gate.md, Cost)."""
+    2.0x faster already at the reduced size, their export included (docs/accuracy-gate.md, Cost).
+
+    An NPU-placed stage: ``{"placement": "npu", "role", "fp32": its exported ONNX (onnx for the
+    talker's roles), "sim": {"target", "dtype"[, "dataset", "hybrid"]}}``: the reference runs the
+    ONNX on onnxruntime, the variant the same ONNX on the simulator (``open_runner("sim")``, built
+    on first use); it is measured only where the gate can vouch (``run_gate``'s ``vouched_only``)."""
     from rkspeech.accuracy.gate import GATE_TEXTS
 
     texts = tuple(texts or GATE_TEXTS)
     quantized = {k: v for k, v in (("talker", talker), ("code_predictor", code_predictor))
-                 if v is not None and v.get("variant") is not None}
+                 if v is not None and (v.get("variant") is not None or v.get("sim") is not None)}
     if not quantized:
         return {}
     inputs = list(ckpt)
@@ -145,9 +165,14 @@ def check_cpu_stages(stages, model, *, talker: dict | None, code_predictor: dict
         for key in ("fp32", "variant", "heads", "start"):
             x = v.get(key)
             inputs += list(x.values()) if isinstance(x, dict) else ([x] if x else [])
+        if (v.get("sim") or {}).get("dataset"):
+            inputs.append(Path(v["sim"]["dataset"]))
     lanes = lanes is not False and lanes_apply(talker, code_predictor)
     args = {"frames": frames, "texts": list(texts), "stages": {k: v["placement"] for k, v in quantized.items()},
             "gate_version": GATE_VERSION, "lanes": lanes, **({"int4": int4} if lanes and int4 else {})}
+    npu = {k: {a: b for a, b in v["sim"].items() if a != "dataset"} for k, v in quantized.items() if v.get("sim")}
+    if npu:  # absent without NPU stages: CPU-only builds keep their stage's fingerprint
+        args["npu"] = npu
 
     def work():
         return _check(model, talker, code_predictor, frames=frames, texts=texts, threads=threads,
@@ -157,8 +182,9 @@ def check_cpu_stages(stages, model, *, talker: dict | None, code_predictor: dict
 
 
 #: bump when what the gate measures changes (the resumable stage then runs again)
-GATE_VERSION = 5  # 2: a step-form code predictor's variant measured with its quantized heads; 3: and its start
-# graph; 4: through the numpy host loop (the one speak runs), not the torch one; 5: its timing recorded, lanes
+GATE_VERSION = 6  # 2: a step-form code predictor's variant measured with its quantized heads; 3: and its start
+# graph; 4: through the numpy host loop (the one speak runs), not the torch one; 5: its timing recorded, lanes;
+# 6: NPU-placed stages judged on the simulator (they add "npu" to the key)
 
 
 #: CPU variants whose rows do not see each other, so that a lane graph computes each lane's row as
@@ -202,6 +228,12 @@ def _check(model, talker, code_predictor, *, frames, texts, threads, lanes_folde
     def cp_graph(role, path, heads=None, start=None):
         return keep(open_code_predictor(role, path, "ort", model=tts, threads=threads, heads=heads, start=start))
 
+    def sim_kw(sim):
+        """open_runner's simulator options of an NPU stage (its target, dtype, calibration)."""
+        return {"target": sim["target"], "dtype": sim.get("dtype", "fp16"),
+                **({"dataset": str(sim["dataset"])} if sim.get("dataset") else {}),
+                **({"hybrid": sim["hybrid"]} if sim.get("hybrid") else {})}
+
     try:
         ref = {"talker": (talker_graph(talker["fp32"]) if talker and talker.get("fp32")
                           else model.get().talker_backend),
@@ -211,11 +243,23 @@ def _check(model, talker, code_predictor, *, frames, texts, threads, lanes_folde
         variants, placements = {}, {}
         if talker and talker.get("variant"):
             variants["talker"], placements["talker"] = talker_graph(talker["variant"]), talker["placement"]
+        elif talker and talker.get("sim"):  # NPU-placed: its graphs on the simulator, built as converted
+            variants["talker"] = _Deferred(lambda: keep(open_talker_for(
+                tts, {r: {"onnx": p} for r, p in talker["fp32"].items()}, "sim", **sim_kw(talker["sim"]))),
+                f"talker graph (sim: {Path(talker['fp32']['decode']).name})")
+            placements["talker"] = talker["placement"]
         if code_predictor and code_predictor.get("variant"):
             variants["code_predictor"] = cp_graph(code_predictor["role"], code_predictor["variant"],
                                                   code_predictor.get("heads"), code_predictor.get("start"))
             placements["code_predictor"] = code_predictor["placement"]
-        out = run_gate(tts, reference=ref, variants=variants, texts=texts, frames=frames)
+        elif code_predictor and code_predictor.get("sim"):
+            variants["code_predictor"] = _Deferred(lambda: keep(open_code_predictor(
+                code_predictor["role"], code_predictor["fp32"], "sim", model=tts, **sim_kw(code_predictor["sim"]))),
+                f"code predictor {code_predictor['role']} graph (sim: {Path(code_predictor['fp32']).name})")
+            placements["code_predictor"] = code_predictor["placement"]
+        npu = [k for k, v in (("talker", talker), ("code_predictor", code_predictor))
+               if v and v.get("sim") and not v.get("variant")]
+        out = run_gate(tts, reference=ref, variants=variants, texts=texts, frames=frames, vouched_only=npu)
     finally:
         for b in opened:
             b.close()
@@ -301,6 +345,21 @@ def gate_inputs(build_dir) -> dict:
             "int4": {"block_size": o["int4_block"], "symmetric": o["int4_symmetric"]}}
 
 
+class _Deferred:
+    """A stage backend opened on its first use: an NPU-placed stage's simulator is built only when
+    the gate measures it (``run_gate``'s ``vouched_only``)."""
+
+    def __init__(self, opener, name: str):
+        self._opener, self._backend, self.name = opener, None, name
+
+    def __getattr__(self, attr):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        if self._backend is None:
+            self._backend = self._opener()
+        return getattr(self._backend, attr)
+
+
 def cpu_row(q: dict, sources: dict[str, Path]) -> dict:
     """The build report's ``cpu`` entry of a CPU stage: placement, record, file sizes."""
     return {"placement": q["placement"], "quantization": q["record"],
@@ -310,8 +369,10 @@ def cpu_row(q: dict, sources: dict[str, Path]) -> dict:
 def gate_section(check: dict | None, mode: str, *, npu: dict | None = None) -> dict:
     """The build report's ``accuracy_gate``: the figures of ``check_cpu_stages`` judged against the
     current thresholds, the mode (``core.thresholds.GATE_MODES``) and, when the gate fails or was
-    not run, the ``warning`` the report keeps.  ``npu``: simulator figures of NPU-placed stages,
-    recorded beside (not judged: see docs/accuracy-gate.md)."""
+    not run, or an NPU-placed stage was not judged (a checkpoint the gate cannot vouch for), the
+    ``warning`` the report keeps.  ``npu``: the NPU-placed stages' own simulator checks (verify
+    replay, talker logit SNR), recorded beside; the gate's figures of those stages are in
+    ``stages`` like the CPU stages' (docs/accuracy-gate.md)."""
     from rkspeech.accuracy.gate import apply_thresholds
 
     out: dict = {"mode": mode}
@@ -324,6 +385,12 @@ def gate_section(check: dict | None, mode: str, *, npu: dict | None = None) -> d
         return {**out, "passed": True, "failures": [], "stages": {}}
     judged = apply_thresholds(dict(check, stages={k: dict(v) for k, v in check["stages"].items()}))
     out.update(judged)
+    warnings = []
     if judged["failures"] and mode == "warn":
-        out["warning"] = "accuracy gate failed, plan written anyway (--gate warn): " + "; ".join(judged["failures"])
+        warnings.append("accuracy gate failed, plan written anyway (--gate warn): " + "; ".join(judged["failures"]))
+    for name in judged.get("not_judged") or []:
+        warnings.append(f"accuracy gate: the NPU-placed {name.replace('_', ' ')} not judged: "
+                        f"{judged['stages'][name]['not_judged']}")
+    if warnings:
+        out["warning"] = "; ".join(warnings)
     return out

@@ -19,11 +19,12 @@ from rkspeech.contracts.talker import CODE_PREDICTOR_START_B
 from rkspeech.core.placement import cpu_variant
 
 
-def build_start(stages, placement: str, files, model, folder: Path, *, int4: dict | None = None) -> dict:
+def build_start(stages, placement: str, files, model, folder: Path, *, int4: dict | None = None,
+                keep_fp32=()) -> dict:
     """``{"start": path, "record": {...}}`` for a step-form code predictor placed
     ``placement`` (``cpu-fp32`` / ``cpu-int8`` / ``cpu-int4``; ``{}`` for any other); ``model``:
-    the build's ``LazyTTSModel`` (loaded only when the stage runs); ``int4`` as
-    ``cpu_stages.quantize_stage``."""
+    the build's ``LazyTTSModel`` (loaded only when the stage runs); ``int4`` and ``keep_fp32`` as
+    ``cpu_stages.quantize_stage`` (the start graph is the same stack: the same MatMuls stay fp32)."""
     import onnxruntime
 
     from rkspeech.convert.cpu_quant import quantize_step_graph
@@ -32,7 +33,7 @@ def build_start(stages, placement: str, files, model, folder: Path, *, int4: dic
     variant = cpu_variant(placement)
     if variant is None:
         return {}
-    options = stage_options(placement, int4)
+    options = stage_options(placement, int4, keep_fp32)
     folder = Path(folder)
     dst = folder / f"code_predictor_start_B{CODE_PREDICTOR_START_B}.{variant}.onnx"
 

@@ -27,6 +27,8 @@ STAGE = "fp16_headroom"
 #: held-out texts (the first of ``GATE_TEXTS``) and greedy frames per text
 TEXTS = 5
 FRAMES = 24
+#: bump when what the stage records changes (2: each graph's outlier inputs, their weights' digests)
+VERSION = 2
 #: the placement a refusal points to, per graph
 CPU_FLAG = {"code_predictor": "--code-predictor cpu-int8", "talker": "--talker cpu-int8"}
 
@@ -46,21 +48,65 @@ def headroom_runs(tts, n: int) -> list[tuple[str, dict]]:
     return list(zip(texts, requests))
 
 
-def measure(tts, graphs, *, texts: int = TEXTS, frames: int = FRAMES, margin: float | None = None) -> dict:
-    """The stage's report (JSON-able): per graph the top tensors, the rescale, the top tensors
-    after it and ``over`` (``[tensor, peak]`` still over ``FP16_MAX``)."""
-    from rkspeech.models.qwen3_tts.fp16_headroom import FP16_MAX, MARGIN, measure_peaks, plan_rescale, top_tensors
+def measure(tts, graphs, *, texts: int = TEXTS, frames: int = FRAMES, margin: float | None = None,
+            cpu_graphs=()) -> dict:
+    """The stage's report (JSON-able): per NPU graph (``graphs``) the top tensors, the rescale, the
+    top tensors after it and ``over`` (``[tensor, peak]`` still over ``FP16_MAX``); per graph, NPU
+    or quantized CPU (``cpu_graphs``: no rescale, nothing refused), ``outliers``: the Linear
+    inputs whose largest channel peak exceeds ``OUTLIER_RATIO`` x their median channel's (a CPU
+    quantizer keeps those MatMuls in fp32) and ``largest_outlier_ratio``."""
+    from rkspeech.models.qwen3_tts.fp16_headroom import (
+        FP16_MAX,
+        MARGIN,
+        OUTLIER_RATIO,
+        largest_outlier_ratio,
+        measure_peaks,
+        outlier_inputs,
+        plan_rescale,
+        top_tensors,
+    )
 
     margin = MARGIN if margin is None else margin
     runs = headroom_runs(tts, texts)
-    peaks = measure_peaks(tts, graphs, runs, frames)
-    out = {"texts": len(runs), "frames": peaks.frames, "margin": margin, "fp16_max": FP16_MAX, "graphs": {}}
+    peaks = measure_peaks(tts, list(graphs) + [g for g in cpu_graphs if g not in graphs], runs, frames)
+    out = {"texts": len(runs), "frames": peaks.frames, "margin": margin, "fp16_max": FP16_MAX,
+           "outlier_ratio": OUTLIER_RATIO, "graphs": {}}
     for g in graphs:
         p = plan_rescale(peaks, g, margin=margin)
-        out["graphs"][g] = {"top": top_tensors(peaks.tensors.get(g, {})), "rescale": p["rescale"],
+        out["graphs"][g] = {"placement": "npu", "top": top_tensors(peaks.tensors.get(g, {})), "rescale": p["rescale"],
                             "top_after": top_tensors(p["after"], 3),
                             "over": [[n, round(v, 3)] for n, v in p["over"]]}
+    for g in cpu_graphs:
+        if g not in graphs:
+            out["graphs"][g] = {"placement": "cpu", "top": top_tensors(peaks.tensors.get(g, {})), "rescale": None,
+                                "top_after": [], "over": []}
+    for g, row in out["graphs"].items():
+        row["outliers"] = [{**o, **_weight_of(tts, g, o["module"])} for o in outlier_inputs(peaks, g)]
+        row["largest_outlier_ratio"] = largest_outlier_ratio(peaks, g)
     return out
+
+
+def _weight_of(tts, graph: str, module: str) -> dict:
+    """``K``, ``N`` and ``weight_sha256`` (``convert.cpu_quant.weight_digest``) of the MatMul
+    weight ``[K, N]`` a graph's Linear ``module`` exports to: how a quantizer finds it in a graph
+    whose node names lost the layer (measured before any rescale folds into the weights)."""
+    from rkspeech.convert.cpu_quant import weight_digest
+    from rkspeech.models.qwen3_tts.fp16_headroom import stack_module
+
+    w = stack_module(tts, graph).get_submodule(module).weight.detach().float().numpy().T
+    return {"K": int(w.shape[0]), "N": int(w.shape[1]), "weight_sha256": weight_digest(w)}
+
+
+#: module names of a graph's torch stack that its step graphs hold (the code predictor's heads and
+#: input projection are other graphs, quantized apart: ``pipelines.cpu_heads``)
+STEP_MODULES = {"code_predictor": "model.", "talker": ""}
+
+
+def keep_fp32_of(report: dict | None, graph: str) -> list[tuple]:
+    """``CpuQuantOptions.keep_fp32`` entries of ``graph``'s outlier inputs (``outliers_of``) that
+    its step graphs hold."""
+    return [(o["module"], o["K"], o["N"], o["weight_sha256"]) for o in outliers_of(report, graph)
+            if o["module"].startswith(STEP_MODULES.get(graph, ""))]
 
 
 def refusal(report: dict) -> str | None:
@@ -77,22 +123,26 @@ def refusal(report: dict) -> str | None:
     return None
 
 
-def check_headroom(stages, model, ckpt: list[Path], graphs, *, texts: int = TEXTS, frames: int = FRAMES) -> dict:
-    """Run (or resume) the stage for ``graphs`` (NPU-placed graph names), refuse in one line where
+def check_headroom(stages, model, ckpt: list[Path], graphs, *, texts: int = TEXTS, frames: int = FRAMES,
+                   cpu_graphs=()) -> dict:
+    """Run (or resume) the stage for ``graphs`` (NPU-placed graph names) and ``cpu_graphs``
+    (quantized CPU-placed ones: their outlier inputs only), refuse in one line where
     no exact rescale fits, else fold the rescales into ``model`` (a ``LazyTTSModel``: now, or when
     it loads) and return the report (``seconds``: what the stage took, or took when it ran)."""
-    from rkspeech.models.qwen3_tts.fp16_headroom import MARGIN, apply_rescale
+    from rkspeech.models.qwen3_tts.fp16_headroom import MARGIN, OUTLIER_RATIO, apply_rescale
 
-    graphs = sorted(graphs)
-    report = stages.run(STAGE, {"graphs": graphs, "texts": texts, "frames": frames, "margin": MARGIN}, ckpt,
-                        lambda: [], lambda: measure(model.get(), graphs, texts=texts, frames=frames))
+    graphs, cpu_graphs = sorted(graphs), sorted(cpu_graphs)
+    args = {"graphs": graphs, "texts": texts, "frames": frames, "margin": MARGIN, "cpu_graphs": cpu_graphs,
+            "outlier_ratio": OUTLIER_RATIO, "version": VERSION}
+    report = stages.run(STAGE, args, ckpt, lambda: [],
+                        lambda: measure(model.get(), graphs, texts=texts, frames=frames, cpu_graphs=cpu_graphs))
     timing = stages.timings.get(STAGE, {})
     report = {**report, "seconds": timing.get("seconds", timing.get("built_seconds"))}
     line = refusal(report)
     if line:
         raise RkspeechError(line)
     for g, row in report["graphs"].items():
-        if row["rescale"]:
+        if row["rescale"] and row.get("placement", "npu") == "npu":
             model.transform(lambda tts, g=g, r=row["rescale"]: apply_rescale(tts, g, r))
     return report
 
@@ -100,4 +150,11 @@ def check_headroom(stages, model, ckpt: list[Path], graphs, *, texts: int = TEXT
 def rescale_of(report: dict | None, graph: str) -> list[dict] | None:
     """``graph``'s rescale in the stage's report (None: not measured; []: measured, none needed)."""
     row = ((report or {}).get("graphs") or {}).get(graph)
-    return None if row is None else row["rescale"]
+    return None if row is None or row.get("placement", "npu") != "npu" else row["rescale"]
+
+
+def outliers_of(report: dict | None, graph: str) -> list[dict]:
+    """``graph``'s Linear inputs carrying an outlier channel (``measure``'s ``outliers``; [] when
+    not measured): what a CPU quantizer keeps in fp32."""
+    row = ((report or {}).get("graphs") or {}).get(graph)
+    return list((row or {}).get("outliers") or [])

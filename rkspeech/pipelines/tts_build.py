@@ -16,8 +16,10 @@ record under ``quantization``; the report's ``graphs.<stage>.cpu`` holds the rec
 sizes and the accuracy gate's figures against the fp32 graph (``accuracy.gate``: teacher forced
 and free running over 20 utterances, at most ``cpu_check_frames`` frames each).
 
-**The accuracy gate** (issue 27): the report's ``accuracy_gate`` judges every quantized stage
-against ``core.thresholds``' ``GATE_*`` marks; with ``gate="refuse"`` (the default) a failure
+**The accuracy gate** (issue 27): the report's ``accuracy_gate`` judges every quantized stage,
+and (issue 39) every NPU-placed talker / code predictor on the simulator unless ``skip_sim``
+(measured only where the checkpoint lets the gate vouch: it stops by itself), against
+``core.thresholds``' ``GATE_*`` marks; with ``gate="refuse"`` (the default) a failure
 writes the report without a plan (removing an earlier build's) and raises one line; ``"warn"``
 writes the plan and records the failures as a warning (report ``warnings``, plan
 ``accuracy_gate``); ``"off"`` measures nothing and records that.  The plan also records the
@@ -29,7 +31,9 @@ checkpoint's ``prompt_form`` (``TTSConfig.default_text_in_prompt``), in which th
 held-out texts, folds an exact power-of-two rescale into a SwiGLU MLP channel that nears fp16's
 65504 (recorded as the stage record's ``fp16_rescale`` in the plan, and in the report's
 ``fp16_headroom``), and refuses the NPU placement in one line where a tensor exceeds 65504 that
-no exact rescale moves.  The vocoder runs on the NPU (``vocoder="npu"``,
+no exact rescale moves.  For a quantized CPU stage (``cpu-int8`` / ``cpu-int4``) the same stage
+finds the MatMul inputs carrying an outlier channel (``OUTLIER_RATIO``), which the quantizer keeps
+in fp32 (the stage's quantization record: ``kept_fp32``, per node with its byte cost).  The vocoder runs on the NPU (``vocoder="npu"``,
 the only value for now; ``speak --backend ort`` runs its exact host graphs).
 """
 
@@ -45,10 +49,13 @@ from rkspeech.contracts.read import read_contract
 from rkspeech.core.atomic import check_writable, folder_lock, write_json
 from rkspeech.core.errors import RkspeechError
 from rkspeech.core.placement import PLACEMENTS
+
+#: placements whose weights a quantizer writes (the fp16 headroom stage finds their outlier inputs)
+QUANTIZED = ("cpu-int8", "cpu-int4")
 from rkspeech.core.thresholds import GATE_MODES
 from rkspeech.core.targets import DEFAULT_TARGET, TARGETS
 from rkspeech.pipelines.code_predictor_forms import DEFAULT_FORM
-from rkspeech.pipelines.fp16_headroom import rescale_of
+from rkspeech.pipelines.fp16_headroom import keep_fp32_of, rescale_of
 from rkspeech.pipelines.vocoder_build import BUILD_REPORT, PLAN_FILE
 from rkspeech.contracts.formulations import DEFAULT_FORMULATION
 
@@ -247,11 +254,12 @@ def _plan_gate(gate: dict) -> dict:
             if k in gate}
 
 
-def _refuse(o, out: Path, graphs, gate, vocoder, cp, talker, stages, started) -> None:
+def _refuse(o, out: Path, graphs, gate, vocoder, cp, talker, stages, started, headroom=None) -> None:
     """The gate failed: the report is written (no plan; a plan left by an earlier build of this
     folder is removed, it no longer matches the stages), then one line."""
     summary = {"model": "qwen3-tts", "target": o.target, "plan": None, "graphs": graphs, "vocoder": vocoder,
-               "code_predictor": cp, "talker": talker, "accuracy_gate": gate, "stages": stages.timings,
+               "code_predictor": cp, "talker": talker, "accuracy_gate": gate, "fp16_headroom": headroom,
+               "stages": stages.timings,
                "seconds": round(time.perf_counter() - started, 1),
                "options": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(o).items()}}
     write_json(out / BUILD_REPORT, summary)
@@ -318,10 +326,15 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
     headroom = None
     npu_graphs = ([] if o.skip_code_predictor or cp_place != "npu" else ["code_predictor"]) + \
         ([] if o.skip_talker or talker_place != "npu" else ["talker"])
-    if npu_graphs and not o.skip_fp16_headroom:
+    # quantized CPU stages: the same measurement finds MatMul inputs that carry an outlier channel,
+    # which their quantizer keeps in fp32 (per-node precision in the stage's quantization record)
+    quantized_graphs = ([] if o.skip_code_predictor or cp_place not in QUANTIZED else ["code_predictor"]) + \
+        ([] if o.skip_talker or talker_place not in QUANTIZED else ["talker"])
+    if (npu_graphs or quantized_graphs) and not o.skip_fp16_headroom:
         from rkspeech.pipelines.fp16_headroom import check_headroom
 
-        headroom = check_headroom(stages, model, [Path(files.config), Path(files.weights)], npu_graphs)
+        headroom = check_headroom(stages, model, [Path(files.config), Path(files.weights)], npu_graphs,
+                                  cpu_graphs=quantized_graphs)
     cpu_checks: dict[str, dict] = {}  # stage -> what check_cpu_stages compares
     if not o.skip_code_predictor:
         from rkspeech.pipelines.code_predictor_build import build_code_predictor
@@ -337,13 +350,19 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
         cpu_checks["code_predictor"] = {"placement": cp_place, "role": cp["role"], "fp32": Path(a["onnx"])}
         if cp_place != "npu":
             src = {cp["role"]: Path(a["onnx"])}
+            keep = keep_fp32_of(headroom, "code_predictor")
             q = quantize_stage(stages, "code_predictor", cp_place, src, out / "code_predictor" / "cpu",
-                               int4=int4_options(o))
+                               int4=int4_options(o), keep_fp32=keep)
             step_form = cp["role"] == "step"
             heads = (quantize_heads(stages, cp_place, files, out / "code_predictor" / "cpu" / "heads",
                                     int4=int4_options(o)) if step_form else {})
-            start = (build_start(stages, cp_place, files, model, out / "code_predictor" / "cpu", int4=int4_options(o))
+            start = (build_start(stages, cp_place, files, model, out / "code_predictor" / "cpu", int4=int4_options(o),
+                                 keep_fp32=keep)
                      if step_form else {})
+            start_kept = (start.get("record") or {}).get("kept_fp32") or []
+            if q["record"] and start_kept:  # the start graph is the same stack: its kept MatMuls too
+                kept = q["record"].get("kept_fp32", []) + [{"graph": "start", **k} for k in start_kept]
+                q["record"] = {**q["record"], "kept_fp32": kept, "kept_fp32_bytes": sum(k["bytes"] for k in kept)}
             sections["code_predictor"] = stage_section(
                 placement=cp_place, target=None, artifacts={r: {"onnx": p} for r, p in q["artifacts"].items()},
                 contract=read_contract(a["onnx"]).to_dict(), base=out, quantization=q["record"], threads=o.cpu_threads, heads=heads.get("heads"), start=start.get("start"))
@@ -364,6 +383,11 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
                 contract=read_contract(a["onnx"]).to_dict(), base=out, quantization=quant)
             if rescale_of(headroom, "code_predictor") is not None:  # measured ([]: nothing to rescale)
                 sections["code_predictor"]["fp16_rescale"] = rescale_of(headroom, "code_predictor")
+            if not o.skip_sim:  # the gate judges it on the simulator, built as it was converted
+                cpu_checks["code_predictor"]["sim"] = {
+                    "target": o.target, "dtype": cp.get("dtype", "fp16"),
+                    **({"dataset": cp["calibration"]["dataset"], "hybrid": cp.get("hybrid")}
+                       if cp.get("dtype", "fp16") != "fp16" else {})}
             graphs["code_predictor"] = {**_graph_row(cp.get("convert") or cp, (cp.get("rknn") or {}).get("bytes")),
                                         "form": cp.get("form"), "dtype": cp.get("dtype"), "sim": cp.get("sim")}
     if not o.skip_talker:
@@ -377,7 +401,8 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
         a = talker["artifacts"]
         src = {r: Path(a[r]["onnx"]) for r in ("prefill", "decode")}
         cpu_checks["talker"] = {"placement": talker_place, "fp32": src}
-        q = (quantize_stage(stages, "talker", talker_place, src, out / "talker" / "cpu", int4=int4_options(o))
+        q = (quantize_stage(stages, "talker", talker_place, src, out / "talker" / "cpu", int4=int4_options(o),
+                            keep_fp32=keep_fp32_of(headroom, "talker"))
              if talker_place != "npu" else None)
         if q is not None:
             sections["talker"] = stage_section(
@@ -393,23 +418,33 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
                 contract=read_contract(a["decode"]["onnx"]).to_dict(), base=out)
             if rescale_of(headroom, "talker") is not None:
                 sections["talker"]["fp16_rescale"] = rescale_of(headroom, "talker")
+            if not o.skip_sim:
+                cpu_checks["talker"]["sim"] = {"target": o.target, "dtype": "fp16"}
         graphs["talker"] = {**_graph_row(talker if talker.get("placement") else None, None),
                             "per_graph": {r: _graph_row(talker["graphs"][r] if "placement" in talker["graphs"][r]
                                                         else None, None) for r in ("prefill", "decode")},
                             "verify": talker.get("verify"),
                             **({"cpu": cpu_row(q, src)} if q is not None else {})}
     check = None
-    if o.gate != "off" and any("variant" in c for c in cpu_checks.values()):
+    if o.gate != "off" and any("variant" in c or "sim" in c for c in cpu_checks.values()):
         check = check_cpu_stages(stages, model, talker=cpu_checks.get("talker"),
                                  code_predictor=cpu_checks.get("code_predictor"),
                                  ckpt=[Path(files.config), Path(files.weights)], frames=o.cpu_check_frames,
                                  threads=o.cpu_threads, lanes=o.gate_lanes, int4=int4_options(o))
     gate = gate_section(check, o.gate, npu=_npu_figures(graphs))
+    if o.skip_sim and o.gate != "off":  # recorded, not warned: --skip-sim says it
+        skipped = [n for n, c in cpu_checks.items() if c["placement"] == "npu"]
+        if skipped:
+            gate["npu_not_measured"] = {"stages": sorted(skipped), "why": "--skip-sim (NPU stages are judged on "
+                                                                           "the simulator)"}
     for name, figures in (gate.get("stages") or {}).items():
-        graphs[name]["cpu"]["check"] = figures
+        if "cpu" in graphs[name]:
+            graphs[name]["cpu"]["check"] = figures
+        else:  # NPU-placed: judged on the simulator
+            graphs[name]["gate"] = figures
     graphs["vocoder"] = _vocoder_row(vocoder, vplan)
     if gate["failures"] and o.gate == "refuse":
-        _refuse(o, out, graphs, gate, vocoder, cp, talker, stages, started)
+        _refuse(o, out, graphs, gate, vocoder, cp, talker, stages, started, headroom)
     goldens = _cpu_goldens(stages, files, cpu_checks, cp, talker, o)
     from rkspeech.plan.sections import add_goldens
 

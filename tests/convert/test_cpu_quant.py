@@ -171,9 +171,9 @@ def test_metadata_dropped_by_a_quantizer_is_restored(graphs, tmp_path, monkeypat
     real = cpu_quant._quantize_model
 
     def dropping(src, options, scratch):
-        model = real(src, options, scratch)
+        model, kept = real(src, options, scratch)
         model.ClearField("metadata_props")
-        return model
+        return model, kept
 
     monkeypatch.setattr(cpu_quant, "_quantize_model", dropping)
     rec = cpu_quant.quantize_step_graph(graphs["decode"], tmp_path / "d.onnx", cpu_quant.CpuQuantOptions("int4"))
@@ -326,3 +326,50 @@ def test_a_scratch_folder_a_killed_build_left_is_swept(graphs, tmp_path):
     finally:
         live_lock.close()
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".other.")) == ["s.onnx"]
+
+
+@pytest.mark.parametrize("variant", ["int8", "int4"])
+def _keep(tts, layer: int):
+    """The ``keep_fp32`` entry of code predictor layer ``layer``'s down_proj (its weight's digest)."""
+    from rkspeech.convert.cpu_quant import weight_digest
+
+    w = tts.net.talker.code_predictor.model.layers[layer].mlp.down_proj.weight.detach().numpy().T
+    return (f"model.layers.{layer}.mlp.down_proj", w.shape[0], w.shape[1], weight_digest(w))
+
+
+@pytest.mark.parametrize("variant", ["int8", "int4"])
+def test_kept_matmul_stays_fp32_and_its_bytes_are_priced(tts, graphs, variants, tmp_path, variant):
+    """``keep_fp32``: the MatMul holding that module's weight (found by its digest: the step graph
+    names it ``/mlp/down_proj_1/MatMul``, without the layer) is left out of the quantization, still
+    a MatMul on its fp32 weight; the record prices it, and the price is the file's growth against
+    the fully quantized variant (to 10 %: the file also holds the nodes and names of each form)."""
+    import onnx
+    from onnx import numpy_helper
+
+    from rkspeech.convert.cpu_quant import CpuQuantOptions, quantize_step_graph
+
+    keep = _keep(tts, 1)
+    rec = quantize_step_graph(graphs["cp_step"], tmp_path / "kept.onnx", CpuQuantOptions(variant, keep_fp32=(keep,)))
+    (k,), full = rec["kept_fp32"], variants[variant]["cp_step"]
+    assert k["module"] == keep[0] and "down_proj" in k["node"], k
+    assert rec["fp32_matmuls"] == full[1]["fp32_matmuls"] + 1
+    assert sum(rec["quantized_ops"].values()) == sum(full[1]["quantized_ops"].values()) - 1
+    m = onnx.load(str(tmp_path / "kept.onnx"))
+    node = next(n for n in m.graph.node if n.name == k["node"])
+    weight = next(numpy_helper.to_array(i) for i in m.graph.initializer if i.name == node.input[1])
+    w1 = tts.net.talker.code_predictor.model.layers[1].mlp.down_proj.weight.detach().numpy().T
+    assert node.op_type == "MatMul" and np.array_equal(weight, w1)  # layer 1's, not layer 0's
+    grown = rec["bytes_after"] - full[1]["bytes_after"]
+    # the price counts tensor bytes; the file also drops the quantized form's extra nodes and names
+    # (int8 here: ~0.9 kB of 13.6 kB)
+    assert rec["kept_fp32_bytes"] == k["bytes"] and abs(grown - k["bytes"]) <= 0.1 * k["bytes"], (grown, k)
+
+
+def test_a_module_with_no_matmul_is_one_line(tts, graphs, tmp_path):
+    from rkspeech.convert.cpu_quant import CpuQuantOptions, quantize_step_graph
+    from rkspeech.core.errors import RkspeechError
+
+    name, K, N, _ = _keep(tts, 1)
+    with pytest.raises(RkspeechError, match=f"no MatMul holds {name}'s weight, which should stay fp32"):
+        quantize_step_graph(graphs["cp_step"], tmp_path / "x.onnx",
+                            CpuQuantOptions("int8", keep_fp32=((name, K, N, "0" * 64),)))

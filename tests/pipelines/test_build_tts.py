@@ -56,6 +56,12 @@ def test_report_has_the_figures_per_graph(built):
     assert set(graphs["talker"]["per_graph"]) == {"prefill", "decode"}
     # each talker .rknn carries its contract in the custom string
     assert all(report["talker"]["graphs"][r]["rknn"]["has_contract"] for r in ("prefill", "decode"))
+    # the gate would judge both NPU stages on the simulator, but this random root never stops by
+    # itself: the fp32 reference is abandoned, nothing judged, the build says so and passes
+    gate = report["accuracy_gate"]
+    assert gate["passed"] is True and gate["not_judged"] == ["code_predictor", "talker"], gate
+    assert gate["reference_abandoned_after"] < 20 and gate["stopped_reference"] < 10, gate
+    assert report["warnings"] == [gate["warning"]] and "NPU-placed code predictor not judged" in gate["warning"]
 
 
 def test_plan_places_every_stage(built):

@@ -59,6 +59,9 @@ class Peaks:
     tensors: dict = field(default_factory=dict)
     channels: dict = field(default_factory=dict)
     frames: int = 0
+    #: graph -> Linear module name -> its input's peak per channel ``[in_features]`` (outliers:
+    #: a CPU quantizer's per-tensor / per-block activation scale, :func:`outlier_inputs`)
+    linear_inputs: dict = field(default_factory=dict)
 
 
 def measure_peaks(tts, graphs, runs, frames: int) -> Peaks:
@@ -98,11 +101,22 @@ def measure_peaks(tts, graphs, runs, frames: int) -> Peaks:
             channel[key] = torch.maximum(channel[key], v) if key in channel else v
         return module.register_forward_hook(hook)
 
+    linear: dict = {}  # (graph, module name) -> [in_features] float64
+
+    def watch_linear(graph, name, module):
+        def hook(_m, args, _out):
+            key = (graph, name)
+            v = per_channel(args[0])
+            linear[key] = torch.maximum(linear[key], v) if key in linear else v
+        return module.register_forward_hook(hook)
+
     for graph in graphs:
         stack = stack_module(tts, graph)
         for name, module in stack.named_modules():
             if name:
                 handles.append(watch(graph, name, module))
+                if isinstance(module, torch.nn.Linear):
+                    handles.append(watch_linear(graph, name, module))
         for i, mlp in _mlps(stack):
             handles.append(watch_channel(graph, i, mlp.down_proj, "input"))
             handles.append(watch_channel(graph, i, mlp.up_proj, "output"))
@@ -119,7 +133,46 @@ def measure_peaks(tts, graphs, runs, frames: int) -> Peaks:
         peaks.tensors.setdefault(graph, {})[name] = float(v)
     for (graph, layer, name), v in channel.items():
         peaks.channels.setdefault(graph, {}).setdefault(layer, {})[name] = np.asarray(v.numpy())
+    for (graph, name), v in linear.items():
+        peaks.linear_inputs.setdefault(graph, {})[name] = np.asarray(v.numpy())
     return peaks
+
+
+#: A MatMul whose input's largest channel peak is more than this many times its median channel's
+#: is kept in fp32 by the CPU quantizers (``convert.cpu_quant``, ``CpuQuantOptions.keep_fp32``):
+#: int8 dynamic quantization scales each activation tensor as a whole to uint8 (step ~ 2 x peak /
+#: 255) and MatMulNBits' accuracy level 4 each block of 32 channels to int8 (step = peak / 127),
+#: so past 2^7 the median channel is at most one step: its values round to 0 or +-1 step.
+#: Measured (docs/fp16-headroom.md): the plain reduced roots' Linear inputs stay far below it, the
+#: massive-activation root's code predictor layer-1 ``down_proj`` input is far above it.
+OUTLIER_RATIO = 128.0
+
+
+def outlier_inputs(peaks: Peaks, graph: str, *, ratio: float = OUTLIER_RATIO) -> list[dict]:
+    """The Linear modules of ``graph`` whose input carries an outlier channel: ``{"module",
+    "peak", "median", "ratio"}`` (peak / median channel peak > ``ratio``), largest ratio first."""
+    import numpy as np
+
+    out = []
+    for name, v in (peaks.linear_inputs.get(graph) or {}).items():
+        med = float(np.median(v))
+        r = float(v.max()) / med if med > 0 else math.inf
+        if r > ratio:
+            out.append({"module": name, "peak": round(float(v.max()), 3), "median": round(med, 6),
+                        "ratio": round(r, 1) if math.isfinite(r) else None})
+    return sorted(out, key=lambda x: -(x["ratio"] or math.inf))
+
+
+def largest_outlier_ratio(peaks: Peaks, graph: str) -> dict | None:
+    """The Linear input of ``graph`` with the largest peak / median channel ratio (for the report)."""
+    import numpy as np
+
+    best = None
+    for name, v in (peaks.linear_inputs.get(graph) or {}).items():
+        med = float(np.median(v))
+        if med > 0 and (best is None or v.max() / med > best[1]):
+            best = (name, float(v.max()) / med)
+    return None if best is None else {"module": best[0], "ratio": round(best[1], 1)}
 
 
 def _shift(peak: float, limit: float) -> int:
