@@ -203,3 +203,18 @@ def fake_rk3588_cpus(root: Path, *, governors=("ondemand", "ondemand", "ondemand
         (dmc / "cur_freq").write_text("528000000\n")
         (dmc / "available_frequencies").write_text("528000000 1068000000 1560000000 2112000000\n")
     return root
+
+
+#: Python source that makes torch unimportable in the interpreter that runs it (a child process of a
+#: test): every ``import torch...`` raises ImportError and is counted in ``attempts``.
+TORCH_BLOCKER = """
+import sys, importlib.abc
+attempts = []
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "torch":
+            attempts.append(name)
+            raise ImportError(f"torch is blocked in this test: {name}")
+        return None
+sys.meta_path.insert(0, Block())
+"""

@@ -165,7 +165,8 @@ def test_speak_without_torch_writes_the_torch_host_loops_wav(tts_custom_ckpt, pl
 
 
 def test_voice_cloning_without_torch_says_why(tmp_path_factory, plans):
-    """A Base checkpoint on the numpy loop: the speaker encoder needs torch; without it, one line."""
+    """A Base checkpoint on the numpy loop without the plan's speaker encoder graph: the speaker
+    encoder needs torch; without it, one line (with the graph: tests/runtime/test_clone_graphs.py)."""
     from rkspeech.models.qwen3_tts.synthetic_tts import write_tts_checkpoint
     from rkspeech.runtime.tts.numpy_loop import NumpyTTSModel
 
@@ -184,7 +185,7 @@ def test_voice_cloning_without_torch_says_why(tmp_path_factory, plans):
     assert res.returncode == 0, res.stderr[-2000:]
     line = res.stdout.strip()
     assert line.startswith("REFUSED:") and "\n" not in line
-    assert "speaker encoder in torch" in line and "custom-voice" in line
+    assert "speaker encoder graph" in line and "rebuild the plan" in line and "pip install torch" in line
     # with torch present, cloning on the numpy loop builds the same prompt as the torch model
     from rkspeech.models.qwen3_tts.generate import TTSModel
 
