@@ -218,3 +218,13 @@ class Block(importlib.abc.MetaPathFinder):
         return None
 sys.meta_path.insert(0, Block())
 """
+
+
+def tts_base_build_argv(root, vocoder_plan, home) -> list[str]:
+    """``build qwen3-tts`` of a reduced Base root (``conftest.tts_base_build``), relative to ``home``:
+    its vocoder plan reused, talker and code predictor cpu-fp32, no gate."""
+    import os
+
+    return ["build", "qwen3-tts", "--model-dir", os.path.relpath(root, home), "--out-dir", "out", "--vocoder-plan",
+            os.path.relpath(vocoder_plan, home), "--talker", "cpu-fp32", "--code-predictor", "cpu-fp32",
+            "--talker-capacity", "160", "--talker-prefill", "16", "--gate", "off"]

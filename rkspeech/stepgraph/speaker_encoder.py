@@ -27,7 +27,7 @@ class SpeakerEncoderGraph(nn.Module):
             h = block(h)
             outs.append(h)
         h = e.mfa(torch.cat(outs[1:], dim=1))
-        return e.fc(_pool(e.asp, h)).squeeze(-1)[0]
+        return e.fc(_pool(e.asp, h)).reshape(e.fc.out_channels)  # [1, D, 1] -> [D] (squeeze exports an If)
 
 
 def _pool(asp, x):

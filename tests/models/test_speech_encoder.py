@@ -58,30 +58,23 @@ def _clips() -> dict[str, np.ndarray]:
 
 
 @pytest.fixture(scope="module")
-def base_root(tmp_path_factory):
-    from rkspeech.models.qwen3_tts.synthetic_tts import write_tts_checkpoint
-
-    return write_tts_checkpoint(tmp_path_factory.mktemp("tts_base_enc"), "reduced", "base", 0)
-
-
-@pytest.fixture(scope="module")
-def official(base_root, tmp_path_factory):
+def official(tts_base_ckpt, tmp_path_factory):
     d = tmp_path_factory.mktemp("official_encode")
     np.savez(d / "clips.npz", **_clips())
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(base_root), str(d / "clips.npz"), str(d / "out.npz")],
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(tts_base_ckpt), str(d / "clips.npz"), str(d / "out.npz")],
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return dict(np.load(d / "out.npz"))
 
 
-def test_our_encoder_gives_qwen_tts_reference_codes(base_root, official, tmp_path):
+def test_our_encoder_gives_qwen_tts_reference_codes(tts_base_ckpt, official, tmp_path):
     from rkspeech.contracts.clone import SpeechEncoderContract
     from rkspeech.export.clone_onnx import export_speech_encoder_onnx
     from rkspeech.models.qwen3_tts.speech_encoder import load_speech_encoder
     from rkspeech.models.qwen3_tts.vocoder_checkpoint import resolve_checkpoint
     from rkspeech.runtime.tts.clone_encoders import GraphSpeechEncoder
 
-    enc = load_speech_encoder(resolve_checkpoint(base_root))
+    enc = load_speech_encoder(resolve_checkpoint(tts_base_ckpt))
     contract = SpeechEncoderContract(num_code_groups=16, codebook_size=2048, samples_per_code=enc.samples_per_code,
                                      sample_rate=24000)
     graph = GraphSpeechEncoder(export_speech_encoder_onnx(enc, contract, tmp_path / "enc.onnx"), "ort", threads=1)
@@ -95,7 +88,7 @@ def test_our_encoder_gives_qwen_tts_reference_codes(base_root, official, tmp_pat
         graph.close()
 
 
-def test_xvector_graph_is_qwen_tts_speaker_embedding(base_root, official, tmp_path):
+def test_xvector_graph_is_qwen_tts_speaker_embedding(tts_base_ckpt, official, tmp_path):
     from rkspeech.contracts.clone import SpeakerEncoderContract
     from rkspeech.core.compare import cosine, max_abs_diff
     from rkspeech.core.thresholds import CLONE_XVECTOR_MAX_ABS, CLONE_XVECTOR_MIN_COSINE
@@ -103,7 +96,7 @@ def test_xvector_graph_is_qwen_tts_speaker_embedding(base_root, official, tmp_pa
     from rkspeech.models.qwen3_tts.generate import TTSModel
     from rkspeech.runtime.tts.clone_encoders import GraphSpeakerEncoder
 
-    tts = TTSModel.load(base_root)
+    tts = TTSModel.load(tts_base_ckpt)
     cfg = tts.cfg.speaker_encoder
     c = SpeakerEncoderContract(mel_dim=cfg.mel_dim, enc_dim=cfg.enc_dim, sample_rate=cfg.sample_rate)
     graph = GraphSpeakerEncoder(export_speaker_encoder_onnx(tts.net.speaker_encoder, c, tmp_path / "spk.onnx"),

@@ -19,7 +19,7 @@ codes kept).  This module computes the same codes from the same ``encoder.*`` te
   Positions are counted with ``cumsum`` and lengths computed in the graph, so one exported graph
   takes any length (``export.clone_onnx``).
 
-Nearest centroid: ``argmin(|e|^2 - 2 x.e)`` (``|x|^2`` is the same for every centroid);
+Nearest centroid: ``argmin(|e|^2 - 2 e.x)`` (``|x|^2`` is the same for every centroid);
 ``torch.cdist`` computes ``sqrt(|x|^2 + |e|^2 - 2 x.e)`` here, the same order unless two centroids
 are within rounding of each other.  Checked against transformers' ``MimiModel`` loaded by qwen-tts
 on the reduced synthetic root: codes identical (tests/models/test_speech_encoder.py).
@@ -171,18 +171,24 @@ class Quantizer(nn.Module):
         self.input_proj = nn.Conv1d(h, vq, 1, bias=False) if vq != h else None
         n, d = c["codebook_size"], c["codebook_dim"]
         self.register_buffer("embed", torch.zeros(count, n, d))  # embed_sum / cluster_usage, per layer
+        self.register_buffer("norms", torch.zeros(count, n), persistent=False)  # |e|^2: set_norms()
+
+    def set_norms(self) -> None:
+        """``|e|^2`` of every centroid, kept beside the codebooks (the exporter does not fold ReduceSum:
+        computed in the graph, each codebook was stored a second time as ``e * e``)."""
+        self.norms = (self.embed * self.embed).sum(-1)
 
     def forward(self, x):
         """``x [1, H, T]`` -> codes ``[count, T]`` int64."""
         if self.input_proj is not None:
             x = self.input_proj(x)
-        r = x[0].transpose(0, 1)  # [T, D]
+        r = x[0]  # [D, T]
         codes = []
         for i in range(self.embed.shape[0]):
-            e = self.embed[i]
-            idx = torch.argmin((e * e).sum(1)[None, :] - 2 * (r @ e.transpose(0, 1)), dim=1)
+            e = self.embed[i]  # [N, D], one copy in the graph: the distances as e @ r, the residual's gather
+            idx = torch.argmin(self.norms[i][:, None] - 2 * (e @ r), dim=0)
             codes.append(idx)
-            r = r - torch.index_select(e, 0, idx)
+            r = r - torch.index_select(e, 0, idx).transpose(0, 1)
         return torch.stack(codes)
 
 
@@ -297,6 +303,8 @@ def load_speech_encoder(files) -> SpeechEncoder:
     except RuntimeError as exc:
         raise RkspeechError(f"{files.weights}: the speech tokenizer's encoder does not load "
                             f"({str(exc).splitlines()[0]})") from None
+    enc.semantic.set_norms()
+    enc.acoustic.set_norms()
     return enc.eval()
 
 
