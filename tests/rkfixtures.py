@@ -228,3 +228,24 @@ def tts_base_build_argv(root, vocoder_plan, home) -> list[str]:
     return ["build", "qwen3-tts", "--model-dir", os.path.relpath(root, home), "--out-dir", "out", "--vocoder-plan",
             os.path.relpath(vocoder_plan, home), "--talker", "cpu-fp32", "--code-predictor", "cpu-fp32",
             "--talker-capacity", "160", "--talker-prefill", "16", "--gate", "off"]
+
+
+def rkspeech_child(argv: list[str], *, blocked: bool = False):
+    """``python -m rkspeech ARGV`` in a child interpreter (torch made unimportable when ``blocked``,
+    :data:`TORCH_BLOCKER`); its stderr ends with ``TORCH-MODULES [...] ATTEMPTS n``: the torch
+    modules loaded and the blocked imports tried.  The ``subprocess.CompletedProcess``."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = (TORCH_BLOCKER if blocked else "import sys\nattempts = []\n") + textwrap.dedent(f"""
+        import runpy
+        sys.argv = {["rkspeech", *argv]!r}
+        try:
+            runpy.run_module("rkspeech", run_name="__main__", alter_sys=True)
+        except SystemExit as e:
+            torch_loaded = sorted(m for m in sys.modules if m.split(".")[0] == "torch")
+            print("TORCH-MODULES", torch_loaded, "ATTEMPTS", len(attempts), file=sys.stderr)
+            sys.exit(e.code)
+    """)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

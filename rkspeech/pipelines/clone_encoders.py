@@ -145,7 +145,7 @@ def build_speech_encoder(stages, vfiles, num_code_groups: int, folder: Path) -> 
         return {"onnx": str(dst), "bytes": dst.stat().st_size, "contract": contract.to_dict(), "check": check}
 
     args = {"version": CLONE_VERSION, "ort": onnxruntime.__version__, "seconds": CHECK_SECONDS,
-            "marks": [CLONE_CODES_MAX_DIFFERENT]}  # noqa: E501
+            "marks": [CLONE_CODES_MAX_DIFFERENT]}
     record = stages.run("speech_encoder", args, [Path(vfiles.config), Path(vfiles.weights)], lambda: [dst], work)
     return {"path": dst, "contract": record["contract"], "record": record}
 

@@ -16,14 +16,11 @@ against torch and listed in the plan).  What must hold:
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import textwrap
 
 import numpy as np
 import pytest
 
-from rkfixtures import TORCH_BLOCKER
+from rkfixtures import rkspeech_child
 from rkspeech.core.errors import RkspeechError
 
 FRAMES = 12
@@ -58,20 +55,9 @@ def _speak(tmp_path, root, plan, name, *extra, blocked=False, expect=0):
     """``python -m rkspeech speak`` in a child (torch unimportable when ``blocked``): (codes or
     None, report or None, stderr)."""
     codes, report = tmp_path / f"{name}.npy", tmp_path / f"{name}.json"
-    argv = ["rkspeech", "speak", TEXT, "--model-dir", str(root), "--plan", str(plan), "-o",
-            str(tmp_path / f"{name}.wav"), "--language", "english", "--max-frames", str(FRAMES), "--threads", "1",
-            "--greedy", "--codes-out", str(codes), "--report", str(report), *extra]
-    code = (TORCH_BLOCKER if blocked else "import sys\nattempts = []\n") + textwrap.dedent(f"""
-        import runpy
-        sys.argv = {argv!r}
-        try:
-            runpy.run_module("rkspeech", run_name="__main__", alter_sys=True)
-        except SystemExit as e:
-            torch_loaded = sorted(m for m in sys.modules if m.split(".")[0] == "torch")
-            print("TORCH-MODULES", torch_loaded, "ATTEMPTS", len(attempts), file=sys.stderr)
-            sys.exit(e.code)
-    """)
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    res = rkspeech_child(["speak", TEXT, "--model-dir", str(root), "--plan", str(plan), "-o", str(tmp_path / f"{name}.wav"),
+                          "--language", "english", "--max-frames", str(FRAMES), "--threads", "1", "--greedy",
+                          "--codes-out", str(codes), "--report", str(report), *extra], blocked=blocked)
     assert res.returncode == expect, res.stderr[-3000:]
     if expect:
         return None, None, res.stderr

@@ -27,6 +27,7 @@ import numpy as np
 import pytest
 
 from rkspeech.core.errors import RkspeechError
+from rkfixtures import TORCH_BLOCKER, rkspeech_child
 from streaming_fixtures import step_graphs, write_ort_plan
 
 FRAMES = 12
@@ -38,17 +39,7 @@ CASES = [
     ("Numbers: 1, 22, 333.", "ryan", "chinese", False),
 ]
 
-BLOCKER = textwrap.dedent("""
-    import sys, importlib.abc
-    attempts = []
-    class Block(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name.split(".")[0] == "torch":
-                attempts.append(name)
-                raise ImportError(f"torch is blocked in this test: {name}")
-            return None
-    sys.meta_path.insert(0, Block())
-""")
+BLOCKER = TORCH_BLOCKER
 
 
 def _contract(path):
@@ -127,20 +118,9 @@ def _speak_cli(tmp_path, root, plan, name, *extra, blocked=False):
     """``python -m rkspeech speak`` in a child process (torch made unimportable when ``blocked``):
     (wav samples, codes, report, stderr)."""
     out, codes, report = tmp_path / f"{name}.wav", tmp_path / f"{name}.npy", tmp_path / f"{name}.json"
-    argv = ["rkspeech", "speak", CASES[0][0], "--model-dir", str(root), "--plan", str(plan), "-o", str(out),
-            "--speaker", "vivian", "--language", "english", "--max-frames", str(FRAMES), "--threads", "1",
-            "--codes-out", str(codes), "--report", str(report), *extra]
-    code = (BLOCKER if blocked else "import sys\nattempts = []\n") + textwrap.dedent(f"""
-        import runpy
-        sys.argv = {argv!r}
-        try:
-            runpy.run_module("rkspeech", run_name="__main__", alter_sys=True)
-        except SystemExit as e:
-            torch_loaded = sorted(m for m in sys.modules if m.split(".")[0] == "torch")
-            print("TORCH-MODULES", torch_loaded, "ATTEMPTS", len(attempts), file=sys.stderr)
-            sys.exit(e.code)
-    """)
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    res = rkspeech_child(["speak", CASES[0][0], "--model-dir", str(root), "--plan", str(plan), "-o", str(out),
+                          "--speaker", "vivian", "--language", "english", "--max-frames", str(FRAMES), "--threads",
+                          "1", "--codes-out", str(codes), "--report", str(report), *extra], blocked=blocked)
     assert res.returncode == 0, res.stderr[-3000:]
     from rkspeech.runtime.wav import read_wav_int16
 

@@ -117,11 +117,14 @@ class SpeakerEncoder(nn.Module):
         self.asp = AttentiveStatsPool(ch[-1], cfg.enc_attention_channels)
         self.fc = _conv(ch[-1] * 2, cfg.enc_dim, 1)
 
-    def forward(self, mel: torch.Tensor) -> torch.Tensor:
+    def frames(self, mel: torch.Tensor) -> torch.Tensor:
+        """``[1, channels, frames]``: the blocks and their aggregation, before the pooling."""
         h = mel.transpose(1, 2)
         outs = []
         for block in self.blocks:
             h = block(h)
             outs.append(h)
-        h = self.mfa(torch.cat(outs[1:], dim=1))
-        return self.fc(self.asp(h)).squeeze(-1)[0]
+        return self.mfa(torch.cat(outs[1:], dim=1))
+
+    def forward(self, mel: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.asp(self.frames(mel))).squeeze(-1)[0]

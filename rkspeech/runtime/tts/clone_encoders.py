@@ -60,6 +60,15 @@ class _Graph:
         self.runner = open_runner(backend, self.path, **runner_kw)
         self.name = f"{self.what} graph ({backend}: {self.path.name})"
 
+    def _refuse_mismatch(self, diffs: list[str], fingerprint: str | None) -> None:
+        """Closed and one line when ``diffs`` (or a ``fingerprint`` other than the contract's) say
+        the graph was built for another model."""
+        if fingerprint is not None and self.contract.fingerprint != fingerprint:
+            diffs = diffs + [f"weights fingerprint {self.contract.fingerprint or None} vs {fingerprint}"]
+        if diffs:
+            self.close()
+            raise _mismatch(self.what, self.path, diffs)
+
     def close(self) -> None:
         self.runner.close()
 
@@ -73,15 +82,9 @@ class GraphSpeakerEncoder(_Graph):
         from rkspeech.contracts.clone import SpeakerEncoderContract
 
         super().__init__(path, backend, SpeakerEncoderContract, **runner_kw)
-        c, diffs = self.contract, []
-        if config is not None:
-            diffs += [f"{k} {getattr(c, k)} vs {getattr(config, k)}" for k in ("mel_dim", "enc_dim", "sample_rate")
-                      if getattr(c, k) != getattr(config, k)]
-        if fingerprint is not None and c.fingerprint != fingerprint:
-            diffs.append(f"weights fingerprint {c.fingerprint or None} vs {fingerprint}")
-        if diffs:
-            self.close()
-            raise _mismatch(self.what, self.path, diffs)
+        c = self.contract
+        self._refuse_mismatch([f"{k} {getattr(c, k)} vs {getattr(config, k)}" for k in ("mel_dim", "enc_dim", "sample_rate")
+                               if config is not None and getattr(c, k) != getattr(config, k)], fingerprint)
 
     def __call__(self, audio: np.ndarray) -> np.ndarray:
         from rkspeech.models.qwen3_tts.clone_inputs import log_mel
@@ -103,14 +106,9 @@ class GraphSpeechEncoder(_Graph):
         from rkspeech.contracts.clone import SpeechEncoderContract
 
         super().__init__(path, backend, SpeechEncoderContract, **runner_kw)
-        c, diffs = self.contract, []
-        if num_code_groups is not None and c.num_code_groups != num_code_groups:
-            diffs.append(f"codebooks {c.num_code_groups} vs {num_code_groups}")
-        if fingerprint is not None and c.fingerprint != fingerprint:
-            diffs.append(f"weights fingerprint {c.fingerprint or None} vs {fingerprint}")
-        if diffs:
-            self.close()
-            raise _mismatch(self.what, self.path, diffs)
+        g = self.contract.num_code_groups
+        self._refuse_mismatch([f"codebooks {g} vs {num_code_groups}"] if num_code_groups not in (None, g) else [],
+                              fingerprint)
 
     def __call__(self, audio: np.ndarray) -> np.ndarray:
         from rkspeech.models.qwen3_tts.clone_inputs import reference_codes, reference_feed
