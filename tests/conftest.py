@@ -122,3 +122,25 @@ def tts_massive_ckpt(tmp_path_factory):
     root = write_tts_checkpoint(tmp_path_factory.mktemp("tts_massive_reduced"), "reduced", "custom-voice", 0)
     write_massive_activations(root)
     return root
+
+
+@pytest.fixture(scope="session")
+def tts_base_ckpt(tmp_path_factory):
+    """A reduced Base (voice clone) Qwen3-TTS model root (seed 0; its speech tokenizer, with the
+    encoder half, is the ``reduced_ckpt`` vocoder)."""
+    from rkspeech.models.qwen3_tts.synthetic_tts import write_tts_checkpoint
+
+    return write_tts_checkpoint(tmp_path_factory.mktemp("tts_base_reduced"), "reduced", "base", 0)
+
+
+@pytest.fixture(scope="session")
+def tts_base_build(tts_base_ckpt, placeholder_vocoder_plan, tmp_path_factory):
+    """``build qwen3-tts`` of ``tts_base_ckpt`` as a user runs it (``rkfixtures.tts_base_build_argv``):
+    ``(home, home / "out")``, its plan with the two voice-cloning graphs (~25 s here)."""
+    from rkfixtures import run_relative, tts_base_build_argv
+
+    home = tmp_path_factory.mktemp("clone_build")
+    rc, _, new = run_relative(home, tts_base_build_argv(tts_base_ckpt, placeholder_vocoder_plan, home))
+    assert rc == 0
+    assert {"out/clone/speaker_encoder.onnx", "out/clone/speech_encoder.onnx"} <= new
+    return home, home / "out"

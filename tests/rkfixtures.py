@@ -203,3 +203,49 @@ def fake_rk3588_cpus(root: Path, *, governors=("ondemand", "ondemand", "ondemand
         (dmc / "cur_freq").write_text("528000000\n")
         (dmc / "available_frequencies").write_text("528000000 1068000000 1560000000 2112000000\n")
     return root
+
+
+#: Python source that makes torch unimportable in the interpreter that runs it (a child process of a
+#: test): every ``import torch...`` raises ImportError and is counted in ``attempts``.
+TORCH_BLOCKER = """
+import sys, importlib.abc
+attempts = []
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "torch":
+            attempts.append(name)
+            raise ImportError(f"torch is blocked in this test: {name}")
+        return None
+sys.meta_path.insert(0, Block())
+"""
+
+
+def tts_base_build_argv(root, vocoder_plan, home) -> list[str]:
+    """``build qwen3-tts`` of a reduced Base root (``conftest.tts_base_build``), relative to ``home``:
+    its vocoder plan reused, talker and code predictor cpu-fp32, no gate."""
+    import os
+
+    return ["build", "qwen3-tts", "--model-dir", os.path.relpath(root, home), "--out-dir", "out", "--vocoder-plan",
+            os.path.relpath(vocoder_plan, home), "--talker", "cpu-fp32", "--code-predictor", "cpu-fp32",
+            "--talker-capacity", "160", "--talker-prefill", "16", "--gate", "off"]
+
+
+def rkspeech_child(argv: list[str], *, blocked: bool = False):
+    """``python -m rkspeech ARGV`` in a child interpreter (torch made unimportable when ``blocked``,
+    :data:`TORCH_BLOCKER`); its stderr ends with ``TORCH-MODULES [...] ATTEMPTS n``: the torch
+    modules loaded and the blocked imports tried.  The ``subprocess.CompletedProcess``."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = (TORCH_BLOCKER if blocked else "import sys\nattempts = []\n") + textwrap.dedent(f"""
+        import runpy
+        sys.argv = {["rkspeech", *argv]!r}
+        try:
+            runpy.run_module("rkspeech", run_name="__main__", alter_sys=True)
+        except SystemExit as e:
+            torch_loaded = sorted(m for m in sys.modules if m.split(".")[0] == "torch")
+            print("TORCH-MODULES", torch_loaded, "ATTEMPTS", len(attempts), file=sys.stderr)
+            sys.exit(e.code)
+    """)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -158,7 +158,7 @@ def test_no_package_cycle_besides_allowed_edges():
 # import at module level.
 BOARD_PACKAGES = ("core", "contracts", "plan", "runtime", "serve")
 BOARD_MODULES = (
-    "models.qwen3_tts.loop", "models.qwen3_tts.prompt", "models.qwen3_tts.numpy_host",
+    "models.qwen3_tts.loop", "models.qwen3_tts.prompt", "models.qwen3_tts.numpy_host", "models.qwen3_tts.clone_inputs",
     "models.qwen3_tts.generate", "models.qwen3_tts.sampling", "models.qwen3_tts.backends",
     "models.qwen3_tts.tts_config", "models.qwen3_tts.tts_checkpoint", "models.qwen3_tts.text_tokenizer",
     "models.qwen3_tts.vocoder_checkpoint", "models.qwen3_tts.vocoder_config", "models.whisper.window",
@@ -181,8 +181,8 @@ TORCH_DOORS: dict[str, str] = {
     "models.qwen3_tts.vocoder_checkpoint:load_vocoder": "the vocoder's torch model (build, reference)",
     "runtime.runners.torch_step:TorchStepRunner._infer": "the vocoder step in torch, a reference runner",
     "runtime.tts.codes:load_codes_file": "codes saved as .pt are read with torch.load",
-    "runtime.tts.numpy_loop:NumpyTTSModel.speaker_embedding": "voice cloning's speaker encoder runs in torch; "
-                                                              "without torch it is refused in one line",
+    "runtime.tts.numpy_loop:NumpyTTSModel.speaker_embedding": "a plan without the speaker encoder graph (built "
+                                                              "before it) runs it in torch; without torch, one line",
     "runtime.tts.talker_backend:GraphTalker.__init__": "checking a talker graph against a torch module (host=torch)",
     "stepgraph.host:torch_inverse_frequencies": "the torch host's RoPE recipe (bit-equal to the reference)",
     "stepgraph.host:rope_cos_sin": "the torch host's RoPE recipe (bit-equal to the reference)",

@@ -151,6 +151,18 @@ def _check_rows(name: str, c: dict | None) -> list[tuple]:
     return rows
 
 
+def _clone_rows(name: str, clone: dict | None) -> list[tuple]:
+    """A voice-cloning graph (``pipelines.clone_encoders``): its size and its check against torch."""
+    if not clone:
+        return []
+    c = clone.get("check") or {}
+    if "different_codes" in c:
+        how = f"codes vs torch: {c['different_codes']} of {c['codes']} differ"
+    else:
+        how = f"x-vector vs torch: max-abs {c.get('max_abs_diff', 0):.2g}, 1 - cosine {1 - c.get('cosine_min', 0):.1g}"
+    return [(f"{name}: graph", f"{clone.get('bytes', 0) / 1e6:.2f} MB; {how} over {len(c.get('clips') or [])} clips")]
+
+
 def _gate_rows(gate: dict | None) -> list[tuple]:
     if not gate:
         return []
@@ -210,7 +222,7 @@ def summary_rows(summary: dict) -> list[tuple]:
                                            f"REGTASK lines {b.get('regtask_overflow_lines')}"))
         if row.get("rknn") and row["rknn"].get("bytes"):
             rows.append((f"{name}: .rknn", f"{row['rknn']['bytes'] / 1e6:.1f} MB"))
-        rows += _cpu_rows(name, row.get("cpu"))
+        rows += _cpu_rows(name, row.get("cpu")) + _clone_rows(name, row.get("clone"))
         rows += _check_rows(f"{name} (NPU, simulator)", row.get("gate"))
     cp_row = summary["graphs"].get("code_predictor") or {}
     sim = cp_row.get("sim")

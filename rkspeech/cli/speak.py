@@ -40,9 +40,11 @@ def register(subparsers) -> None:
     f.add(VOICE, "--speaker", default=None, help="a named speaker (custom-voice models)")
     f.add(VOICE, "--instruct", default=None, help="a description of the voice (voice-design models; "
                                                   "with --speaker on 1.7B custom-voice models)")
-    f.add(VOICE, "--ref-audio", default=None, help="a recording of the voice to clone from its speaker "
-                                                   "embedding (Base models; the speaker encoder runs in torch, "
-                                                   "so cloning needs torch installed)")
+    f.add(VOICE, "--ref-audio", default=None, help="a recording of the voice to clone (Base models): from its "
+                                                   "speaker embedding, and with --ref-text in context (the plan's "
+                                                   "speaker encoder and speech encoder graphs; no torch)")
+    f.add(VOICE, "--ref-text", default=None, help="the transcript of --ref-audio: in-context cloning (the "
+                                                  "recording's codes and words lead the prompt)")
     f.add(VOICE, "--language", default=None, help="language name (default: auto)")
     f.add(NPU, "--backend", choices=BACKENDS, default="ort",
           help="backend of the plan's graphs (default ort: the vocoder's exact host graphs; sim: the "
@@ -65,9 +67,9 @@ def register(subparsers) -> None:
     f.add(ADVANCED, "--host-loop", choices=("auto", "numpy", "torch"), default="auto",
           help="what runs the prompt, heads and sampling around the graphs: numpy (no torch; needs a plan "
                "from `build qwen3-tts` that places the talker and the code predictor), torch (the reference), "
-               "auto (default): numpy when the plan places both stages.  Voice cloning (--ref-audio) also "
-               "needs torch for its speaker encoder; greedy codes are the same either way, sampled codes "
-               "differ (another random stream, the same distribution)")
+               "auto (default): numpy when the plan places both stages.  Voice cloning (--ref-audio) runs the "
+               "plan's cloning graphs (a plan built before them: the speaker encoder in torch); greedy codes "
+               "are the same either way, sampled codes differ (another random stream, the same distribution)")
     p.set_defaults(func=run)
 
 
@@ -149,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
         # one utterance per sentence: a long text is never one prompt (runtime.tts.long_text)
         chunks = stream_sentences(speaker, args.text, options=options, timing=timing, codes_out=codes,
                                   max_frames=args.max_frames, speaker=args.speaker, language=args.language,
-                                  instruct=args.instruct, ref_audio=ref)
+                                  instruct=args.instruct, ref_audio=ref, ref_text=args.ref_text)
         start = time.perf_counter()
         tick = progress.periodic("speak")
 

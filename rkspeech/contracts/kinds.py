@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rkspeech.contracts.base import Contract
+from rkspeech.contracts.clone import SpeakerEncoderContract, SpeechEncoderContract
 from rkspeech.contracts.code_predictor import CodePredictorContract
 from rkspeech.contracts.head import HeadContract
 from rkspeech.contracts.talker import TalkerContract
@@ -10,4 +11,5 @@ from rkspeech.contracts.vocoder import VocoderContract
 
 #: format string -> contract class
 KINDS: dict[str, type[Contract]] = {c.FORMAT: c for c in (VocoderContract, TalkerContract, CodePredictorContract,
-                                                     HeadContract)}
+                                                     HeadContract, SpeakerEncoderContract,
+                                                     SpeechEncoderContract)}

@@ -57,3 +57,15 @@ SPEECH_MAX_CER_DELTA = 0.05
 #: clean espeak-ng 0.024 (5 longest sentences) and 0.127 (all 18) through tiny.en; a synthetic
 #: root's noise 1.000 (Whisper heard nothing), docs/speech-check.md.
 SPEECH_MAX_REFERENCE_CER = 0.5
+
+# Voice cloning's graphs (``build qwen3-tts`` on a Base root, ``pipelines.clone_encoders``): each
+# against the torch path over the build's reference clips, float32 on onnxruntime.
+#: the x-vector the runtime computes (numpy mel -> speaker encoder graph) against the torch path's
+#: (torch mel -> torch module): the largest element difference and the lowest cosine per clip.
+#: Measured (docs/tts-build.md "Voice cloning"): 1.4e-6 on the reduced root, 8.9e-7 at the published
+#: size (the numpy FFT in float64 and the graph's mean pooling round differently); a mel padded with
+#: zeros instead of reflected at its edges: 0.0086, 86x the mark.
+CLONE_XVECTOR_MAX_ABS = 1e-4
+CLONE_XVECTOR_MIN_COSINE = 0.99999
+#: codes of the speech encoder graph that may differ from the torch module's: none
+CLONE_CODES_MAX_DIFFERENT = 0

@@ -54,11 +54,14 @@ def export_step_onnx(step, output: str | os.PathLike) -> Path:
     return export_traced(step, dummy, out, input_names=INPUT_NAMES, output_names=OUTPUT_NAMES, contract=contract)
 
 
-def export_traced(module, dummy: tuple, output: str | os.PathLike, *, input_names, output_names, contract) -> Path:
+def export_traced(module, dummy: tuple, output: str | os.PathLike, *, input_names, output_names, contract,
+                  dynamic_axes: dict | None = None) -> Path:
     """The one way a graph leaves torch: traced with static shapes (the module reads shapes as
     python ints on purpose: no Shape ops), ``OPSET``, the TorchScript exporter, output shapes
-    declared from ``contract.output_shapes()``, ``contract.to_json()`` in the metadata under
-    ``rkspeech.contract``, checked, and renamed into place only when complete."""
+    declared from ``contract.output_shapes()`` (a name there is a symbolic dim), ``contract.to_json()``
+    in the metadata under ``rkspeech.contract``, checked, and renamed into place only when complete.
+    ``dynamic_axes`` (torch's): the dims that stay symbolic, for graphs that run once per request
+    on the CPU at any length (voice cloning's encoders, ``export.clone_onnx``)."""
     import onnx
     import torch
 
@@ -68,14 +71,17 @@ def export_traced(module, dummy: tuple, output: str | os.PathLike, *, input_name
             warnings.simplefilter("ignore", torch.jit.TracerWarning)
             torch.onnx.export(module, dummy, str(tmp), input_names=list(input_names),
                               output_names=list(output_names), opset_version=OPSET, do_constant_folding=True,
-                              dynamo=False)
+                              dynamic_axes=dynamic_axes, dynamo=False)
         model = onnx.load(str(tmp))
         shapes = contract.output_shapes()
         for o in model.graph.output:
             dims = o.type.tensor_type.shape.dim
             del dims[:]
             for d in shapes[o.name]:
-                dims.add().dim_value = d
+                if isinstance(d, str):
+                    dims.add().dim_param = d
+                else:
+                    dims.add().dim_value = d
         meta = model.metadata_props.add()
         meta.key, meta.value = CONTRACT_KEY, contract.to_json()
         model.producer_name = "rkspeech"

@@ -33,7 +33,11 @@ held-out texts, folds an exact power-of-two rescale into a SwiGLU MLP channel th
 ``fp16_headroom``), and refuses the NPU placement in one line where a tensor exceeds 65504 that
 no exact rescale moves.  For a quantized CPU stage (``cpu-int8`` / ``cpu-int4``) the same stage
 finds the MatMul inputs carrying an outlier channel (``OUTLIER_RATIO``), which the quantizer keeps
-in fp32 (the stage's quantization record: ``kept_fp32``, per node with its byte cost).  The vocoder runs on the NPU (``vocoder="npu"``,
+in fp32 (the stage's quantization record: ``kept_fp32``, per node with its byte cost).
+
+**Voice cloning** (Base roots): the speaker encoder and the speech tokenizer's encoder as checked
+CPU graphs, two more resumable stages and two more stage records (``pipelines.clone_encoders``);
+``speak --ref-audio [--ref-text]`` runs them in the numpy loop.  The vocoder runs on the NPU (``vocoder="npu"``,
 the only value for now; ``speak --backend ort`` runs its exact host graphs).
 """
 
@@ -425,6 +429,19 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
                                                         else None, None) for r in ("prefill", "decode")},
                             "verify": talker.get("verify"),
                             **({"cpu": cpu_row(q, src)} if q is not None else {})}
+    from rkspeech.models.qwen3_tts.tts_checkpoint import read_tts_config
+
+    if read_tts_config(files).tts_model_type == "base":  # voice cloning's graphs (pipelines.clone_encoders)
+        from rkspeech.pipelines.clone_encoders import build_speaker_encoder, build_speech_encoder
+
+        built = {"speaker_encoder": build_speaker_encoder(stages, files, model, out / "clone"),
+                 "speech_encoder": build_speech_encoder(stages, vfiles, read_tts_config(files).talker.num_code_groups,
+                                                        out / "clone")}
+        for name, b in built.items():
+            sections[name] = stage_section(placement="cpu-fp32", target=None, artifacts={"encoder": {"onnx": b["path"]}},
+                                           contract=b["contract"], base=out, threads=o.cpu_threads)
+            graphs[name] = {**_graph_row(None, None), "cpu": {"placement": "cpu-fp32"},
+                            "clone": {k: b["record"][k] for k in ("bytes", "check") if k in b["record"]}}
     check = None
     if o.gate != "off" and any("variant" in c or "sim" in c for c in cpu_checks.values()):
         check = check_cpu_stages(stages, model, talker=cpu_checks.get("talker"),

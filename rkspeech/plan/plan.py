@@ -71,6 +71,8 @@ class Plan:
     #: backend -> the kind it runs (``default_backends`` for plans that do not say)
     backends: dict[str, str] = field(default_factory=lambda: default_backends(False))
     backend: str | None = None  # the backend ``load_plan`` validated the graphs for
+    #: voice cloning's encoders the plan holds (``plan.sections.CLONE_ROLES``): speaker_encoder, speech_encoder
+    encoders: dict = field(default_factory=dict)
 
     def roles(self) -> list[str]:
         return [r for r in ("first", "main") if r in self.contracts]
@@ -288,10 +290,11 @@ def load_plan(path, *, backend: str | None = None, expect_target: str | None = N
         )
     if kind == "host_onnx":
         _check_host_graphs(p, sd, contracts, npu_declared)
-    from rkspeech.plan.sections import load_stages
+    from rkspeech.plan.sections import CLONE_ROLES, load_stages
 
     return Plan(p, placement, target, main, rknn, onnx, contracts, raw, load_stages(raw, p, backend),
-                host_onnx=host, backends=backends, backend=backend)
+                host_onnx=host, backends=backends, backend=backend,
+                encoders=load_stages(raw, p, backend, CLONE_ROLES))
 
 
 def _backends(sd: dict, p: Path, has_host: bool) -> dict[str, str]:

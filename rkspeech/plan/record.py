@@ -1,7 +1,8 @@
 """The stage record: the one shape every stage of a ``plan.json`` has, and the upgrade of older plans.
 
 A plan (format ``rkspeech-plan/2``) holds one record per stage it places, under the stage's name
-(:data:`STAGES`: ``vocoder``, ``talker``, ``code_predictor``, ``whisper_encoder``), beside
+(:data:`STAGES`: ``speaker_encoder``, ``speech_encoder``, ``talker``, ``code_predictor``, ``vocoder``,
+``whisper_encoder``), beside
 ``build`` (what the build recorded) and ``integrity`` (``plan.integrity``)::
 
     "talker": {"placement": "cpu-int4", "target": null,
@@ -36,8 +37,9 @@ from rkspeech.core.errors import RkspeechError
 PLAN_FORMAT = "rkspeech-plan/2"
 #: plans written before the stage record (``speech_decoder`` + per-stage sections)
 FORMAT_1 = "rkspeech-plan/1"
-#: every stage a plan may place, in run order
-STAGES = ("talker", "code_predictor", "vocoder", "whisper_encoder")
+#: every stage a plan may place, in run order (voice cloning's two encoders run once per request,
+#: before the talker: ``plan.sections.CLONE_ROLES``)
+STAGES = ("speaker_encoder", "speech_encoder", "talker", "code_predictor", "vocoder", "whisper_encoder")
 #: the kinds of file a role may name
 KINDS = ("rknn", "onnx", "host_onnx")
 #: the code predictor's roles beside its step graph: a frame's start graph, and head ``j`` as ``head{j}``

@@ -32,6 +32,14 @@ quantized variants (``convert.cpu_quant``) and its ``quantization`` is their rec
                                 "graphs": {"decode": {"source": "talker/onnx/...onnx", "bytes_before": ..,
                                                       "bytes_after": .., "quantized_ops": {..}}, ...}}}
 
+A plan built for a Base root also holds voice cloning's two encoders (``CLONE_ROLES``; read into
+``Plan.encoders``, not ``Plan.stages``: they run once per request, not per frame), each one CPU graph::
+
+    "speaker_encoder": {"placement": "cpu-fp32", "target": null,
+                        "artifacts": {"encoder": {"onnx": "clone/speaker_encoder.onnx"}},
+                        "contract": {"format": "rkspeech-speaker-encoder/1", ...}},
+    "speech_encoder": {... "contract": {"format": "rkspeech-speech-encoder/1", ...}}
+
 ``threads`` (optional, CPU stages): onnxruntime intra-op threads for that stage's graphs; a
 caller's explicit thread count wins (``runtime.tts.open_stages.open_stage_backends``).
 A stage absent from the plan runs in torch on the host.  Paths are relative to the plan's folder.
@@ -52,6 +60,9 @@ from rkspeech.plan.record import GOLDENS, START_ROLE, head_codebook, head_role, 
 
 #: stage name -> the main role sets its record may hold (exactly one of them)
 STAGE_ROLES = {"talker": (("prefill", "decode"),), "code_predictor": (("step",), ("frame",))}
+#: voice cloning's encoders (Base models; ``contracts.clone``): one graph each, run once per request
+#: on the CPU (``Plan.encoders``; a plan without them still clones where torch is installed)
+CLONE_ROLES = {"speaker_encoder": (("encoder",),), "speech_encoder": (("encoder",),)}
 #: ``quantization.dtype`` values a stage may record (fp16: no section)
 STAGE_DTYPES = ("fp16", "int16-hybrid")
 
@@ -246,12 +257,12 @@ def _extra_roles(arts: dict, base: Path, where: str, roles, placement: str, cont
     return dict(sorted(heads.items())), start
 
 
-def load_stages(raw: dict, plan_path: Path, backend: str | None) -> dict[str, StagePlan]:
+def load_stages(raw: dict, plan_path: Path, backend: str | None, roles_of: dict | None = None) -> dict[str, StagePlan]:
     """Parse and check the talker's and code predictor's records of a plan (``raw``: its JSON,
-    format 2)."""
+    format 2); ``roles_of``: another stage table (:data:`CLONE_ROLES`: the cloning encoders')."""
     out: dict[str, StagePlan] = {}
     base = plan_path.parent
-    for name, role_sets in STAGE_ROLES.items():
+    for name, role_sets in (roles_of or STAGE_ROLES).items():
         sec = raw.get(name)
         if sec is None:
             continue

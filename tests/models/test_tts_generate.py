@@ -255,7 +255,8 @@ def test_bad_requests_are_one_line_errors(custom, design_root, base_root):
         (_ours(design_root), dict(text="Hi", speaker="ryan", instruct="x"), "not --speaker"),
         (_ours(base_root), dict(text="Hi"), "needs reference audio"),
         (_ours(base_root), dict(text="Hi", speaker="ryan", ref_audio=_ref_audio(0.5)), "takes no --speaker"),
-        (_ours(base_root), dict(text="Hi", ref_audio=_ref_audio(0.5), ref_text="ref"), "needs the reference audio's codes"),
+        (_ours(base_root), dict(text="Hi", ref_audio=_ref_audio(0.5), ref_text=" "), "needs the reference audio's "
+                                                                                      "transcript"),
         (_ours(base_root), dict(text="Hi", ref_audio=_ref_audio(0.5), ref_text="ref", ref_codes=np.zeros((3, 8), int)),
          "ref_codes must be an integer array \\[T, 16\\]"),
     ]

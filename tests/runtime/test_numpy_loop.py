@@ -27,6 +27,7 @@ import numpy as np
 import pytest
 
 from rkspeech.core.errors import RkspeechError
+from rkfixtures import TORCH_BLOCKER, rkspeech_child
 from streaming_fixtures import step_graphs, write_ort_plan
 
 FRAMES = 12
@@ -38,17 +39,7 @@ CASES = [
     ("Numbers: 1, 22, 333.", "ryan", "chinese", False),
 ]
 
-BLOCKER = textwrap.dedent("""
-    import sys, importlib.abc
-    attempts = []
-    class Block(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name.split(".")[0] == "torch":
-                attempts.append(name)
-                raise ImportError(f"torch is blocked in this test: {name}")
-            return None
-    sys.meta_path.insert(0, Block())
-""")
+BLOCKER = TORCH_BLOCKER
 
 
 def _contract(path):
@@ -127,20 +118,9 @@ def _speak_cli(tmp_path, root, plan, name, *extra, blocked=False):
     """``python -m rkspeech speak`` in a child process (torch made unimportable when ``blocked``):
     (wav samples, codes, report, stderr)."""
     out, codes, report = tmp_path / f"{name}.wav", tmp_path / f"{name}.npy", tmp_path / f"{name}.json"
-    argv = ["rkspeech", "speak", CASES[0][0], "--model-dir", str(root), "--plan", str(plan), "-o", str(out),
-            "--speaker", "vivian", "--language", "english", "--max-frames", str(FRAMES), "--threads", "1",
-            "--codes-out", str(codes), "--report", str(report), *extra]
-    code = (BLOCKER if blocked else "import sys\nattempts = []\n") + textwrap.dedent(f"""
-        import runpy
-        sys.argv = {argv!r}
-        try:
-            runpy.run_module("rkspeech", run_name="__main__", alter_sys=True)
-        except SystemExit as e:
-            torch_loaded = sorted(m for m in sys.modules if m.split(".")[0] == "torch")
-            print("TORCH-MODULES", torch_loaded, "ATTEMPTS", len(attempts), file=sys.stderr)
-            sys.exit(e.code)
-    """)
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    res = rkspeech_child(["speak", CASES[0][0], "--model-dir", str(root), "--plan", str(plan), "-o", str(out),
+                          "--speaker", "vivian", "--language", "english", "--max-frames", str(FRAMES), "--threads",
+                          "1", "--codes-out", str(codes), "--report", str(report), *extra], blocked=blocked)
     assert res.returncode == 0, res.stderr[-3000:]
     from rkspeech.runtime.wav import read_wav_int16
 
@@ -165,7 +145,8 @@ def test_speak_without_torch_writes_the_torch_host_loops_wav(tts_custom_ckpt, pl
 
 
 def test_voice_cloning_without_torch_says_why(tmp_path_factory, plans):
-    """A Base checkpoint on the numpy loop: the speaker encoder needs torch; without it, one line."""
+    """A Base checkpoint on the numpy loop without the plan's speaker encoder graph: the speaker
+    encoder needs torch; without it, one line (with the graph: tests/runtime/test_clone_graphs.py)."""
     from rkspeech.models.qwen3_tts.synthetic_tts import write_tts_checkpoint
     from rkspeech.runtime.tts.numpy_loop import NumpyTTSModel
 
@@ -184,7 +165,7 @@ def test_voice_cloning_without_torch_says_why(tmp_path_factory, plans):
     assert res.returncode == 0, res.stderr[-2000:]
     line = res.stdout.strip()
     assert line.startswith("REFUSED:") and "\n" not in line
-    assert "speaker encoder in torch" in line and "custom-voice" in line
+    assert "speaker encoder graph" in line and "rebuild the plan" in line and "pip install torch" in line
     # with torch present, cloning on the numpy loop builds the same prompt as the torch model
     from rkspeech.models.qwen3_tts.generate import TTSModel
 

@@ -35,8 +35,11 @@ class HostModel:
     """What a loaded model root offers, the checks of a request, its prompt and its frames,
     torch-free: shared by ``TTSModel`` (torch host) and ``runtime.tts.numpy_loop.NumpyTTSModel``
     (numpy host).  Needs ``self.cfg`` (``TTSConfig``), ``self.tokenizer``, ``self.ops``
-    (``loop.HostOps``), ``self.speaker_embedding(audio)``, ``self.talker_backend`` and
-    ``self.code_predictor_backend``."""
+    (``loop.HostOps``), ``self.speaker_embedding(audio)``, ``self.reference_codes(audio)`` (in-context
+    cloning's codes of the reference), ``self.talker_backend`` and ``self.code_predictor_backend``."""
+
+    #: voice cloning's graphs when a plan holds them (``runtime.tts.clone_encoders``; the numpy host runs them)
+    speaker_encoder_backend = speech_encoder_backend = None
 
     # -- what the checkpoint offers ------------------------------------------------------------
     @property
@@ -104,10 +107,8 @@ class HostModel:
                                 "for the speaker embedding")
         if not ref_text or not str(ref_text).strip():
             raise RkspeechError("in-context cloning needs the reference audio's transcript (ref_text) with its codes")
-        if ref_codes is None:
-            raise RkspeechError("in-context cloning needs the reference audio's codes (ref_codes, [T, 16] from the "
-                                "speech tokenizer's encoder, which rkspeech does not run); or drop ref_text to clone "
-                                "from the speaker embedding alone")
+        if ref_codes is None:  # the speech tokenizer's encoder gives them (qwen-tts create_voice_clone_prompt)
+            ref_codes = self.reference_codes(np.asarray(ref_audio, dtype=np.float32))
         codes = np.asarray(ref_codes)
         g = self.num_code_groups
         if codes.ndim != 2 or codes.shape[1] != g or codes.shape[0] < 1 or not np.issubdtype(codes.dtype, np.integer):
@@ -205,8 +206,9 @@ class HostModel:
         """Yield frames ``int64 [num_code_groups]`` as they are generated (``loop.run_frames``).
 
         ``speaker`` (custom voice), ``instruct`` (voice design; custom voice at 1.7B), ``ref_audio``
-        (mono float32 24 kHz; Base: clone from the x-vector), plus ``ref_text`` and ``ref_codes``
-        (``[T, 16]`` codes of ``ref_audio``) for in-context cloning.  The frames continue the
+        (mono float32 24 kHz; Base: clone from the x-vector), plus ``ref_text`` (its transcript) for
+        in-context cloning, with ``ref_codes`` (``[T, 16]`` codes of ``ref_audio``; None: computed by
+        ``reference_codes``, the speech tokenizer's encoder).  The frames continue the
         reference; they do not repeat it."""
         opts = self._check_options(options)
         prompt, trailing, pad = self.prompt_rows(text, speaker=speaker, language=language, instruct=instruct,
@@ -223,12 +225,17 @@ class HostModel:
             prompt, trailing, pad, steps, timing)
         self._ended(frames, by_eos)
 
-    def use_backends(self, *, talker=None, code_predictor=None) -> None:
-        """Run the talker and/or the code predictor on other backends (``backends`` interfaces)."""
+    def use_backends(self, *, talker=None, code_predictor=None, speaker_encoder=None, speech_encoder=None) -> None:
+        """Run the talker and/or the code predictor on other backends (``backends`` interfaces);
+        ``speaker_encoder`` / ``speech_encoder``: voice cloning's graphs (``runtime.tts.clone_encoders``)."""
         if talker is not None:
             self.talker_backend = talker
         if code_predictor is not None:
             self.code_predictor_backend = code_predictor
+        if speaker_encoder is not None:
+            self.speaker_encoder_backend = speaker_encoder
+        if speech_encoder is not None:
+            self.speech_encoder_backend = speech_encoder
 
     def generate_codes(self, text: str, **kw) -> np.ndarray:
         """All frames as ``int64 [T, num_code_groups]`` (``T`` may be 0)."""
@@ -243,9 +250,11 @@ class TTSModel(HostModel):
 
     def __init__(self, cfg, net, tokenizer, files):
         from rkspeech.models.qwen3_tts.backends import TorchCodePredictor, TorchTalker
+        from rkspeech.models.qwen3_tts.speech_encoder import LazySpeechEncoder
         from rkspeech.models.qwen3_tts.torch_host import TorchHost
 
         self.cfg, self.net, self.tokenizer, self.files = cfg, net, tokenizer, files
+        self._speech_encoder = LazySpeechEncoder(files.root)  # in-context cloning's, read on first use
         self.ops = TorchHost(net.talker)
         #: where the decoder stacks run (``backends``): torch on the host unless a plan says otherwise
         self.talker_backend = TorchTalker(net.talker)
@@ -281,6 +290,11 @@ class TTSModel(HostModel):
             raise RkspeechError("reference audio must be mono float32 at 24 kHz, at least 2048 samples")
         with torch.no_grad():
             return self.net.speaker_encoder(mel_spectrogram(audio, self.cfg.speaker_encoder.sample_rate))
+
+    def reference_codes(self, audio: np.ndarray) -> np.ndarray:
+        """``[T, 16]`` int64 codes of mono float32 24 kHz reference audio (in-context cloning):
+        the speech tokenizer's encoder in torch (``speech_encoder``), loaded on first use."""
+        return self._speech_encoder.codes(audio)
 
     def build_prompt(self, text: str, *, text_in_prompt: bool | None = None, **request):
         """``(prompt embeds [1, L, hidden], trailing text embeds [1, n, hidden], tts_pad embed [1, 1, hidden])``,

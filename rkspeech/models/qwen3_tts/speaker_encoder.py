@@ -2,8 +2,8 @@
 
 Parameter names follow ``speaker_encoder.*`` in ``model.safetensors``.  The mel front end is the
 official one (n_fft 1024, hop 256, 128 Slaney mel bands 0-12 kHz at 24 kHz, magnitude with a
-1e-9 floor, log clamp 1e-5) with the filterbank computed here in numpy, no librosa at run time
-(``tests/models/test_tts_generate.py`` checks it against librosa's ``filters.mel``).
+1e-9 floor, log clamp 1e-5), its constants and filterbank from ``clone_inputs`` (numpy; the same front
+end without torch, which the speaker encoder's graph is fed with on a board).
 """
 
 from __future__ import annotations
@@ -13,53 +13,21 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from rkspeech.models.qwen3_tts.clone_inputs import LOG_FLOOR, MAGNITUDE_EPS, MEL, mel_filters, slaney_mel_filters  # noqa: F401
 from rkspeech.models.qwen3_tts.tts_config import SpeakerEncoderConfig
-
-MEL = {"n_fft": 1024, "num_mels": 128, "hop": 256, "win": 1024, "fmin": 0.0, "fmax": 12000.0}
-
-
-def _hz_to_mel(f):
-    f = np.asanyarray(f, dtype=np.float64)
-    f_sp = 200.0 / 3
-    mels = f / f_sp
-    min_log_hz, logstep = 1000.0, np.log(6.4) / 27.0
-    min_log_mel = min_log_hz / f_sp
-    return np.where(f >= min_log_hz, min_log_mel + np.log(np.maximum(f, min_log_hz) / min_log_hz) / logstep, mels)
-
-
-def _mel_to_hz(m):
-    m = np.asanyarray(m, dtype=np.float64)
-    f_sp = 200.0 / 3
-    freqs = f_sp * m
-    min_log_hz, logstep = 1000.0, np.log(6.4) / 27.0
-    min_log_mel = min_log_hz / f_sp
-    return np.where(m >= min_log_mel, min_log_hz * np.exp(logstep * (m - min_log_mel)), freqs)
-
-
-def slaney_mel_filters(sr: int, n_fft: int, n_mels: int, fmin: float, fmax: float) -> np.ndarray:
-    """``[n_mels, n_fft//2+1]`` float32 triangular Slaney-scale filters with Slaney area norm."""
-    fftfreqs = np.fft.rfftfreq(n=n_fft, d=1.0 / sr)
-    mel_f = _mel_to_hz(np.linspace(_hz_to_mel(fmin), _hz_to_mel(fmax), n_mels + 2))
-    fdiff = np.diff(mel_f)
-    ramps = mel_f[:, None] - fftfreqs[None, :]
-    lower = -ramps[:-2] / fdiff[:-1, None]
-    upper = ramps[2:] / fdiff[1:, None]
-    weights = np.maximum(0, np.minimum(lower, upper))
-    weights *= (2.0 / (mel_f[2:n_mels + 2] - mel_f[:n_mels]))[:, None]
-    return weights.astype(np.float32)
 
 
 def mel_spectrogram(audio: np.ndarray, sample_rate: int = 24000) -> torch.Tensor:
     """``[1, frames, 128]`` log-mel of mono float audio (the official speaker-encoder front end)."""
     y = torch.from_numpy(np.ascontiguousarray(audio, dtype=np.float32)).unsqueeze(0)
-    basis = torch.from_numpy(slaney_mel_filters(sample_rate, MEL["n_fft"], MEL["num_mels"], MEL["fmin"], MEL["fmax"]))
+    basis = torch.from_numpy(mel_filters(sample_rate))
     pad = (MEL["n_fft"] - MEL["hop"]) // 2
     y = F.pad(y.unsqueeze(1), (pad, pad), mode="reflect").squeeze(1)
     spec = torch.stft(y, MEL["n_fft"], hop_length=MEL["hop"], win_length=MEL["win"],
                       window=torch.hann_window(MEL["win"]), center=False, normalized=False, onesided=True,
                       return_complex=True)
-    spec = torch.sqrt(torch.view_as_real(spec).pow(2).sum(-1) + 1e-9)
-    mel = torch.log(torch.clamp(basis @ spec, min=1e-5))
+    spec = torch.sqrt(torch.view_as_real(spec).pow(2).sum(-1) + MAGNITUDE_EPS)
+    mel = torch.log(torch.clamp(basis @ spec, min=LOG_FLOOR))
     return mel.transpose(1, 2)
 
 
@@ -149,11 +117,14 @@ class SpeakerEncoder(nn.Module):
         self.asp = AttentiveStatsPool(ch[-1], cfg.enc_attention_channels)
         self.fc = _conv(ch[-1] * 2, cfg.enc_dim, 1)
 
-    def forward(self, mel: torch.Tensor) -> torch.Tensor:
+    def frames(self, mel: torch.Tensor) -> torch.Tensor:
+        """``[1, channels, frames]``: the blocks and their aggregation, before the pooling."""
         h = mel.transpose(1, 2)
         outs = []
         for block in self.blocks:
             h = block(h)
             outs.append(h)
-        h = self.mfa(torch.cat(outs[1:], dim=1))
-        return self.fc(self.asp(h)).squeeze(-1)[0]
+        return self.mfa(torch.cat(outs[1:], dim=1))
+
+    def forward(self, mel: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.asp(self.frames(mel))).squeeze(-1)[0]

@@ -7,9 +7,9 @@ embeddings and heads.  :class:`NumpyTTSModel` runs the one generation loop (``Ho
 .NumpyHost`` on ``host_weights.HostWeights`` (only those tensors are read) and the ``tokenizers``
 text tokenizer, and calls the graph backends (``GraphTalker`` with the numpy RoPE recipe,
 ``CodebookCodePredictor`` over the code-predictor step graph, or ``GraphCodePredictor`` over the
-frame graph; opened by ``runtime.tts.open_stages.open_stage_backends``).  torch is imported only
-for voice cloning's speaker encoder (``--ref-audio``), lazily, and a missing torch is one line
-saying so.
+frame graph; opened by ``runtime.tts.open_stages.open_stage_backends``).  Voice cloning runs the
+plan's speaker encoder and speech encoder graphs (``runtime.tts.clone_encoders``); a plan built
+before them runs the speaker encoder in torch, imported lazily (a missing torch is one line).
 
 Greedy codes are those of the torch host over the same graphs (``tests/runtime/test_numpy_loop.py``);
 floats differ where numpy and torch round differently (``numpy_host``; docs/numpy-runtime.md).
@@ -69,19 +69,22 @@ class NumpyTTSModel(HostModel):
         return cls(cfg, HostWeights(files.weights, cfg), TextTokenizer(files.root), files)
 
     def speaker_embedding(self, audio: np.ndarray) -> np.ndarray:
-        """The x-vector of mono float32 24 kHz audio: the speaker encoder runs in torch (the one
-        part of text to speech that still needs it)."""
+        """The x-vector of mono float32 24 kHz audio: the plan's speaker encoder graph
+        (``runtime.tts.clone_encoders``, no torch) when it holds one, else the torch module
+        (plans built before the graph existed); neither is one line."""
         audio = np.asarray(audio, dtype=np.float32)
         if audio.ndim != 1 or audio.size < 2048:
             raise RkspeechError("reference audio must be mono float32 at 24 kHz, at least 2048 samples")
         if self.cfg.tts_model_type != "base":
             raise RkspeechError(f"this {self.variant} checkpoint has no speaker encoder; voice clone needs a Base model")
+        if self.speaker_encoder_backend is not None:
+            return self.speaker_encoder_backend(audio)
         try:
             import torch
         except ImportError:
-            raise RkspeechError("voice cloning (--ref-audio) runs the speaker encoder in torch, which is not "
-                                "installed here; install torch (pip install torch) for cloning, or use a "
-                                "custom-voice or voice-design model (they need no torch)") from None
+            raise RkspeechError("voice cloning (--ref-audio) needs the speaker encoder graph, which this plan does not "
+                                "hold, or torch, which is not installed here; rebuild the plan with rkspeech build "
+                                "qwen3-tts on this Base model (it builds the graph), or pip install torch") from None
         from rkspeech.models.qwen3_tts.speaker_encoder import SpeakerEncoder, mel_spectrogram
 
         if self._speaker_encoder is None:
@@ -96,6 +99,14 @@ class NumpyTTSModel(HostModel):
             self._speaker_encoder = enc.eval()
         with torch.no_grad():
             return self._speaker_encoder(mel_spectrogram(audio, self.cfg.speaker_encoder.sample_rate)).numpy()
+
+    def reference_codes(self, audio: np.ndarray) -> np.ndarray:
+        """``[T, 16]`` codes of the reference audio (in-context cloning): the plan's speech encoder graph."""
+        if self.speech_encoder_backend is None:
+            raise RkspeechError("in-context cloning (--ref-text) runs the speech tokenizer's encoder graph, which this "
+                                "plan does not hold; rebuild the plan with rkspeech build qwen3-tts on this Base model, "
+                                "or use --host-loop torch, or drop --ref-text to clone from the x-vector alone")
+        return self.speech_encoder_backend(audio)
 
     def build_prompt(self, text: str, **kw):
         """``(prompt [L, Ht], trailing text [n, Ht], tts_pad [1, Ht])`` float32 (``prompt_rows``)."""

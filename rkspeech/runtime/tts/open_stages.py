@@ -124,5 +124,50 @@ def open_stage_backends(plan, backend: str, *, model=None, threads: int | None =
         decode = talker.paths(backend)["decode"]
         progress.info(f"talker: graph {decode.name}, {where(talker, be, n)}"
                       + (" (numpy host loop)" if getattr(model, "weights", None) is not None else ""))
+    if getattr(model, "weights", None) is not None:  # the numpy host clones through the plan's graphs
+        try:
+            out.update(open_clone_encoders(plan, backend, model=model, threads=threads, spin=spin))
+        except BaseException:
+            for b in out.values():
+                b.close()
+            raise
+    return out
+
+
+def open_clone_encoders(plan, backend: str, *, model, threads: int | None = None, spin: bool = True) -> dict:
+    """``{"speaker_encoder": GraphSpeakerEncoder, "speech_encoder": GraphSpeechEncoder}`` for the
+    cloning encoders the plan holds (``Plan.encoders``), each checked against ``model`` (a
+    ``NumpyTTSModel`` of a Base root; other variants clone nothing, so nothing is opened)."""
+    from rkspeech.runtime.tts.clone_encoders import (
+        GraphSpeakerEncoder,
+        GraphSpeechEncoder,
+        speaker_fingerprint,
+        speech_fingerprint,
+    )
+
+    encoders = getattr(plan, "encoders", None) or {}
+    if not encoders or model.cfg.tts_model_type != "base":
+        return {}
+    out: dict = {}
+    try:
+        for name, stage in encoders.items():
+            be = stage.backend_for(backend)
+            (role, path), = stage.paths(backend).items()
+            n = stage_threads(stage, threads)
+            if name == "speaker_encoder":
+                out[name] = GraphSpeakerEncoder(path, be, config=model.cfg.speaker_encoder,
+                                                fingerprint=speaker_fingerprint(model.weights.file), threads=n,
+                                                spin=spin)
+            else:
+                from rkspeech.models.qwen3_tts.vocoder_checkpoint import resolve_checkpoint
+
+                out[name] = GraphSpeechEncoder(path, be, num_code_groups=model.num_code_groups,
+                                               fingerprint=speech_fingerprint(resolve_checkpoint(model.files.root).weights),
+                                               threads=n, spin=spin)
+            progress.info(f"{name.replace('_', ' ')}: graph {path.name}, {describe_placement(stage, be, n)}")
+    except BaseException:
+        for b in out.values():
+            b.close()
+        raise
     return out
 
