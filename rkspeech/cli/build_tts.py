@@ -123,9 +123,10 @@ def _cpu_rows(name: str, cpu: dict | None) -> list[tuple]:
         how = "fp32 (the exported graphs as they are)"
     rows = [(f"{name}: CPU weights", f"{how}; {after / 1e6:.2f} MB ({after / before:.2f} x fp32 {before / 1e6:.2f} MB)"
              if before else how)]
-    for k in (q or {}).get("kept_fp32") or []:
-        rows.append((f"{name}: kept fp32", f"{k['graph']} {k['node']} (input peak {k['ratio']:.0f} x its median channel"
-                                           f"): +{k['bytes'] / 1e3:.1f} kB"))
+    kept = (q or {}).get("kept_fp32") or []
+    if kept:  # one row: the outlier inputs themselves are in the fp16 headroom rows
+        rows.append((f"{name}: kept fp32", "; ".join(f"{k['graph']} {k['module']} (MatMul {k['node']})" for k in kept)
+                     + f": +{sum(k['bytes'] for k in kept) / 1e3:.1f} kB"))
     return rows + _check_rows(name, cpu.get("check"))
 
 
