@@ -130,6 +130,28 @@ def _cpu_rows(name: str, cpu: dict | None) -> list[tuple]:
     return rows + _check_rows(name, cpu.get("check"))
 
 
+def code_predictor_sim_rows(cp_row: dict) -> list[tuple]:
+    """The NPU code predictor's simulator figures (``compare_frames``), if it was simulated."""
+    from rkspeech.core.compare import db_text
+
+    sim = cp_row.get("sim")
+    if not sim:
+        return []
+    return [(f"code predictor on the simulator ({cp_row.get('dtype') or 'fp16'})",
+             f"greedy agreement {100 * sim['code_agreement']:.1f} % over {sim.get('frames')} frames"
+             + (f" ({100 * sim['decision_agreement']:.1f} % of the {sim['decisions']} decisions made on "
+                "torch's inputs)" if sim.get("decisions") else "") + _misses_text(sim.get("misses"))
+             + f", logit SNR {db_text(sim['logit_snr_db'])} dB")]
+
+
+def _misses_text(misses: list | None) -> str:
+    """Each frame's first miss as torch's gap for its code against the graph's logit error there."""
+    if not misses:
+        return ""
+    shown = ", ".join(f"{m['fp32_gap']:.2g} vs {m['error_rms']:.2g}" for m in misses[:4])
+    return f"; first misses at fp32 top-two gap vs logit error rms: {shown}{' ...' if len(misses) > 4 else ''}"
+
+
 def _check_rows(name: str, c: dict | None) -> list[tuple]:
     """A stage's gate figures against its fp32 graph (a CPU variant, or an NPU stage on the simulator)."""
     from rkspeech.core.compare import db_text
@@ -225,12 +247,7 @@ def summary_rows(summary: dict) -> list[tuple]:
             rows.append((f"{name}: .rknn", f"{row['rknn']['bytes'] / 1e6:.1f} MB"))
         rows += _cpu_rows(name, row.get("cpu")) + _clone_rows(name, row.get("clone"))
         rows += _check_rows(f"{name} (NPU, simulator)", row.get("gate"))
-    cp_row = summary["graphs"].get("code_predictor") or {}
-    sim = cp_row.get("sim")
-    if sim:
-        rows.append((f"code predictor on the simulator ({cp_row.get('dtype') or 'fp16'})",
-                     f"greedy agreement {100 * sim['code_agreement']:.1f} % over {sim.get('frames')} frames, "
-                     f"logit SNR {db_text(sim['logit_snr_db'])} dB"))
+    rows += code_predictor_sim_rows(summary["graphs"].get("code_predictor") or {})
     tv = (summary["graphs"].get("talker") or {}).get("verify")
     if tv:
         parts = []

@@ -78,24 +78,40 @@ def compare_frames(torch_logits, torch_codes, graph_logits) -> dict:
     ``*_logits [F, G-1, V]``, ``torch_codes [F, G-1]``.  ``code_agreement``: fraction of codebook
     entries whose graph code (argmax) equals torch's; ``logit_snr_db``: torch logits' energy over
     the error energy, each frame counted up to and including its first disagreeing codebook
-    (after it the two see different inputs); ``frames_identical``; ``worst_frame_snr_db``."""
+    (after it the two see different inputs); ``frames_identical``; ``worst_frame_snr_db``;
+    ``decisions`` (the code decisions made on the same inputs as torch's: each frame's up to and
+    including its first miss) and ``decision_agreement`` (the share of them that agree).  One near-tie
+    early in a frame makes ``code_agreement`` lose the frame's later codebooks too (the published
+    massive root's simulator build: 2 misses cost 23 of 750 entries), so the two say different things:
+    how often the graph picks another code on the same input, and how much of the output changes.
+    ``misses``: each frame's first miss with torch's margin for its code over the graph's
+    (``fp32_gap``) beside the row's logit RMS and the graph's logit error there (``error_rms``): a
+    gap inside the error is a near-tie that any rounding may flip."""
     tl, gl = np.asarray(torch_logits, np.float64), np.asarray(graph_logits, np.float64)
     tc = np.asarray(torch_codes)
     if tl.shape != gl.shape or tc.shape != tl.shape[:2]:
         raise RkspeechError(f"compare_frames: shapes {tl.shape} / {gl.shape} / {tc.shape} do not match")
     gc = gl.argmax(-1)
     sig = err = 0.0
-    identical, worst = 0, math.inf
+    identical, decisions, worst, misses = 0, 0, math.inf, []
     for f in range(tl.shape[0]):
         bad = np.nonzero(gc[f] != tc[f])[0]
         k = int(bad[0]) + 1 if bad.size else tc.shape[1]
         identical += not bad.size
+        decisions += k
+        if bad.size:
+            j, row = int(bad[0]), tl[f, int(bad[0])]
+            misses.append({"frame": f, "codebook": j + 1, "fp32_gap": float(row[tc[f, j]] - row[gc[f, j]]),
+                           "row_rms": float(np.sqrt(np.mean(row ** 2))),
+                           "error_rms": float(np.sqrt(np.mean((gl[f, j] - row) ** 2)))})
         s, e = energies(tl[f, :k], gl[f, :k])
         sig, err = sig + s, err + e
         worst = min(worst, snr_db_of_energy(s, e))
     return {"frames": int(tl.shape[0]), "code_agreement": float((gc == tc).mean()),
-            "frames_identical": identical, "logit_snr_db": json_number(snr_db_of_energy(sig, err)),
-            "worst_frame_snr_db": json_number(worst)}
+            "frames_identical": identical, "decisions": decisions,
+            "decision_agreement": (decisions - (tl.shape[0] - identical)) / decisions if decisions else None,
+            "logit_snr_db": json_number(snr_db_of_energy(sig, err)),
+            "worst_frame_snr_db": json_number(worst), "misses": misses}
 
 
 def torch_frame_logits(tts, captured) -> np.ndarray:

@@ -238,7 +238,8 @@ def _npu_figures(graphs: dict) -> dict:
     cp = graphs.get("code_predictor") or {}
     if cp.get("sim"):
         out["code_predictor"] = {"source": "simulator", "dtype": cp.get("dtype"),
-                                 **{k: cp["sim"].get(k) for k in ("frames", "code_agreement", "logit_snr_db")}}
+                                 **{k: cp["sim"].get(k) for k in ("frames", "code_agreement", "decisions",
+                                                                 "decision_agreement", "logit_snr_db")}}
     tv = (graphs.get("talker") or {}).get("verify") or {}
     if "cpu" not in (graphs.get("talker") or {}) and "logit_snr_db" in tv:  # null: identical (core.compare)
         out["talker"] = {"source": "simulator", "logit_snr_db": tv["logit_snr_db"]}

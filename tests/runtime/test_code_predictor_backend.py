@@ -106,11 +106,15 @@ def test_compare_frames_counts_up_to_the_first_miss():
     codes = ref.argmax(-1)
     same = compare_frames(ref, codes, ref + 1e-4)
     assert same["code_agreement"] == 1.0 and same["frames_identical"] == 3 and same["logit_snr_db"] > 70
+    assert same["decisions"] == 12 and same["decision_agreement"] == 1.0
     got = ref.copy()
     got[1, 1, (codes[1, 1] + 1) % 16] = 99.0  # frame 1 misses codebook 1 ...
     got[1, 2:] = 0.0  # ... and its later codebooks diverge: not counted in the SNR
     r = compare_frames(ref, codes, got)
     assert r["frames_identical"] == 2
+    assert same["misses"] == [] and [(m["frame"], m["codebook"]) for m in r["misses"]] == [(1, 2)]
+    assert r["misses"][0]["fp32_gap"] == pytest.approx(ref[1, 1].max() - ref[1, 1, (codes[1, 1] + 1) % 16])
+    assert r["decisions"] == 4 + 2 + 4 and r["decision_agreement"] == pytest.approx(9 / 10)  # frame 1 stops at its miss
     assert r["code_agreement"] == pytest.approx(1 - (1 + int((got[1, 2:].argmax(-1) != codes[1, 2:]).sum())) / 12)
     assert r["logit_snr_db"] < 30 and r["worst_frame_snr_db"] < 10
 
@@ -187,3 +191,18 @@ def test_build_code_predictor_resumes(tiny_cp_build):
                                     "code_predictor_inspect", "code_predictor_verify"}  # verify writes the golden
     assert {k: again[k] for k in ("artifacts", "placement", "build", "rknn", "sim")} == \
         {k: first[k] for k in ("artifacts", "placement", "build", "rknn", "sim")}
+
+
+def test_build_summary_names_the_decisions_and_the_near_ties():
+    from rkspeech.cli.build_tts import code_predictor_sim_rows
+    from rkspeech.pipelines.code_predictor_build import compare_frames
+
+    rng = np.random.default_rng(1)
+    ref = rng.standard_normal((2, 3, 8))
+    codes = ref.argmax(-1)
+    got = ref.copy()
+    got[0, 0, (codes[0, 0] + 1) % 8] = 9.0  # frame 0's first decision misses
+    sim = compare_frames(ref, codes, got)
+    (_, row), = code_predictor_sim_rows({"sim": sim})
+    assert f"of the {1 + 3} decisions made on torch's inputs" in row and "75.0 %" in row, row
+    assert f"{sim['misses'][0]['fp32_gap']:.2g} vs" in row, row
