@@ -59,7 +59,7 @@ QUANTIZED = ("cpu-int8", "cpu-int4")
 from rkspeech.core.thresholds import GATE_MODES
 from rkspeech.core.targets import DEFAULT_TARGET, TARGETS
 from rkspeech.pipelines.code_predictor_forms import DEFAULT_FORM
-from rkspeech.pipelines.fp16_headroom import keep_fp32_of, rescale_of
+from rkspeech.pipelines.fp16_headroom import keep_fp32_of, overflow_failures, rescale_of
 from rkspeech.pipelines.vocoder_build import BUILD_REPORT, PLAN_FILE
 from rkspeech.contracts.formulations import DEFAULT_FORMULATION
 
@@ -259,9 +259,11 @@ def _plan_gate(gate: dict) -> dict:
             if k in gate}
 
 
-def _refuse(o, out: Path, graphs, gate, vocoder, cp, talker, stages, started, headroom=None) -> None:
+def _refuse(o, out: Path, graphs, gate, vocoder, cp, talker, stages, started, headroom=None, *,
+            overridable: bool = True) -> None:
     """The gate failed: the report is written (no plan; a plan left by an earlier build of this
-    folder is removed, it no longer matches the stages), then one line."""
+    folder is removed, it no longer matches the stages), then one line (naming ``--gate warn``
+    when ``overridable``)."""
     summary = {"model": "qwen3-tts", "target": o.target, "plan": None, "graphs": graphs, "vocoder": vocoder,
                "code_predictor": cp, "talker": talker, "accuracy_gate": gate, "fp16_headroom": headroom,
                "stages": stages.timings,
@@ -271,7 +273,7 @@ def _refuse(o, out: Path, graphs, gate, vocoder, cp, talker, stages, started, he
     (out / PLAN_FILE).unlink(missing_ok=True)
     more = f" (+{len(gate['failures']) - 1} more)" if len(gate["failures"]) > 1 else ""
     raise RkspeechError(f"accuracy gate: {gate['failures'][0]}{more}; no plan written (figures in "
-                        f"{out / BUILD_REPORT}; --gate warn writes it anyway)")
+                        f"{out / BUILD_REPORT}{'; --gate warn writes it anyway' if overridable else ''})")
 
 
 def _cpu_goldens(stages, files, checks: dict, cp, talker, o: TTSBuildOptions) -> dict:
@@ -461,8 +463,11 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
         else:  # NPU-placed: judged on the simulator
             graphs[name]["gate"] = figures
     graphs["vocoder"] = _vocoder_row(vocoder, vplan)
-    if gate["failures"] and o.gate == "refuse":
-        _refuse(o, out, graphs, gate, vocoder, cp, talker, stages, started, headroom)
+    overflow = overflow_failures(gate.get("npu"), skipped=o.skip_fp16_headroom)
+    if overflow:  # refused in every --gate mode: after the gate's own failures, which name their stage first
+        gate.update(failures=gate["failures"] + overflow, passed=False)
+    if overflow or (gate["failures"] and o.gate == "refuse"):
+        _refuse(o, out, graphs, gate, vocoder, cp, talker, stages, started, headroom, overridable=not overflow)
     goldens = _cpu_goldens(stages, files, cpu_checks, cp, talker, o)
     from rkspeech.plan.sections import add_goldens
 

@@ -162,3 +162,19 @@ def test_lazy_model_applies_a_transform_when_it_loads(tts_custom_ckpt):
     assert seen == [tts]
     lazy.transform(seen.append)  # loaded: at once
     assert seen == [tts, tts]
+
+
+def test_nan_simulator_logits_are_refused_in_every_gate_mode():
+    """A NaN logit SNR in an NPU stage's simulator check is one failure naming the remedy; finite
+    figures (or "identical", written null) are none."""
+    from rkspeech.pipelines.fp16_headroom import overflow_failures
+
+    npu = {"code_predictor": {"source": "simulator", "logit_snr_db": "NaN"},
+           "talker": {"source": "simulator", "logit_snr_db": 41.2}}
+    (line,) = overflow_failures(npu, skipped=True)
+    assert line.startswith("code_predictor on the simulator: its fp16 logits hold NaN"), line
+    assert "without --skip-fp16-headroom" in line and line.endswith("--code-predictor cpu-int8"), line
+    assert "skip-fp16-headroom" not in overflow_failures(npu, skipped=False)[0]
+    assert overflow_failures({"talker": {"logit_snr_db": None}, "code_predictor": {"logit_snr_db": 58.3}},
+                             skipped=False) == []
+    assert overflow_failures(None, skipped=False) == []
