@@ -5,11 +5,13 @@ form="frame")``, ``convert.hybrid_int16``; the step form's: tests/runtime/test_c
 same way: 0 CPU ops, 0 REGTASK lines, greedy agreement >= 99 % (fp16 of the same graph: 98.48 %
 over 720 frames, docs/code-predictor-step.md).  Plus the one-line refusals of a bad dtype.
 
-The build (export, 60 calibration frames, conversion, 100 frames on the simulator) took 225 s
-at load ~3 on the 2 shared cores (``slow``), ~145 s since the verify stage's simulator also
-records the golden replay (docs/main-job.md, test time); it measured 99.20 % (98 of 100 frames identical,
-65.1 dB).  100 frames guard the hybrid path, not its gap to fp16 (fp16: 99.03 % on the first 200
-of the 720-frame set); the 240/200 build measured 99.70 % (docs/code-predictor-step.md).
+The agreement judged is the decisions' (``compare_frames``: each frame's decisions up to and including
+its first miss, all on torch's inputs), the gate's kind of figure: a miss early in a frame changes the
+frame's later inputs, so the entries' agreement counts one near-tie up to 15 times.  With 100 verify
+frames the build measured 99.20 % of entries and 99.87 % of 1,490 decisions (2 misses, both near-ties:
+fp32 top-two gaps 0.0012 and 0.00035 against logit errors of 0.00055 and 0.00051 rms), 65.1 dB; the
+verify stage took 146 s of the 242 s build (load ~2).  40 frames keep the hybrid path guarded at
+~40 % of that stage's cost; the 240/200 build measured 99.70 % of entries (docs/code-predictor-step.md).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from __future__ import annotations
 import pytest
 
 #: verify / calibration frames of the build test (see docs/code-predictor-step.md for the figures)
-VERIFY_FRAMES = 100
+VERIFY_FRAMES = 40
 CALIB_FRAMES = 60
 
 
@@ -63,7 +65,8 @@ def test_int16_hybrid_build_reduced(tts_custom_ckpt, tmp_path):
     assert r["hybrid"]["fp16_tensors"] > 0 and r["hybrid"]["pick_ranges"] > 0, r["hybrid"]
     sim = r["sim"]
     assert sim["frames"] == VERIFY_FRAMES
-    assert sim["code_agreement"] >= 0.99 and sim["logit_snr_db"] > 55, sim
+    assert sim["decision_agreement"] >= 0.99 and sim["logit_snr_db"] > 55, sim
+    assert all(m["fp32_gap"] < 0.01 for m in sim["misses"]), sim["misses"]  # only near-ties flip
     # the golden replay came from the verify stage's hybrid simulator (one simulator build, not two)
     assert sim["golden"]["source"] == "sim" and sim["golden"]["steps"] >= 1, sim["golden"]
     assert "code_predictor_golden" not in r["stages"], r["stages"]
