@@ -166,7 +166,8 @@ def _check_rows(name: str, c: dict | None) -> list[tuple]:
                      f"agreement {100 * tf['agreement']:.2f} % of {tf['decisions']} decisions, logit SNR {snr}, "
                      f"fp32 margin median {tf['margin'].get('median', 0):.2f}"))
         div = free.get("first_diverging_frame")
-        rows.append((f"{name} vs fp32 (free running)",
+        rows.append((f"{name} vs fp32 (free running)", f"not measured: {free['not_measured']}"
+                     if free.get("not_measured") else
                      f"same stop {free['same_stop']}/{free['utterances']} utterances, codes equal "
                      f"{100 * free['codes_equal']:.1f} %, identical {free['identical_utterances']}, first "
                      f"diverging frame {'-' if div is None else div}"))

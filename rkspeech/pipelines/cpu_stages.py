@@ -182,9 +182,9 @@ def check_cpu_stages(stages, model, *, talker: dict | None, code_predictor: dict
 
 
 #: bump when what the gate measures changes (the resumable stage then runs again)
-GATE_VERSION = 6  # 2: a step-form code predictor's variant measured with its quantized heads; 3: and its start
+GATE_VERSION = 7  # 2: a step-form code predictor's variant measured with its quantized heads; 3: and its start
 # graph; 4: through the numpy host loop (the one speak runs), not the torch one; 5: its timing recorded, lanes;
-# 6: NPU-placed stages judged on the simulator (they add "npu" to the key)
+# 6: NPU-placed stages judged on the simulator (they add "npu" to the key); 7: no free run after NaN logits
 
 
 #: CPU variants whose rows do not see each other, so that a lane graph computes each lane's row as

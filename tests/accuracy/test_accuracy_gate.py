@@ -187,11 +187,12 @@ def test_recorded_figures_are_judged_again_and_npu_figures_kept(honest):
     assert [f.split(" logit SNR")[0] for f in strict["failures"][:2]] == ["talker", "code_predictor"], strict
 
     graphs = {"talker": {"verify": {"logit_snr_db": 64.5}},
-              "code_predictor": {"dtype": "fp16", "sim": {"frames": 4, "code_agreement": 0.98, "logit_snr_db": 59.5}}}
+              "code_predictor": {"dtype": "fp16", "sim": {"frames": 4, "code_agreement": 0.98, "decisions": 58,
+                                                          "decision_agreement": 0.9828, "logit_snr_db": 59.5}}}
     npu = _npu_figures(graphs)
     assert npu == {"talker": {"source": "simulator", "logit_snr_db": 64.5},
                    "code_predictor": {"source": "simulator", "dtype": "fp16", "frames": 4, "code_agreement": 0.98,
-                                      "logit_snr_db": 59.5}}
+                                      "decisions": 58, "decision_agreement": 0.9828, "logit_snr_db": 59.5}}
     section = gate_section(None, "refuse", npu=npu)
     assert section["passed"] is True and section["failures"] == [] and section["npu"] == npu
     off = gate_section(None, "off")

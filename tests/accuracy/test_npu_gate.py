@@ -71,6 +71,11 @@ def test_npu_code_predictor_judged_on_the_simulator(trained_massive_ckpt, placeh
     assert s["teacher_forced"]["logit_snr_db"] == "NaN", s["teacher_forced"]["logit_snr_db"]
     assert any("logit SNR NaN" in f for f in s["failures"]), s["failures"]
     assert s["teacher_forced"]["agreement"] < GATE_MIN_AGREEMENT
+    # NaN logits fail already: no free run repeats them (the report and the summary say so)
+    assert s["free_running"] == {"not_measured": "its teacher-forced logits hold NaN or inf"}, s["free_running"]
+    assert not any("stops at fp32's frame" in f for f in s["failures"]), s["failures"]
+    raw_rows = dict(summary_rows(json.loads((home / "raw" / "build-report.json").read_text())))
+    assert raw_rows["code_predictor (NPU, simulator) vs fp32 (free running)"].startswith("not measured: "), raw_rows
 
     # with the headroom stage's exact rescale: the same placement passes
     capsys.readouterr()

@@ -124,18 +124,12 @@ def test_compare_frames_counts_up_to_the_first_miss():
 @pytest.fixture(scope="session")
 def tiny_cp_build(tmp_path_factory):
     """A tiny custom-voice root and its frame-form code-predictor build (converted and simulated once)."""
-    from rkspeech.models.qwen3_tts import synthetic_tts
+    from rkfixtures import write_small_code_predictor_root
     from rkspeech.models.qwen3_tts.tts_checkpoint import resolve_model_root
     from rkspeech.pipelines.code_predictor_build import build_code_predictor
     from rkspeech.pipelines.resumable import StageRunner
 
-    tiny = copy.deepcopy(synthetic_tts.REDUCED)
-    tiny["talker"]["num_code_groups"] = 4
-    tiny["code_predictor"].update(num_code_groups=4, num_hidden_layers=1)
-    root = tmp_path_factory.mktemp("tts_tiny_cp")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setitem(synthetic_tts.CONFIGS, "reduced", tiny)
-        synthetic_tts.write_tts_checkpoint(root, "reduced", "custom-voice", 0)
+    root = write_small_code_predictor_root(tmp_path_factory.mktemp("tts_tiny_cp"), layers=1, groups=4)
     files = resolve_model_root(root)
     out = tmp_path_factory.mktemp("cp_build")
     report = build_code_predictor(StageRunner(out), files, out, target="rk3588", verify_frames=4, timeout=900,
