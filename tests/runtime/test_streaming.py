@@ -175,29 +175,27 @@ def test_first_and_main_must_share_a_cache(engines):
 
 @pytest.mark.slow
 def test_long_stream_no_drift(tmp_path_factory, reduced_model, engines):
-    """3,000 tokens (4 min of audio) through first B=4 + main B=64 against one full decode.
-
-    Measured here (2 cores, 2026-11-29): 61 s at load ~3, 230 s at load 6-7 (other jobs);
-    SNR 113.0 dB overall, worst step 112.8 dB.  Most of the
-    cost is the 3,000-token torch full decode (the reference), which cannot be shortened
-    without weakening the check.
+    """1,500 tokens (2 min of audio, 24 main steps) through first B=4 + main B=64 against one full
+    decode: the last steps as good as the first.  Most of the cost is the torch full decode (the
+    reference); 3,000 tokens took 84 s of the suite's 25-minute budget for the same verdict
+    (113.0 dB overall, worst step 112.8 dB, no trend).
     """
     from rkspeech.contracts.read import read_contract
     from rkspeech.runtime.runners.onnxruntime import OnnxRuntimeRunner
 
     path = step_graph_b64(tmp_path_factory, reduced_model)
     main = Engine(OnnxRuntimeRunner(path, threads=2), read_contract(path))
-    codes_ = random_codes(3000, Q, K, seed=11)
+    codes_ = random_codes(1500, Q, K, seed=11)
     sv = StreamingVocoder(main, engines[1])
     audio = sv.decode(codes_)
     ref = full_decode(reduced_model, codes_)
     spt = main.contract.samples_per_token
-    assert audio.size == ref.size == 3000 * spt
+    assert audio.size == ref.size == 1500 * spt
     assert snr_db(ref, audio) >= 100
-    # one SNR per step, on the step's own samples (4, 64 x 46, 52 tokens)
+    # one SNR per step, on the step's own samples (4, 64 x 23, 24 tokens)
     edges = np.cumsum([0] + [t.tokens * spt for t in sv.timings])
-    assert [t.tokens for t in sv.timings] == [4] + [64] * 46 + [52]
+    assert [t.tokens for t in sv.timings] == [4] + [64] * 23 + [24]
     seg = [snr_db(ref[a:b], audio[a:b]) for a, b in zip(edges[:-1], edges[1:])]
     assert min(seg) >= 100, (min(seg), int(np.argmin(seg)))
-    # the last segments (positions near 3,000) are as good as the early ones: no drift
+    # the last segments (positions near 1,500) are as good as the early ones: no drift
     assert min(seg[-5:]) >= min(seg[:5]) - 3
