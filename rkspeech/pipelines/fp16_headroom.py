@@ -129,8 +129,8 @@ def overflow_failures(npu: dict | None, *, skipped: bool) -> list[str]:
     speaks noise (the published massive root without the rescale: 68.8 % agreement, SNR NaN), and on
     a checkpoint that does not stop the gate cannot judge the stage at all.  ``skipped``: the
     build ran with ``--skip-fp16-headroom`` (the line then names it)."""
-    fix = "build without --skip-fp16-headroom (its exact rescale), or" if skipped else ""
-    return [f"{name} on the simulator: its fp16 logits hold NaN or inf (an fp16 overflow); {fix} place it on the "
+    fix = "build without --skip-fp16-headroom (its exact rescale), or " if skipped else ""
+    return [f"{name} on the simulator: its fp16 logits hold NaN or inf (an fp16 overflow); {fix}place it on the "
             f"CPU: {CPU_FLAG.get(name, 'cpu-int8')}"
             for name, fig in (npu or {}).items() if fig.get("logit_snr_db") == "NaN"]
 
