@@ -178,7 +178,7 @@ def measure_stage(tts, runs, name: str, variant, *, reference: dict, frames: int
     t1 = time.perf_counter()
     if math.isnan(db_value(tf.get("logit_snr_db"))):
         # NaN logits fail the stage already; a free run would only repeat them, at the teacher-forced
-        # pass's cost again (34 s of a 77 s gate on the trained reduced root's simulator; ~1 h published)
+        # pass's cost again (34 s of a 77 s gate on the trained reduced root's simulator)
         free = {"not_measured": "its teacher-forced logits hold NaN or inf"}
     else:
         free = free_running(tts, runs, frames=frames, label=name.replace("_", " "), **backends)
