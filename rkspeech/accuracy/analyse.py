@@ -34,8 +34,11 @@ def analyse(o: AccuracyOptions) -> dict:
     from rkspeech.accuracy.fp16_model import OrtGraph
     from rkspeech.accuracy.inputs import check_model, default_inputs, load_inputs
 
+    from rkspeech.accuracy.held_out import held_out_headroom
+
     _validate(o)
     ins, outs = check_model(o.model)
+    held_out = held_out_headroom(o.model, o.plan)  # before the map: a --plan that lists no such graph is refused
     if o.inputs and o.stepwise:
         raise RkspeechError("give --inputs or --stepwise, not both")
     if o.inputs:
@@ -81,4 +84,5 @@ def analyse(o: AccuracyOptions) -> dict:
         "graph_outputs": per_output,
         "blocks": res["blocks"],
         "layers": res["layers"],
+        "held_out_headroom": held_out,
     }

@@ -21,7 +21,7 @@ class AccuracyOptions:
     ``whole_graph``: also simulate the whole graph, the figure the pieces are checked against.
     ``simulate``: False skips the simulator (fp32 and the fp16 model only).
     ``layer_budget_mb``: fp32 intermediates one onnxruntime run exposes for the per-layer figures
-    (the piece runs again for each group).
+    (the piece runs again for each group).  ``plan``: see ``held_out``.
     """
 
     model: Path
@@ -36,4 +36,7 @@ class AccuracyOptions:
     memory_limit_mb: float | None | str = "auto"
     layer_budget_mb: float = 256.0
     sim_log: str | None = None
+    #: the build whose fp16 headroom over held-out inputs the map shows (``held_out``; None: the
+    #: plan.json beside the graph, if any)
+    plan: Path | None = None
     work_dir: Path | None = None

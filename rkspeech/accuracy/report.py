@@ -37,7 +37,21 @@ def summary(rep: dict) -> dict:
         # compiler's implementation, not fp16 storage, loses accuracy there
         "sim_worse_than_fp16": [b["index"] for b in blocks
                                 if (b.get("sim_minus_fp16_local_db") or 0.0) < -3.0],
+        "held_out_headroom": _held_out_summary(rep.get("held_out_headroom")),
     }
+
+
+def _held_out_summary(h: dict | None) -> dict | None:
+    """The build's held-out peaks in brief: the largest before and after its rescale, what is over."""
+    if not h or h.get("not_measured"):
+        return h
+
+    def largest(rows):
+        return max(rows, key=lambda r: r["peak"]) if rows else None
+
+    return {"graph": h["graph"], "texts": h["texts"], "frames": h["frames"], "largest": largest(h.get("top") or []),
+            "largest_after_rescale": largest(h.get("top_after") or []), "rescale": h.get("rescale"),
+            "over": h.get("over")}
 
 
 def headline(rep: dict, worst: int = 3, layers: int = 5) -> dict:
@@ -105,6 +119,29 @@ def print_report(rep: dict, worst: int = 8) -> None:
     over = summary(rep)["overflow"]
     if over:
         print(f"fp16 overflow: {len(over)} tensor(s) above 65504 in fp32, first {over[:3]}")
+    print_held_out(rep.get("held_out_headroom"))
+
+
+def print_held_out(h: dict | None, rows: int = 5) -> None:
+    """The build's fp16 headroom over held-out inputs (``held_out``), when the graph has a build."""
+    from rkspeech.core.reporting import print_table
+
+    if not h:
+        return
+    if h.get("not_measured"):
+        print(f"fp16 headroom over held-out inputs ({h['graph']}): not measured: {h['not_measured']}")
+        return
+    after = {r["tensor"]: r for r in h.get("top_after") or []}
+    table = [(r["tensor"], f"{r['peak']:.6g}", f"{r['ratio']:.3g}",
+              f"{after[r['tensor']]['ratio']:.3g}" if r["tensor"] in after else "-")
+             for r in (h.get("top") or [])[:rows]]
+    print_table(f"fp16 headroom of the {h['graph'].replace('_', ' ')} over the build's held-out inputs "
+                f"({h['texts']} texts x {h['frames']} frames, fp32 peaks; {h['build_report']})", table,
+                headers=("tensor (torch)", "peak", "x 65504", "after rescale"))
+    shifts = "; ".join(f"layer {r['layer']} channels {r['channels']} / 2^{r['shift']}" for r in h.get("rescale") or [])
+    over = h.get("over") or []
+    print(f"rescale folded into the graph: {shifts or 'none needed'}; above 65504 after it: "
+          + (", ".join(f"{n} {v:g}" for n, v in over) if over else "nothing"))
 
 
 def to_json(rep: dict) -> dict:

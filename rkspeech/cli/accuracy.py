@@ -20,6 +20,9 @@ def register(subparsers) -> None:
           help="vocoder step graphs: feed step K of a stepwise onnxruntime decode of random codes "
                "(cache threaded), a state the model reaches")
     f.add(INPUT, "--seed", type=int, default=0, help="seed of the default random inputs")
+    f.add(INPUT, "--plan", default=None, metavar="plan.json",
+          help="the build of this graph: its fp16 headroom over the accuracy gate's held-out inputs is shown "
+               "(NPU talker / code predictor graphs; default: the plan.json beside the graph or above it)")
     f.add(OUTPUT, "--report", writes="file", default=None, help="write the JSON report here")
     f.add(OUTPUT, "--plot", writes="file", default=None, help="write the PNG plot here")
     f.add(OUTPUT, "--sim-log", writes="file", default=None, help="append the toolkit's console output here")
@@ -58,7 +61,8 @@ def run(args: argparse.Namespace) -> int:
                            inputs=Path(args.inputs) if args.inputs else None, stepwise=args.stepwise,
                            pieces=args.pieces,
                            seed=args.seed, threads=resolve_threads(args.threads), simulate=not args.skip_sim,
-                           whole_graph=not args.skip_whole, sim_log=args.sim_log)
+                           whole_graph=not args.skip_whole, sim_log=args.sim_log,
+                           plan=Path(args.plan) if args.plan else None)
     rep = analyse(opts)
     print_report(rep)
     if args.report:

@@ -10,6 +10,9 @@ stays that of one sentence however long the text).
 ``--codes-out`` saves the frames as ``[T, 16]`` int64, the layout ``rkspeech decode`` reads; a
 text of several sentences as ``[N, T, 16]``, one row per sentence padded with -1 (the official
 batched layout): decode gives each sentence a fresh vocoder state, as speak did.
+``--margins-out`` (greedy) saves how near each decision was to a tie, in the unit of a logit SNR
+(``loop.decision_margin``): codes that differ between two machines at a near-tie differ by
+arithmetic, not by a bug (``board.compare``).
 """
 
 from __future__ import annotations
@@ -36,6 +39,10 @@ def register(subparsers) -> None:
     f.add(OUTPUT, "-o", "--output", writes="file", required=True, help="output .wav, or - for raw s16le PCM on stdout")
     f.add(OUTPUT, "--codes-out", writes="file", default=None,
           help="save the generated codes here ([T,16] int64 .npy; several sentences: [N,T,16], -1 padded)")
+    f.add(OUTPUT, "--margins-out", writes="file", default=None,
+          help="with --greedy: save each decision's margin here (top-two logit gap over the logits' rms, "
+               "[T+1,16] float32 .npy, the last row the decision that ended; several sentences: [N,T+1,16], NaN "
+               "padded): tells a near-tie from a real difference when codes differ between machines")
     f.add(OUTPUT, "--report", writes="file", default=None, help="write the timing report JSON here")
     f.add(VOICE, "--speaker", default=None, help="a named speaker (custom-voice models)")
     f.add(VOICE, "--instruct", default=None, help="a description of the voice (voice-design models; "
@@ -122,13 +129,16 @@ def run(args: argparse.Namespace) -> int:
         if out.suffix.lower() != ".wav":
             raise RkspeechError(f"output {out} must end in .wav (or - for raw PCM on stdout)")
         check_writable(out, what="output wav")
-    for flag, path in (("--codes-out", args.codes_out), ("--report", args.report)):
+    for flag, path in (("--codes-out", args.codes_out), ("--margins-out", args.margins_out), ("--report", args.report)):
         if path:
             check_writable(path, what=flag[2:].replace("-", " "))
             if out is not None and Path(path).resolve() == out.resolve():
                 raise RkspeechError(f"{flag} {path} is the output wav; pick another name")
-    if args.codes_out and not args.codes_out.endswith(".npy"):
-        raise RkspeechError(f"--codes-out {args.codes_out} must end in .npy")
+    for flag, path in (("--codes-out", args.codes_out), ("--margins-out", args.margins_out)):
+        if path and not path.endswith(".npy"):
+            raise RkspeechError(f"{flag} {path} must end in .npy")
+    if args.margins_out and not args.greedy:
+        raise RkspeechError("--margins-out measures greedy decisions: add --greedy")
     if args.threads is not None and args.threads < 1:
         raise RkspeechError(f"--threads must be >= 1, got {args.threads}")
     if args.max_frames is not None and args.max_frames < 1:
@@ -147,9 +157,10 @@ def run(args: argparse.Namespace) -> int:
         rate = speaker.sample_rate
         ref = (decode_audio(args.ref_audio, sample_rate=rate, what="reference audio", min_seconds=MIN_REF_AUDIO_S)
                if args.ref_audio else None)
-        timing, codes = SpeechTiming(), []
+        timing, codes, margins = SpeechTiming(), [], []
         # one utterance per sentence: a long text is never one prompt (runtime.tts.long_text)
         chunks = stream_sentences(speaker, args.text, options=options, timing=timing, codes_out=codes,
+                                  margins_out=margins if args.margins_out else None,
                                   max_frames=args.max_frames, speaker=args.speaker, language=args.language,
                                   instruct=args.instruct, ref_audio=ref, ref_text=args.ref_text)
         start = time.perf_counter()
@@ -175,6 +186,11 @@ def run(args: argparse.Namespace) -> int:
 
             with atomic_path(args.codes_out, suffix=".npy") as tmp:
                 np.save(tmp, utterance_array(codes))
+        if args.margins_out:
+            from rkspeech.runtime.tts.codes import utterance_array
+
+            with atomic_path(args.margins_out, suffix=".npy") as tmp:
+                np.save(tmp, utterance_array(margins, fill=np.nan, dtype=np.float32))
     report = {"text": args.text, "backend": args.backend, "stage_backends": speaker.stage_names,
               "host_loop": speaker.host, "output": args.output,
               "cpu_affinity": {"asked": args.cpu_affinity, "cores": list(pinned) if pinned else None},

@@ -84,6 +84,25 @@ def write_json(path: str | os.PathLike, data, *, indent: int = 2) -> Path:
     return write_text(path, json.dumps(data, indent=indent, default=str) + "\n")
 
 
+def read_json_object(path: str | os.PathLike, what: str) -> dict:
+    """The JSON object in ``path``; one line naming ``what`` when it is missing, unreadable, not
+    JSON or not an object."""
+    from rkspeech.core.errors import RkspeechError
+
+    p = Path(path)
+    if p.is_dir():
+        raise RkspeechError(f"{what} {p} is a directory; pass the file")
+    if not p.is_file():
+        raise RkspeechError(f"{what} {p} does not exist")
+    try:
+        data = json.loads(p.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RkspeechError(f"{what} {p}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise RkspeechError(f"{what} {p}: not a JSON object")
+    return data
+
+
 def check_writable(path: str | os.PathLike, *, what: str = "output", folder: bool = False,
                    make_parents: bool = False) -> Path:
     """Refuse, before any work, an output location that cannot be written.

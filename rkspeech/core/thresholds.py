@@ -29,10 +29,13 @@ GOLDEN_MIN_COSINE = 0.9999
 #: outputs are not bit-equal; a broken kernel or graph gives noise.  Measured: docs/board.md.
 CPU_GOLDEN_MIN_SNR_DB = 25.0
 CPU_GOLDEN_MIN_COSINE = 0.998
+#: a near-tie: a top-1 margin (top-1 minus top-2, over the logits' rms) below this many times the
+#: logits' error (rms x 10^(-SNR / 20)) may flip under another machine's arithmetic; a decided
+#: one may not (``core.compare.top1_rows``, ``board.compare``)
+TIE_ERRORS = 6
 #: logits (the heads', the frame graph's): every row whose golden top-1 margin is at least this many
-#: times the row's rms keeps its argmax; 6 x the error of an output at the SNR mark (rms x
-#: 10^(-mark / 20)): a near-tie may flip between kernels, a decided row may not
-CPU_GOLDEN_TIE = 6 * 10 ** (-CPU_GOLDEN_MIN_SNR_DB / 20)
+#: times the row's rms keeps its argmax: ``TIE_ERRORS`` x the error of an output at the SNR mark
+CPU_GOLDEN_TIE = TIE_ERRORS * 10 ** (-CPU_GOLDEN_MIN_SNR_DB / 20)
 
 # The accuracy gate of ``build qwen3-tts`` (``accuracy.gate``): a quantized talker / code predictor
 # against its fp32 graph, greedy, over the gate's 20 utterances.  Measured on the confident

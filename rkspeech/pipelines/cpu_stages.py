@@ -310,12 +310,13 @@ def gate_inputs(build_dir) -> dict:
     import json
 
     from rkspeech.core.errors import RkspeechError
+    from rkspeech.plan.paths import BUILD_REPORT, PLAN_FILE
     from rkspeech.plan.plan import load_plan
 
     build_dir = Path(build_dir)
     try:
-        report = json.loads((build_dir / "build-report.json").read_text())
-        plan_data = json.loads((build_dir / "plan.json").read_text())
+        report = json.loads((build_dir / BUILD_REPORT).read_text())
+        plan_data = json.loads((build_dir / PLAN_FILE).read_text())
     except (OSError, ValueError) as exc:
         raise RkspeechError(f"{build_dir}: not a finished build qwen3-tts folder ({exc})") from None
     o = report["options"]
@@ -339,7 +340,7 @@ def gate_inputs(build_dir) -> dict:
     (role, files), = ccpu["files"].items()
     cp = {"placement": ccpu["placement"], "role": role, "fp32": here(files["fp32"])}
     if ccpu.get("quantization"):
-        stage = load_plan(build_dir / "plan.json", backend="ort").stages["code_predictor"]
+        stage = load_plan(build_dir / PLAN_FILE, backend="ort").stages["code_predictor"]
         cp.update(variant=here(files["variant"]), heads=stage.heads or None, start=stage.start)
     return {"talker": talker, "code_predictor": cp, "model_dir": Path(plan_data["build"]["checkpoint"]),
             "int4": {"block_size": o["int4_block"], "symmetric": o["int4_symmetric"]}}

@@ -26,11 +26,9 @@ from rkspeech.core.errors import RkspeechError
 from rkspeech.core.targets import DEFAULT_TARGET, TARGETS
 from rkspeech.pipelines.sequence import Graph, run_sequence
 from rkspeech.pipelines.resumable import StageRunner
+from rkspeech.plan.paths import BUILD_REPORT, PLAN_FILE
 from rkspeech.contracts.formulations import DEFAULT_FORMULATION, REFERENCE, canonical, file_tag
 
-#: The build's JSON report in the output folder (the Whisper encoder build uses the same name).
-BUILD_REPORT = "build-report.json"
-PLAN_FILE = "plan.json"
 
 
 @dataclass(frozen=True)

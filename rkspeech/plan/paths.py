@@ -15,6 +15,10 @@ from pathlib import Path
 
 from rkspeech.core.errors import RkspeechError
 
+#: a build's folder: its plan, and its JSON report (every build, the Whisper encoder's too)
+PLAN_FILE = "plan.json"
+BUILD_REPORT = "build-report.json"
+
 
 def plan_file(base: str | os.PathLike, name: str, where: str) -> Path:
     """``base / name`` for a file ``name`` a plan in folder ``base`` names; ``where`` says which

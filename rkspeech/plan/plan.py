@@ -30,11 +30,10 @@ the stdlib ONNX walker), so a board can load plans.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rkspeech.core.atomic import write_json
+from rkspeech.core.atomic import read_json_object, write_json
 from rkspeech.core.errors import RkspeechError
 from rkspeech.contracts.vocoder import VocoderContract
 from rkspeech.plan.paths import plan_file
@@ -185,15 +184,7 @@ def read_plan(path) -> dict:
     p = Path(path)
     if p.is_dir():
         raise RkspeechError(f"plan {p} is a directory; pass its plan.json")
-    if not p.is_file():
-        raise RkspeechError(f"plan {p} does not exist")
-    try:
-        raw = json.loads(p.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise RkspeechError(f"plan {p}: not valid JSON ({exc})") from None
-    if not isinstance(raw, dict):
-        raise RkspeechError(f"plan {p}: not a plan object")
-    raw = upgrade(raw, f"plan {p}")
+    raw = upgrade(read_json_object(p, "plan"), f"plan {p}")
     from rkspeech.plan.integrity import check
 
     check(raw, p)

@@ -202,3 +202,51 @@ def test_stepwise_needs_a_step_graph(tmp_path, capsys):
     assert _cli("accuracy", model, "--stepwise", 2, "--skip-sim") == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]  # after the progress line
     assert err.startswith("rkspeech accuracy: error: --stepwise needs a vocoder step graph"), err
+
+
+#: a build's fp16 headroom record as ``build qwen3-tts`` writes it (``pipelines.fp16_headroom``:
+#: the published massive root's code predictor, docs/fp16-headroom.md)
+HEADROOM = {"texts": 5, "frames": 115, "margin": 4, "fp16_max": 65504.0, "graphs": {"code_predictor": {
+    "placement": "npu",
+    "top": [{"tensor": "model.layers.1.mlp.down_proj:input", "peak": 156881.344, "ratio": 2.395},
+            {"tensor": "model.layers.1.mlp.up_proj:output", "peak": 73836.156, "ratio": 1.1272},
+            {"tensor": "model.layers.4.mlp.down_proj:input", "peak": 15.506, "ratio": 0.0002}],
+    "rescale": [{"layer": 1, "channels": [650, 1257], "shift": 3}, {"layer": 1, "channels": [115], "shift": 4}],
+    "top_after": [{"tensor": "model.layers.1.mlp.down_proj:input", "peak": 16039.512, "ratio": 0.2449}],
+    "over": []}}}
+
+
+def _build_folder(root, headroom=HEADROOM):
+    """A build folder holding the tiny graph as its NPU code predictor, as ``build qwen3-tts`` lays it out."""
+    (root / "code_predictor").mkdir(parents=True)
+    model = tiny_graph(root / "code_predictor" / "code_predictor_step.onnx")
+    (root / "plan.json").write_text(json.dumps({"format": "rkspeech-plan/2", "code_predictor": {
+        "placement": "npu", "artifacts": {"step": {"onnx": "code_predictor/code_predictor_step.onnx"}}}}))
+    (root / "build-report.json").write_text(json.dumps({"fp16_headroom": headroom}))
+    return model
+
+
+def test_the_map_shows_the_builds_peaks_over_held_out_inputs(tmp_path, capsys):
+    """Issue 39: the map of an NPU code predictor graph shows the fp16 peaks its build measured over
+    the gate's held-out texts (one input can miss a peak), found from the graph's folder."""
+    model = _build_folder(tmp_path / "out")
+    assert _cli("accuracy", model, "--pieces", 1, "--skip-sim", "--report", tmp_path / "m.json") == 0
+    out = " ".join(capsys.readouterr().out.split())  # the table's title wraps
+    assert "fp16 headroom of the code predictor over the build's held-out inputs (5 texts x 115 frames" in out
+    assert "model.layers.1.mlp.down_proj:input" in out and "2.4" in out and "0.245" in out
+    assert "layer 1 channels [650, 1257] / 2^3" in out and "above 65504 after it: nothing" in out
+    s = json.loads((tmp_path / "m.json").read_text())["summary"]["held_out_headroom"]
+    assert s["graph"] == "code_predictor" and s["largest"]["ratio"] == 2.395
+    assert s["largest_after_rescale"]["ratio"] == 0.2449 and s["over"] == []
+    # a build without the stage says so; a graph outside any build has no such section
+    model = _build_folder(tmp_path / "skipped", headroom={})
+    assert _cli("accuracy", model, "--pieces", 1, "--skip-sim") == 0
+    assert "not measured: the build has no fp16 headroom record" in capsys.readouterr().out
+    alone = tiny_graph(tmp_path / "alone.onnx")
+    assert _cli("accuracy", alone, "--pieces", 1, "--skip-sim", "--report", tmp_path / "a.json") == 0
+    assert "held-out" not in capsys.readouterr().out
+    assert json.loads((tmp_path / "a.json").read_text())["summary"]["held_out_headroom"] is None
+    # a plan named that does not list the graph: one line, before any map is made
+    assert _cli("accuracy", alone, "--skip-sim", "--plan", tmp_path / "out" / "plan.json") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "lists no talker or code predictor graph" in err[0], err

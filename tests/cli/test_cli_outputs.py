@@ -12,7 +12,7 @@ import pytest
 from rkspeech.core.errors import RkspeechError
 
 #: option strings that name something a command writes
-OUTPUT_LIKE = re.compile(r"^(-o|--output|--out|--out-dir|--output-dir|--codes-out|--[a-z-]*(report|plot|log))$")
+OUTPUT_LIKE = re.compile(r"^(-o|--output|--out|--out-dir|--output-dir|--codes-out|--margins-out|--[a-z-]*(report|plot|log))$")
 
 
 def _parsers(parser: argparse.ArgumentParser, name: str = "rkspeech"):
@@ -59,6 +59,21 @@ def test_an_unwritable_output_is_refused_before_the_command_runs(argv, flag, tmp
     assert rc == 2 and len(err) == 1, err
     assert flag in err[0] and re.search("is a file|not writable|is not a folder", err[0]), err[0]
     assert f.read_text() == "x"
+
+
+def test_margins_need_greedy_decisions(tmp_path, capsys, monkeypatch):
+    """A sampled decision has no margin: refused in one line before the model loads."""
+    from rkspeech.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    rc = main(["speak", "Hi.", "--model-dir", "no-such-model", "--plan", "no-plan.json", "-o", "out.wav",
+               "--margins-out", "m.npy"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "add --greedy" in err[0], err
+    rc = main(["speak", "Hi.", "--model-dir", "no-such-model", "--plan", "no-plan.json", "-o", "out.wav",
+               "--greedy", "--margins-out", "m.txt"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "must end in .npy" in err[0], err
 
 
 def test_a_write_that_fails_at_the_end_is_one_line(tmp_path):

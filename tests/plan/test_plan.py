@@ -80,7 +80,7 @@ def test_plan_file_errors(tmp_path):
     with pytest.raises(RkspeechError, match="not valid JSON"):
         load_plan(tmp_path / "plan.json")
     (tmp_path / "plan.json").write_text("[]")
-    with pytest.raises(RkspeechError, match="not a plan object"):
+    with pytest.raises(RkspeechError, match="not a JSON object"):
         load_plan(tmp_path / "plan.json")
     (tmp_path / "plan.json").write_text(json.dumps({"format": "rkspeech-plan/2"}))
     with pytest.raises(RkspeechError, match="no vocoder record"):

@@ -131,17 +131,26 @@ def _speak_cli(tmp_path, root, plan, name, *extra, blocked=False):
 
 def test_speak_without_torch_writes_the_torch_host_loops_wav(tts_custom_ckpt, plans, tmp_path):
     plan = plans["step"]
-    got, got_codes, report, err = _speak_cli(tmp_path, tts_custom_ckpt, plan, "numpy", "--greedy", blocked=True)
+    got, got_codes, report, err = _speak_cli(tmp_path, tts_custom_ckpt, plan, "numpy", "--greedy", "--margins-out",
+                                             str(tmp_path / "numpy.margins.npy"), blocked=True)
     assert "TORCH-MODULES [] ATTEMPTS 0" in err, err[-2000:]  # torch never loaded, nothing even tried
     assert "host loop: numpy" in err  # the summary table says which loop ran
     assert report["host_loop"] == "numpy" and report["stage_backends"]["talker"] != "torch"
     ref, ref_codes, ref_report, _ = _speak_cli(tmp_path, tts_custom_ckpt, plan, "torch", "--greedy",
-                                               "--host-loop", "torch")
+                                               "--host-loop", "torch", "--margins-out",
+                                               str(tmp_path / "torch.margins.npy"))
     assert ref_report["host_loop"] == "torch"
     assert got_codes.shape == (FRAMES, 16)
     np.testing.assert_array_equal(got_codes, ref_codes)
     assert got.size == ref.size > 0 and np.abs(ref).max() > 0
     np.testing.assert_array_equal(got, ref)
+    # each greedy decision's margin: a row a talker step (the frames', then the one that ended), both
+    # hosts measuring the same logits
+    margins, ref_margins = np.load(tmp_path / "numpy.margins.npy"), np.load(tmp_path / "torch.margins.npy")
+    assert margins.shape == (FRAMES + 1, 16) and margins.dtype == np.float32
+    assert np.isfinite(margins[:FRAMES]).all() and (margins[:FRAMES] >= 0).all() and margins[:FRAMES].max() > 0
+    assert np.isfinite(margins[FRAMES, 0]) and np.isnan(margins[FRAMES, 1:]).all()
+    np.testing.assert_allclose(margins, ref_margins, atol=2e-3)
 
 
 def test_voice_cloning_without_torch_says_why(tmp_path_factory, plans):

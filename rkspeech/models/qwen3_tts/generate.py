@@ -219,9 +219,11 @@ class HostModel:
 
     def _frames(self, prompt, trailing, pad, steps: int, opts: GenerationOptions) -> Iterator[np.ndarray]:
         self.last_timing = timing = new_timing()
+        sampler = FrameSampler(self.ops, opts)
+        self.last_margins = sampler.margins
         frames, by_eos = yield from run_frames(
             self.ops, self.talker_backend, self.code_predictor_backend,
-            TalkerLogitRules.of(self.cfg.talker, opts.repetition_penalty), FrameSampler(self.ops, opts),
+            TalkerLogitRules.of(self.cfg.talker, opts.repetition_penalty), sampler,
             prompt, trailing, pad, steps, timing)
         self._ended(frames, by_eos)
 
@@ -261,6 +263,8 @@ class TTSModel(HostModel):
         self.code_predictor_backend = TorchCodePredictor(net.talker)
         #: seconds and calls of the two stages in the last (or current) generation
         self.last_timing: dict = {}
+        #: its greedy decisions' margins, a row per talker step (``loop.FrameSampler.margins``)
+        self.last_margins: list = []
 
     @classmethod
     def load(cls, model_dir: str | os.PathLike | None) -> TTSModel:

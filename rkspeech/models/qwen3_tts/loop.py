@@ -98,18 +98,39 @@ class TalkerLogitRules:
         return logits
 
 
+def decision_margin(logits: np.ndarray) -> float:
+    """How far a greedy pick is from its runner-up: the top-two gap of ``logits`` (finite values)
+    over their rms.  In the unit an SNR speaks of: a logit error of SNR ``s`` dB is
+    ``10 ** (-s / 20)`` of the rms, so a margin within a few of those is a near-tie another
+    machine's arithmetic may flip (``board.compare``)."""
+    x = np.asarray(logits, dtype=np.float64).reshape(-1)
+    x = x[np.isfinite(x)]
+    if x.size < 2:
+        return float("inf")
+    top = np.partition(x, x.size - 2)[-2:]
+    rms = float(np.sqrt(np.mean(x * x)))
+    return float(top[1] - top[0]) / rms if rms > 0 else float("inf")
+
+
 class FrameSampler:
     """One utterance's choices (whisper's ``TokenDecoder``): the talker's token and, as the
     code predictor's ``choose(j, logits)``, each codebook (its penalty history restarts at j = 1).
-    One random stream for both, seeded by ``opts.seed``."""
+    One random stream for both, seeded by ``opts.seed``.  ``margins``: one row per talker step,
+    each greedy decision's ``decision_margin`` (codebook 0, then each codebook this sampler
+    chose; NaN for a sampled one)."""
 
     def __init__(self, ops: HostOps, opts):
         self.ops, self.opts = ops, opts
         self.rng = ops.rng(opts.seed)
         self.codebook_history: list[int] = []
+        self.margins: list[list[float]] = []
+
+    def _margin(self, logits, sampled: bool) -> float:
+        return float("nan") if sampled else decision_margin(self.ops.numpy(logits))
 
     def token(self, logits) -> int:
         o = self.opts
+        self.margins.append([self._margin(logits, o.do_sample)])
         return self.ops.choose(logits, o.do_sample, o.temperature, o.top_k, o.top_p, self.rng)
 
     def codebook(self, j: int, logits) -> int:
@@ -117,6 +138,8 @@ class FrameSampler:
         if j == 1:
             self.codebook_history.clear()
         logits = ops.penalize(logits, self.codebook_history, o.subtalker_repetition_penalty)
+        if self.margins:
+            self.margins[-1].append(self._margin(logits, o.subtalker_dosample))
         code = ops.choose(logits, o.subtalker_dosample, o.subtalker_temperature, o.subtalker_top_k,
                           o.subtalker_top_p, self.rng)
         self.codebook_history.append(code)

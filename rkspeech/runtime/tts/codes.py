@@ -89,16 +89,27 @@ def utterances(codes, num_quantizers: int, codebook_size: int) -> list[np.ndarra
     return [normalize_codes(arr, num_quantizers, codebook_size, allow_empty=False)]
 
 
-def utterance_array(parts: list[np.ndarray]) -> np.ndarray:
-    """``[T, Q]`` for one utterance, else ``[N, max T, Q]`` int64 with each utterance padded by
-    -1 rows at its end: the layout :func:`utterances` reads back as the same utterances."""
-    parts = [np.asarray(p, dtype=np.int64) for p in parts]
+def utterance_array(parts: list[np.ndarray], *, fill=-1, dtype=np.int64) -> np.ndarray:
+    """``[T, Q]`` for one utterance, else ``[N, max T, Q]`` with each utterance padded by ``fill``
+    rows at its end (codes: -1, the layout :func:`utterances` reads back as the same utterances;
+    margins: NaN)."""
+    parts = [np.asarray(p, dtype=dtype) for p in parts]
     if len(parts) == 1:
         return parts[0]
     q = parts[0].shape[1]
-    out = np.full((len(parts), max(len(p) for p in parts), q), -1, dtype=np.int64)
+    out = np.full((len(parts), max(len(p) for p in parts), q), fill, dtype=dtype)
     for i, p in enumerate(parts):
         out[i, :len(p)] = p
+    return out
+
+
+def margin_rows(rows: list[list[float]], groups: int) -> np.ndarray:
+    """``float32 [steps, groups]`` of one generation's decision margins (``loop.FrameSampler``'s
+    rows: a frame's codebooks, then the decision that ended it, codebook 0 only), NaN where a
+    decision has none (the last row's codebooks; a graph that chooses its own codes)."""
+    out = np.full((len(rows), groups), np.nan, dtype=np.float32)
+    for i, row in enumerate(rows):
+        out[i, :len(row)] = row[:groups]
     return out
 
 

@@ -19,12 +19,14 @@ import numpy as np
 
 
 def stream_sentences(engine, text: str, *, options, timing, codes_out: list | None = None,
-                     max_frames: int | None = None, **voice) -> Iterator[np.ndarray]:
+                     margins_out: list | None = None, max_frames: int | None = None,
+                     **voice) -> Iterator[np.ndarray]:
     """PCM chunks of ``text`` spoken sentence by sentence by ``engine`` (a ``Speaker``; ``voice``:
     its ``speaker``, ``language``, ``instruct``, ``ref_audio`` ...); ``timing`` (a ``SpeechTiming``)
     sums the sentences' (time to first audio: the first sentence's).  ``codes_out`` receives one
     ``[T, 16]`` array per sentence: each sentence is its own utterance with a fresh vocoder state,
-    so its codes are decoded apart too (``runtime.tts.codes.utterance_array`` / ``utterances``)."""
+    so its codes are decoded apart too (``runtime.tts.codes.utterance_array`` / ``utterances``);
+    ``margins_out`` one ``[T + 1, 16]`` array per sentence (``runtime.tts.codes.margin_rows``)."""
     from rkspeech.core.sentences import sentences
     from rkspeech.runtime.tts.speak import SpeechTiming
 
@@ -37,9 +39,15 @@ def stream_sentences(engine, text: str, *, options, timing, codes_out: list | No
             # N frames of audio take N + 1 talker steps (speak's --max-frames)
             options = dataclasses.replace(options, max_new_tokens=left + 1)
         part, frames = SpeechTiming(), ([] if codes_out is not None else None)
-        yield from engine.stream(piece, options=options, codes_out=frames, timing=part, **voice)
+        margins = [] if margins_out is not None else None
+        yield from engine.stream(piece, options=options, codes_out=frames, margins_out=margins, timing=part,
+                                 **voice)
         if frames:
             codes_out.append(np.stack(frames))
+        if margins:
+            from rkspeech.runtime.tts.codes import margin_rows
+
+            margins_out.append(margin_rows(margins, engine.model.num_code_groups))
         if timing.first_audio_s is None and part.first_audio_s is not None:
             timing.first_audio_s = part.first_audio_s
         timing.frames += part.frames

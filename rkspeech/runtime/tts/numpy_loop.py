@@ -46,7 +46,7 @@ def blas_one_thread():
 class NumpyTTSModel(HostModel):
     """A Qwen3-TTS model root's host side in numpy; its talker and code predictor backends must be
     graphs (``use_backends`` / ``open_stages.open_stage_backends``).  The interface ``Speaker`` uses:
-    ``generate_frames``, ``last_timing``, ``talker_backend``, ``code_predictor_backend``,
+    ``generate_frames``, ``last_timing``, ``last_margins``, ``talker_backend``, ``code_predictor_backend``,
     ``speakers``, ``languages``, ``variant``, ``files``."""
 
     def __init__(self, cfg, weights, tokenizer, files):
@@ -56,6 +56,7 @@ class NumpyTTSModel(HostModel):
         self.ops = NumpyHost(weights, cfg)
         self.talker_backend = self.code_predictor_backend = None
         self.last_timing: dict = {}
+        self.last_margins: list = []
         self._speaker_encoder = None
 
     @classmethod

@@ -180,13 +180,17 @@ class Speaker:
     def stream(self, text: str, *, speaker: str | None = None, language: str | None = None,
                instruct: str | None = None, ref_audio=None, ref_text: str | None = None, ref_codes=None,
                options=None,
-               codes_out: list | None = None, timing: SpeechTiming | None = None) -> Iterator[np.ndarray]:
+               codes_out: list | None = None, margins_out: list | None = None,
+               timing: SpeechTiming | None = None) -> Iterator[np.ndarray]:
         """Yield PCM chunks (float32, [-1, 1]) as the vocoder steps complete.
 
         ``ref_audio`` (float32 mono at :attr:`sample_rate`, e.g. from ``runtime.audio.decode_audio``)
         clones a voice on Base models; with ``ref_text`` and ``ref_codes`` (its transcript and its
         ``[T, 16]`` codes) in context.
         ``codes_out``: a list that receives each frame's 16 codes as it is generated;
+        ``margins_out``: one that receives, when the generation ends, a row per talker step of
+        its greedy decisions' margins (``loop.FrameSampler.margins``: the frames', then the
+        decision that ended it);
         ``timing``: filled in as the stream goes (time to first audio, per-stage seconds).
         Bad text, speaker, language or mode is refused before any audio is produced."""
         timing = timing if timing is not None else SpeechTiming()
@@ -211,6 +215,8 @@ class Speaker:
         stages = getattr(self.model, "last_timing", None)
         if stages:
             timing.stages = dict(stages)
+        if margins_out is not None:
+            margins_out.extend(getattr(self.model, "last_margins", []))
         cut = getattr(self.model, "last_cut", None)
         if cut:  # the talker's positions ran out before it ended the utterance: one line, and the report
             from rkspeech.core import progress
