@@ -117,7 +117,8 @@ class FrameSampler:
     code predictor's ``choose(j, logits)``, each codebook (its penalty history restarts at j = 1).
     One random stream for both, seeded by ``opts.seed``.  ``margins``: one row per talker step,
     each greedy decision's ``decision_margin`` (codebook 0, then each codebook this sampler
-    chose; NaN for a sampled one)."""
+    chose; NaN for a sampled one).  Always kept: ~15 us a decision on x86, 16 a frame, 0.3 % of a
+    frame's 80 ms at real time."""
 
     def __init__(self, ops: HostOps, opts):
         self.ops, self.opts = ops, opts
