@@ -20,6 +20,16 @@ def step_onnx(reduced_model, tmp_path_factory):
     return export_step_onnx(make_step(reduced_model, 4, "npu"), tmp_path_factory.mktemp("pieces") / "step.onnx")
 
 
+@pytest.fixture(scope="module")
+def host_step_onnx(reduced_model, tmp_path_factory):
+    """The reference formulation's step (B=4): the simulator builds it in ~11 s where the npu
+    formulation's takes ~47 s; the pieces' logic is the same."""
+    from rkspeech.export.vocoder_onnx import export_step_onnx
+    from rkspeech.stepgraph.step_npu import make_step
+
+    return export_step_onnx(make_step(reduced_model, 4, "reference"), tmp_path_factory.mktemp("pieces") / "host.onnx")
+
+
 def _feed(runner):
     rng = np.random.default_rng(0)
     specs = runner.input_specs()
@@ -48,20 +58,20 @@ def test_pieces_chain_to_the_whole_graph(step_onnx, tmp_path):
 
 @pytest.mark.rknn
 @pytest.mark.slow
-def test_segmented_simulator_matches_whole(step_onnx):
+def test_segmented_simulator_matches_whole(host_step_onnx):
     from rkspeech.runtime.runners.sim_process import SimulatorProcess
     from rkspeech.runtime.runners.segmented import SegmentedSimulator
 
-    with OnnxRuntimeRunner(step_onnx) as whole:
+    with OnnxRuntimeRunner(host_step_onnx) as whole:
         feed = _feed(whole)
         ref = whole.infer(feed)
-    with SegmentedSimulator(step_onnx, n_pieces=3) as pieces:
+    with SegmentedSimulator(host_step_onnx, n_pieces=3) as pieces:
         got = pieces.infer(feed)
         assert pieces.peak_rss_mb > 0
-    with SimulatorProcess(step_onnx) as sim:
+    with SimulatorProcess(host_step_onnx) as sim:
         want = sim.infer(feed)
-    # fp16 numerics either way; measured on the reduced B=16 step (3 pieces, one call): pieces and
-    # whole both 48.97 dB against onnxruntime, bit-identical outputs
+    # fp16 numerics either way: every output >= 40 dB against onnxruntime, pieces within 3 dB of
+    # the whole graph (the npu B=16 step measured 48.97 dB both ways, bit-identical outputs)
     for name in ref:
         assert _snr(ref[name], got[name]) >= 40.0, name
         assert abs(_snr(ref[name], got[name]) - _snr(ref[name], want[name])) < 3.0, name
