@@ -56,9 +56,9 @@ GONE_POLL_S = 0.1
 
 
 async def _give_up(lane: _Lane, waiter: asyncio.Future) -> None:
-    """Take ``waiter`` (a ``lane.acquire``) out of the wait line; an engine it was handed just
-    now goes back."""
-    waiter.cancel()
+    """Take ``waiter`` (a ``lane.acquire``) out of the wait line; an engine it was handed (just
+    now, or already: it is done) goes back."""
+    waiter.cancel()  # no-op when done
     try:
         engine = await waiter
     except BaseException:  # noqa: BLE001 - cancelled (or refused) as wanted
@@ -172,6 +172,7 @@ class ServePool:
         lane = self._lane(kind)
         start = time.perf_counter()
         waiter = asyncio.ensure_future(lane.acquire(client))
+        engine = None
         try:
             while True:
                 left = self._left(deadline)  # TimedOut when the time is up
@@ -182,7 +183,10 @@ class ServePool:
                 if gone is not None and gone():
                     raise ClientGone()
         finally:
-            if not waiter.done():
+            if engine is None:
+                # leaving without the engine: also when the waiter was handed one and this request
+                # was cancelled before it woke up (a client that left just as its request reached a
+                # free engine) -- that engine goes back, or the lane stays busy for good
                 await _give_up(lane, waiter)
         if self.metrics is not None:
             self.metrics.stage_seconds.labels(f"{kind}_queue").observe(time.perf_counter() - start)

@@ -493,6 +493,54 @@ def test_streamed_transcriptions_stop_between_segments_when_their_client_leaves(
         assert took < 1.0 and produced < 40, (sse, wy)
 
 
+@pytest.mark.parametrize("stream", ["true", "false"])
+def test_a_transcription_whose_client_left_before_it_reached_the_free_engine_gives_the_engine_back(
+        monkeypatch, stream):
+    """The upload is decoded slowly (0.8 s); the client gives up after 0.5 s and closes; then the
+    request reaches the free engine: the lane hands it the engine just as the request learns
+    that its client is gone.  The engine goes back at once (it was kept for good: the lane stayed
+    busy, a later request waited in vain, and shutdown waited its whole grace time -- a full
+    test run once failed so), nothing is decoded for nobody, and the next request is served."""
+    import rkspeech.runtime.audio
+    from rkspeech.serve.engines import TRANSCRIBE
+
+    decode = rkspeech.runtime.audio.decode_audio
+
+    def slow_decode(*args, **kw):
+        time.sleep(0.8)
+        return decode(*args, **kw)
+
+    monkeypatch.setattr(rkspeech.runtime.audio, "decode_audio", slow_decode)  # before the app is built
+    slow = SlowSegments(n=4, text="")
+    st = _server(transcriber=slow, shutdown_grace_s=2.0)
+    lane = st.pool.lanes[TRANSCRIBE]
+    acquire, handed = lane.acquire, []
+
+    async def counted(client=None):
+        engine = await acquire(client)
+        handed.append(engine)
+        return engine
+
+    lane.acquire = counted
+    url = f"http://{st.addresses['http']}/v1/audio/transcriptions"
+    try:
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(url, timeout=0.5, files={"file": ("a.wav", _wav())}, data={"stream": stream})
+        start = time.monotonic()
+        while not handed and time.monotonic() - start < 5:
+            time.sleep(0.01)
+        reached = time.monotonic()
+        while not lane.idle() and time.monotonic() - reached < 3:
+            time.sleep(0.01)
+        freed_after, produced, calls, took = time.monotonic() - reached, slow.produced, slow.calls, len(handed)
+        served = httpx.post(url, timeout=10, files={"file": ("a.wav", _wav())}) if lane.idle() else None
+    finally:
+        st.stop()
+    assert took == 1 and freed_after < 1.0, (took, freed_after)  # it reached the engine, which came back
+    assert produced == 0 and calls == 0, (produced, calls)  # nothing decoded for the client that left
+    assert served.status_code == 200 and slow.calls == 1
+
+
 # -- the minor items -----------------------------------------------------------------------------------
 
 
