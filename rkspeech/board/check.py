@@ -9,9 +9,10 @@ a Whisper encoder's ``encoder`` or ``part0..N``.  Each runs on ``backend``: ``rk
 (onnxruntime on that ONNX), so the command runs off a board.  Then each CPU-placed stage's graphs
 whose goldens its record lists (``pipelines.cpu_goldens``: the talker's, the code predictor's
 step / frame, start graph and heads; a generation's real calls and the build host's onnxruntime
-outputs), on onnxruntime whatever the backend, as a board runs them: this checks the board's ARM
-int8 / int4 kernels.  A plan whose CPU stages list none (built before 2026-12-05) is said in one
-line (``notes``), and the rest is checked.
+outputs; a Base plan's cloning encoders, ``pipelines.clone_encoders``: a call of their build
+check), on onnxruntime whatever the backend, as a board runs them: this checks the board's ARM
+int8 / int4 kernels.  A plan whose CPU stages list none (built before 2026-12-05; the cloning
+encoders before 2026-12-06) is said in one line (``notes``), and the rest is checked.
 
 Per graph: each step's outputs against the golden (SNR and cosine from ``core.compare``, pass marks
 ``core.thresholds.SIM_MIN_SNR_DB`` and ``GOLDEN_MIN_COSINE``; a CPU stage's ``CPU_GOLDEN_*``, and
@@ -95,23 +96,30 @@ def plan_graphs(raw: dict, base: Path) -> list[BoardGraph]:
                 continue
             label = name.replace("_", " ") + ("" if role == "encoder" else f" {role}")
             out.append(BoardGraph(label, o, r, golden_of(r, o), build))
-    for name in ("talker", "code_predictor"):  # CPU stages: the goldens their records list
+    for name in CPU_GOLDEN_STAGES:  # CPU stages: the goldens their records list
         rec = records.get(name)
         if rec is None or is_npu(rec):
             continue
         arts = rec.get("artifacts") if isinstance(rec.get("artifacts"), dict) else {}
         for role, g in (record_goldens(rec, f"plan in {base}: {name}") or {}).items():
             onnx = path((arts.get(role) or {}).get("onnx"))
-            out.append(BoardGraph(f"{name.replace('_', ' ')} {role}", onnx, None, path(g), cpu=True))
+            label = name.replace("_", " ") + ("" if role == "encoder" else f" {role}")
+            out.append(BoardGraph(label, onnx, None, path(g), cpu=True))
     return out
 
 
+#: the CPU-placed stages whose records list goldens (``pipelines.cpu_goldens``; the cloning
+#: encoders' from their build checks, ``pipelines.clone_encoders``), in run order
+CPU_GOLDEN_STAGES = ("speaker_encoder", "speech_encoder", "talker", "code_predictor")
+
+
 def cpu_stages_without_goldens(raw: dict) -> list[str]:
-    """The CPU-placed stages of the plan ``raw`` that list no goldens (built before 2026-12-05)."""
+    """The CPU-placed stages of the plan ``raw`` that list no goldens (built before 2026-12-05;
+    the cloning encoders before 2026-12-06)."""
     from rkspeech.plan.record import is_npu, stage_records
 
     return [n for n, rec in stage_records(raw).items()
-            if n in ("talker", "code_predictor") and not is_npu(rec) and not rec.get("goldens")]
+            if n in CPU_GOLDEN_STAGES and not is_npu(rec) and not rec.get("goldens")]
 
 
 def _estimate_ms(rknn: Path | None) -> dict:
@@ -150,7 +158,7 @@ def _compare(name: str, ref, out, cpu: bool = False) -> dict:
         out = out.reshape(ref.shape)
     if ref.dtype.kind in "iub":
         agree = float(np.mean(ref.reshape(-1) == out.reshape(-1).astype(ref.dtype))) if ref.size else 1.0
-        return {"output": name, "agreement": agree, "graded": False, "ok": True}
+        return {"output": name, "agreement": agree, "values": int(ref.size), "graded": False, "ok": True}
     m = marks(cpu)
     c = compare_tensors(ref.astype(np.float32), out.astype(np.float32))
     bad = int(out.size - np.isfinite(out).sum())
@@ -267,8 +275,9 @@ def check_board(options: CheckBoardOptions) -> dict:
     notes = []
     older = cpu_stages_without_goldens(raw)
     if older:
+        when = ("2026-12-06" if all(n in ("speaker_encoder", "speech_encoder") for n in older) else "2026-12-05")
         notes.append(f"the plan's CPU stage(s) {', '.join(n.replace('_', ' ') for n in older)} have no golden replays "
-                     "(built before 2026-12-05): not checked; rebuild the plan to check them")
+                     f"(built before {when}): not checked; rebuild the plan to check them")
     if not graphs:
         raise RkspeechError(f"plan {plan}: no graphs with golden replays to check" + (f" ({notes[0]})" if notes else ""))
     target = o.target or next((s.get("target") for s in raw.values() if isinstance(s, dict) and s.get("target")), None)

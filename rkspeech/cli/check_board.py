@@ -52,8 +52,11 @@ def run(args: argparse.Namespace) -> int:
                  if graded else None)
         t, e = g["timing"], g["estimate"]
         top1 = [r["top1"] for r in graded if r.get("top1")]
-        agree = (f"{sum(round(t['agreement'] * t['rows']) for t in top1)}/{sum(t['rows'] for t in top1)}"
-                 if top1 else "-")
+        ints = [r for s in g["steps"] for r in s["outputs"] if not r["graded"] and "values" in r]
+        agree = (f"{sum(round(t['agreement'] * t['rows']) for t in top1)}/{sum(t['rows'] for t in top1)}" if top1 else
+                 # integer outputs (the speech encoder's codes): values equal to the golden's, not graded
+                 f"{sum(round(r['agreement'] * r['values']) for r in ints)}/{sum(r['values'] for r in ints)}" if ints
+                 else "-")
         rows.append((g["graph"], "ok" if g["ok"] else "FAIL", len(g["steps"]),
                      snr_text(worst, 1) if worst else "-", _fmt(worst["cosine"], 6) if worst else "-", agree,
                      _fmt(t["first_ms"], 1), _fmt(t["median_ms"], 2), _fmt(t["p95_ms"], 2),

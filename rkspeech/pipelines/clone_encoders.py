@@ -16,6 +16,13 @@ Both are placed ``cpu-fp32`` (onnxruntime): they run once per request, at the re
 which a fixed-shape .rknn cannot take (docs/tts-build.md "Voice cloning").  A check that fails
 removes the graph and stops the build in one line.  The plan gets one stage record each
 (``plan.sections.CLONE_ROLES``); the report the figures.
+
+Each check also records the graph's golden replay (``runtime.golden``; ``X.onnx`` ->
+``X.golden.npz`` beside it, listed in the stage record's ``goldens`` as role ``encoder``), which
+``rkspeech check-board`` replays on a board's onnxruntime: the check's first
+:data:`GOLDEN_CALLS` call(s) on onnxruntime (``core.capture.RecordingRunner``), the shortest clip
+(0.55 s), its feed as the runtime wrapper built it and this host's outputs.  Sizes:
+docs/board.md.
 """
 
 from __future__ import annotations
@@ -25,13 +32,16 @@ from pathlib import Path
 import numpy as np
 
 from rkspeech.core.errors import RkspeechError
+from rkspeech.plan.integrity import golden_path
 
 #: reference clips of the build's checks, seconds (a short one, a typical one, one past the speech
 #: encoder's 10 s of 25 Hz transformer frames)
 CHECK_SECONDS = (0.55, 3.3, 10.7)
 CHECK_SEED = 20261205
 #: bumped when what a stage builds or checks changes, so a resumed build redoes it
-CLONE_VERSION = 1
+CLONE_VERSION = 2  # 2: the golden replay of each graph (2026-12-06)
+#: calls of a check kept as the graph's golden (the first: the shortest clip, the smallest file)
+GOLDEN_CALLS = 1
 
 
 def check_clips(sample_rate: int) -> list[np.ndarray]:
@@ -73,30 +83,67 @@ def build_speaker_encoder(stages, files, model, folder: Path) -> dict:
                                           fingerprint=speaker_fingerprint(SafetensorsFile(files.weights)))
         folder.mkdir(parents=True, exist_ok=True)
         export_speaker_encoder_onnx(enc, contract, dst)
-        check = _check_speaker(dst, tts, cfg)
+        calls: tuple[list, list] = ([], [])
+        check = _check_speaker(dst, tts, cfg, record=calls)
         bad = []
         if not check["max_abs_diff"] <= CLONE_XVECTOR_MAX_ABS:
             bad.append(f"max-abs {check['max_abs_diff']:.3g} > {CLONE_XVECTOR_MAX_ABS:g}")
         if not check["cosine_min"] >= CLONE_XVECTOR_MIN_COSINE:
             bad.append(f"cosine {check['cosine_min']:.8f} < {CLONE_XVECTOR_MIN_COSINE}")
         if bad:
-            dst.unlink(missing_ok=True)
+            _remove(dst)
             raise RkspeechError(f"the speaker encoder graph does not give the torch path's x-vectors ({', '.join(bad)} "
                                 f"over {len(CHECK_SECONDS)} reference clips); nothing written")
-        return {"onnx": str(dst), "bytes": dst.stat().st_size, "contract": contract.to_dict(), "check": check}
+        return {"onnx": str(dst), "bytes": dst.stat().st_size, "contract": contract.to_dict(), "check": check,
+                "golden": _save_golden(dst, contract, calls)}
 
     args = {"version": CLONE_VERSION, "ort": onnxruntime.__version__, "seconds": CHECK_SECONDS,
             "marks": [CLONE_XVECTOR_MAX_ABS, CLONE_XVECTOR_MIN_COSINE]}
-    record = stages.run("speaker_encoder", args, [Path(files.config), Path(files.weights)], lambda: [dst], work)
-    return {"path": dst, "contract": record["contract"], "record": record}
+    record = stages.run("speaker_encoder", args, [Path(files.config), Path(files.weights)],
+                        lambda: [dst, golden_path(dst)], work)
+    return {"path": dst, "golden": golden_path(dst), "contract": record["contract"], "record": record}
 
 
-def _check_speaker(path: Path, tts, cfg) -> dict:
-    """The graph (numpy mel, onnxruntime) against the torch path (torch mel, torch module), per clip."""
+def _remove(dst: Path) -> None:
+    """A graph that failed its check, and any golden an earlier build left beside it."""
+    dst.unlink(missing_ok=True)
+    golden_path(dst).unlink(missing_ok=True)
+
+
+def _recorder(graph, record: tuple[list, list] | None) -> None:
+    """``graph``'s runner wrapped so its first :data:`GOLDEN_CALLS` calls land in ``record``
+    (feeds, outputs); nothing when ``record`` is None."""
+    from rkspeech.core.capture import RecordingRunner
+
+    if record is not None:
+        graph.runner = RecordingRunner(graph.runner, record[0], outputs=record[1], limit=GOLDEN_CALLS, owns=True)
+
+
+def _save_golden(dst: Path, contract, calls: tuple[list, list]) -> dict:
+    """The golden of graph ``dst`` from the check's recorded ``calls``, written beside it; a small report."""
+    import onnxruntime
+
+    from rkspeech.runtime.golden import golden_bytes, golden_from_calls, save_golden
+
+    feeds, outs = calls
+    if not feeds:
+        raise RkspeechError(f"{dst.name}: the check recorded no calls for its golden replay; please report this")
+    golden = golden_from_calls("encoder", contract, feeds, outs, inputs="check clips",
+                               seconds=list(CHECK_SECONDS[:len(feeds)]), source="ort", placement="cpu",
+                               onnxruntime=onnxruntime.__version__)
+    p = save_golden(golden_path(dst), golden)
+    return {"path": str(p), "calls": golden.steps, "bytes": p.stat().st_size,
+            **{f"{k}_bytes": v for k, v in golden_bytes(golden).items()}}
+
+
+def _check_speaker(path: Path, tts, cfg, record: tuple[list, list] | None = None) -> dict:
+    """The graph (numpy mel, onnxruntime) against the torch path (torch mel, torch module), per
+    clip; ``record``: (feeds, outputs) lists that get the graph's first calls (its golden)."""
     from rkspeech.core.compare import cosine, max_abs_diff
     from rkspeech.runtime.tts.clone_encoders import GraphSpeakerEncoder
 
     graph = GraphSpeakerEncoder(path, "ort", config=cfg, threads=1)
+    _recorder(graph, record)
     try:
         rows = []
         for clip in check_clips(cfg.sample_rate):
@@ -136,24 +183,29 @@ def build_speech_encoder(stages, vfiles, num_code_groups: int, folder: Path) -> 
                                          fingerprint=speech_fingerprint(vfiles.weights))
         folder.mkdir(parents=True, exist_ok=True)
         export_speech_encoder_onnx(enc, contract, dst)
-        check = _check_speech(dst, enc, contract)
+        calls: tuple[list, list] = ([], [])
+        check = _check_speech(dst, enc, contract, record=calls)
         if check["different_codes"] > CLONE_CODES_MAX_DIFFERENT:
-            dst.unlink(missing_ok=True)
+            _remove(dst)
             raise RkspeechError(f"the speech encoder graph does not give the torch module's codes "
                                 f"({check['different_codes']} of {check['codes']} differ over {len(CHECK_SECONDS)} "
                                 "reference clips); nothing written")
-        return {"onnx": str(dst), "bytes": dst.stat().st_size, "contract": contract.to_dict(), "check": check}
+        return {"onnx": str(dst), "bytes": dst.stat().st_size, "contract": contract.to_dict(), "check": check,
+                "golden": _save_golden(dst, contract, calls)}
 
     args = {"version": CLONE_VERSION, "ort": onnxruntime.__version__, "seconds": CHECK_SECONDS,
             "marks": [CLONE_CODES_MAX_DIFFERENT]}
-    record = stages.run("speech_encoder", args, [Path(vfiles.config), Path(vfiles.weights)], lambda: [dst], work)
-    return {"path": dst, "contract": record["contract"], "record": record}
+    record = stages.run("speech_encoder", args, [Path(vfiles.config), Path(vfiles.weights)],
+                        lambda: [dst, golden_path(dst)], work)
+    return {"path": dst, "golden": golden_path(dst), "contract": record["contract"], "record": record}
 
 
-def _check_speech(path: Path, enc, contract) -> dict:
+def _check_speech(path: Path, enc, contract, record: tuple[list, list] | None = None) -> dict:
+    """The graph's codes against the torch module's, per clip; ``record`` as :func:`_check_speaker`."""
     from rkspeech.runtime.tts.clone_encoders import GraphSpeechEncoder
 
     graph = GraphSpeechEncoder(path, "ort", threads=1)
+    _recorder(graph, record)
     try:
         rows = []
         for clip in check_clips(contract.sample_rate):

@@ -442,9 +442,10 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
                                                         out / "clone")}
         for name, b in built.items():
             sections[name] = stage_section(placement="cpu-fp32", target=None, artifacts={"encoder": {"onnx": b["path"]}},
-                                           contract=b["contract"], base=out, threads=o.cpu_threads)
+                                           contract=b["contract"], base=out, threads=o.cpu_threads,
+                                           goldens={"encoder": b["golden"]})  # replayed by check-board
             graphs[name] = {**_graph_row(None, None), "cpu": {"placement": "cpu-fp32"},
-                            "clone": {k: b["record"][k] for k in ("bytes", "check") if k in b["record"]}}
+                            "clone": {k: b["record"][k] for k in ("bytes", "check", "golden") if k in b["record"]}}
     check = None
     if o.gate != "off" and any("variant" in c or "sim" in c for c in cpu_checks.values()):
         check = check_cpu_stages(stages, model, talker=cpu_checks.get("talker"),

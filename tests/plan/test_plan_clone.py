@@ -37,7 +37,9 @@ def test_missing_roles_and_plans_without_records(tts_base_build):
     out = tts_base_build[1]
 
     def no_role(raw):
-        raw["speech_encoder"]["artifacts"] = {"main": raw["speech_encoder"]["artifacts"]["encoder"]}
+        rec = raw["speech_encoder"]
+        rec["artifacts"] = {"main": rec["artifacts"]["encoder"]}
+        rec["goldens"] = {"main": rec["goldens"]["encoder"]}  # the golden follows its role
 
     with pytest.raises(RkspeechError, match="speech_encoder.artifacts must hold encoder"):
         load_plan(_rewrite(out, "plan_role.json", no_role), backend="ort")
