@@ -1,0 +1,31 @@
+"""The suite collects: pytest's default import mode (``prepend``, no ``__init__.py`` in tests/)
+imports each test module by its basename, so two ``test_x.py`` in different folders stop the
+whole run at collection ("import file mismatch"). This test names the clash in one line
+instead of leaving it to the CI's collection error.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent
+
+
+def duplicate_basenames(root: Path) -> dict[str, list[str]]:
+    seen: dict[str, list[str]] = defaultdict(list)
+    for path in sorted(root.rglob("test_*.py")):
+        seen[path.name].append(str(path.relative_to(root)))
+    return {name: paths for name, paths in seen.items() if len(paths) > 1}
+
+
+def test_test_module_basenames_are_unique():
+    clashes = duplicate_basenames(TESTS)
+    assert not clashes, f"test modules sharing a basename (rename one): {clashes}"
+
+
+def test_clash_is_found(tmp_path):
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "test_same.py").write_text("")
+    assert duplicate_basenames(tmp_path) == {"test_same.py": ["a/test_same.py", "b/test_same.py"]}
