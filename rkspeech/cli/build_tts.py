@@ -80,7 +80,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def options_from(args: argparse.Namespace):
-    from rkspeech.pipelines.tts_build import TTSBuildOptions
+    from rkspeech.pipelines.tts_options import TTSBuildOptions
 
     return TTSBuildOptions(
         out_dir=args.out_dir, model_dir=args.model_dir, target=args.target, vocoder_plan=args.vocoder_plan,

@@ -64,7 +64,8 @@ def run(args: argparse.Namespace) -> int:
     from rkspeech.core.errors import RkspeechError
     from rkspeech.core.reporting import print_table
     from rkspeech.models.qwen3_tts.synthetic_tts import write_tts_checkpoint
-    from rkspeech.pipelines.tts_build import TTSBuildOptions, build_tts
+    from rkspeech.pipelines.tts_build import build_tts
+    from rkspeech.pipelines.tts_options import TTSBuildOptions
 
     if args.speech_frames < 0:
         raise RkspeechError(f"--speech-frames must be >= 0, got {args.speech_frames}")

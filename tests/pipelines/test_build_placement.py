@@ -413,7 +413,7 @@ def test_bad_placement_options_fail_in_one_line(tts_custom_ckpt, tmp_path, capsy
 
 
 def test_skip_talker_rknn_is_cpu_fp32():
-    from rkspeech.pipelines.tts_build import TTSBuildOptions, code_predictor_placement, talker_placement
+    from rkspeech.pipelines.tts_options import TTSBuildOptions, code_predictor_placement, talker_placement
 
     assert talker_placement(TTSBuildOptions(out_dir="o", skip_talker_rknn=True)) == "cpu-fp32"
     assert talker_placement(TTSBuildOptions(out_dir="o", skip_talker_rknn=True, talker="cpu-int4")) == "cpu-int4"

@@ -26,12 +26,12 @@ def test_bad_code_predictor_dtype_is_one_line(tmp_path):
     from rkspeech.convert.conversion import convert
     from rkspeech.core.errors import RkspeechError
     from rkspeech.pipelines.code_predictor_build import build_code_predictor
-    from rkspeech.pipelines.tts_build import TTSBuildOptions, _validate
+    from rkspeech.pipelines.tts_options import TTSBuildOptions, validate
 
     with pytest.raises(RkspeechError, match="unknown code predictor dtype 'int4'; choose one of fp16, int16-hybrid"):
         build_code_predictor(None, None, tmp_path, target="rk3588", dtype="int4")
     with pytest.raises(RkspeechError, match="unknown --code-predictor-dtype 'int16'"):
-        _validate(TTSBuildOptions(out_dir=tmp_path, code_predictor_dtype="int16"))
+        validate(TTSBuildOptions(out_dir=tmp_path, code_predictor_dtype="int16"))
     onnx = tmp_path / "m.onnx"
     import onnx as onnx_mod
     from onnx import TensorProto, helper
