@@ -38,7 +38,7 @@ def one_size(name: str, out: Path, convert: bool) -> dict:
         write_synthetic_openai,
     )
     from rkspeech.models.whisper.weights import load_whisper_encoder
-    from rkspeech.runtime.whisper.model import check_encoder_geometry
+    from rkspeech.runtime.whisper.checks import check_encoder_geometry
 
     torch.set_num_threads(int(os.environ.get("RKSPEECH_THREADS", "2")))
     dims = size_dims(name)

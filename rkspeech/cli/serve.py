@@ -147,7 +147,7 @@ def _hotwords_file(path):
 def _asr_on_npu(args) -> bool:
     if args.asr_backend is not None or not args.asr_encoder:
         return args.asr_backend == "rknnlite"
-    from rkspeech.runtime.whisper.model import default_backend
+    from rkspeech.runtime.whisper.checks import default_backend
 
     return default_backend(args.asr_encoder) == "rknnlite"
 
@@ -220,11 +220,7 @@ def run(args: argparse.Namespace) -> int:
     transcribers, speakers = [], []
     try:
         if args.asr_model_dir:
-            from rkspeech.runtime.whisper.model import (
-                check_language,
-                check_model_dir,
-                is_multilingual,
-            )
+            from rkspeech.runtime.whisper.checks import check_language, check_model_dir, is_multilingual
 
             check_model_dir(args.asr_model_dir, flag="--asr-model-dir")
             check_language(options.asr_language, multilingual=is_multilingual(args.asr_model_dir))

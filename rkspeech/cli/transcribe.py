@@ -99,14 +99,8 @@ def run(args: argparse.Namespace) -> int:
     from rkspeech.core import progress
     from rkspeech.models.whisper.window import SAMPLE_RATE
     from rkspeech.runtime.audio import decode_audio
-    from rkspeech.runtime.whisper.model import (
-        WhisperModel,
-        check_encoder_file,
-        check_language,
-        check_model_dir,
-        is_multilingual,
-        model_geometry,
-    )
+    from rkspeech.runtime.whisper.model import WhisperModel
+    from rkspeech.runtime.whisper.checks import check_encoder_file, check_language, check_model_dir, is_multilingual, model_geometry
     from rkspeech.runtime.whisper.subtitles import write_outputs
     from rkspeech.runtime.whisper.transcript import (
         compare_transcriptions,

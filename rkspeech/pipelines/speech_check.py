@@ -214,7 +214,8 @@ class Transcriber:
     so a sentence is heard as ``rkspeech transcribe`` hears ``speak``'s wav."""
 
     def __init__(self, model_dir, *, threads: int | None = None):
-        from rkspeech.runtime.whisper.model import WhisperModel, check_model_dir
+        from rkspeech.runtime.whisper.model import WhisperModel
+        from rkspeech.runtime.whisper.checks import check_model_dir
 
         from rkspeech.core.threads import default_threads
 
@@ -268,7 +269,7 @@ def run_speech_check(model_dir, plan_path, options: SpeechCheckOptions | None = 
     from rkspeech.accuracy.speech_judge import cannot_speak, judge_speech, speaks
     from rkspeech.plan.plan import load_plan
     from rkspeech.runtime.tts.speak import Speaker
-    from rkspeech.runtime.whisper.model import check_model_dir
+    from rkspeech.runtime.whisper.checks import check_model_dir
 
     options = options or SpeechCheckOptions()
     options.check()

@@ -51,7 +51,7 @@ class TranscribeRequest:
 def check_language(model, language: str | None) -> str | None:
     """``language`` (None / "" / "auto" = detect) when ``model`` knows it, else :class:`BadRequest`."""
     from rkspeech.core.errors import RkspeechError
-    from rkspeech.runtime.whisper.model import check_language as check
+    from rkspeech.runtime.whisper.checks import check_language as check
 
     try:
         return check(language, multilingual=model_languages(model) != ["en"])

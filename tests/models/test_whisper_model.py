@@ -331,7 +331,7 @@ def test_simulator_encoder_text_identical_word_shifts_counted(encoder_onnx, spee
 
 def test_unknown_language_lists_the_valid_codes():
     from rkspeech.core.errors import RkspeechError
-    from rkspeech.runtime.whisper.model import check_language
+    from rkspeech.runtime.whisper.checks import check_language
 
     assert check_language("auto") is None and check_language("de") == "de"
     with pytest.raises(RkspeechError, match=r"unknown language .xx. for Whisper; valid: auto, af, am, ar, .*, en, .*, zh"):

@@ -73,7 +73,7 @@ def models(base, encoder_onnx):
 
 def test_assembled_base_is_multilingual_whisper_base(base):
     from rkspeech.models.whisper.ct2_file import Ct2ModelFile
-    from rkspeech.runtime.whisper.model import is_multilingual, model_geometry
+    from rkspeech.runtime.whisper.checks import is_multilingual, model_geometry
 
     assert whisper_weights.sha256(base / "model.bin") == (base / "model.bin.sha256").read_text().strip()
     index = Ct2ModelFile(base / "model.bin")
@@ -86,7 +86,7 @@ def test_assembled_base_is_multilingual_whisper_base(base):
 
 def test_tiny_geometry_encoder_refused_for_base(base):
     """A tiny encoder (d_model 384) in front of base's decoder is caught before decoding."""
-    from rkspeech.runtime.whisper.model import check_encoder_geometry, model_geometry
+    from rkspeech.runtime.whisper.checks import check_encoder_geometry, model_geometry
 
     with pytest.raises(RkspeechError, match="d_model 384, this model needs 512"):
         check_encoder_geometry("tiny.onnx", [1, 80, 3000], [1, 1500, 384], **model_geometry(base))

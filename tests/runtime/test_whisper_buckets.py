@@ -142,7 +142,7 @@ def test_cli_transcribe_reports_the_window(built, speech, capsys):
 
 def test_a_lone_bucket_graph_is_not_an_encoder(built):
     """The 10 s graph alone would be fed 30 s windows: refused as the 20 s model-zoo graph is."""
-    from rkspeech.runtime.whisper.model import check_encoder_file
+    from rkspeech.runtime.whisper.checks import check_encoder_file
 
     with pytest.raises(RkspeechError, match="window"):
         check_encoder_file(built / "encoder.10s.onnx", model_dir=TINY_EN)

@@ -228,7 +228,7 @@ def test_converted_pieces_checked_for_rknnlite(build, speech, tmp_path, capsys):
 
     from rkspeech.cli import main
     from rkspeech.convert.conversion import convert
-    from rkspeech.runtime.whisper.model import check_encoder_file
+    from rkspeech.runtime.whisper.checks import check_encoder_file
 
     if not have_rknn():
         pytest.skip("rknn-toolkit2 is not installed")

@@ -61,7 +61,7 @@ def test_synthetic_checkpoint_loads_exports_and_lints(dims, tmp_path):
     from rkspeech.export.whisper_onnx import check_encoder_onnx, export_encoder
     from rkspeech.lint.checker import lint_model
     from rkspeech.models.whisper.weights import load_whisper_encoder
-    from rkspeech.runtime.whisper.model import check_encoder_geometry
+    from rkspeech.runtime.whisper.checks import check_encoder_geometry
 
     loaded = load_whisper_encoder(write_synthetic_openai(tmp_path / "synthetic.pt", dims, seed=1))
     assert loaded.source == "openai" and loaded.stored_dtype == "float16"
@@ -125,11 +125,7 @@ def _fake_encoder_onnx(path, n_mels: int, d_model: int, frames: int = 3000):
 
 @pytest.mark.parametrize("name", list(SIZES))
 def test_model_geometry_and_encoder_checks_for_every_size(name, tmp_path):
-    from rkspeech.runtime.whisper.model import (
-        check_encoder_file,
-        is_multilingual,
-        model_geometry,
-    )
+    from rkspeech.runtime.whisper.checks import check_encoder_file, is_multilingual, model_geometry
 
     dims = SIZES[name]
     model = tmp_path / name

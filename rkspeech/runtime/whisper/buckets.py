@@ -42,7 +42,7 @@ def check_plan_encoders(plan_path, backend: str | None, target: str | None,
     plan at ``plan_path``, each checked against the model (``geometry``) as the one 30 s graph
     is; reads files only."""
     from rkspeech.plan.whisper import load_whisper_plan
-    from rkspeech.runtime.whisper.model import _file_geometry, check_encoder_geometry
+    from rkspeech.runtime.whisper.checks import _file_geometry, check_encoder_geometry
     from rkspeech.runtime.whisper.pieces import MANIFEST_NAME
 
     plan = load_whisper_plan(plan_path)
