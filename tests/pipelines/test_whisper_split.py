@@ -56,7 +56,7 @@ def _chain(paths, mel):
 @pytest.mark.parametrize("inline_limit", [None, 1], ids=["pieces-inline", "pieces-external"])
 def test_block_cut_of_external_data_graph_chains_to_the_whole(encoder_onnx, tmp_path, monkeypatch, inline_limit):
     from rkspeech.export import split
-    from rkspeech.pipelines.whisper_encoder import block_cuts
+    from rkspeech.pipelines.whisper_npu import block_cuts
 
     if inline_limit is not None:
         monkeypatch.setattr(split, "INLINE_LIMIT", inline_limit)
@@ -78,7 +78,7 @@ def test_block_cut_of_external_data_graph_chains_to_the_whole(encoder_onnx, tmp_
 
 
 def test_block_cuts_refuses_more_pieces_than_blocks(encoder_onnx):
-    from rkspeech.pipelines.whisper_encoder import block_cuts
+    from rkspeech.pipelines.whisper_npu import block_cuts
 
     with pytest.raises(RkspeechError, match="2 blocks into 3 pieces"):
         block_cuts(encoder_onnx["inline"], 3)

@@ -156,7 +156,7 @@ def test_identity_check_catches_blocks_out_of_order(build, speech, stock, tmp_pa
     is valid by names (blocks 0, 2, 1, 3): it runs, and the transcript is reported different.
     Greedy, one temperature, 60 new tokens at most (a wrong encoder makes the decoder ramble)."""
     from rkspeech.export.split import FLAT_SUFFIX, split_onnx
-    from rkspeech.pipelines.whisper_encoder import block_cuts
+    from rkspeech.pipelines.whisper_npu import block_cuts
     from rkspeech.models.whisper.window import SAMPLE_RATE
     from rkspeech.runtime.audio import decode_audio
     from rkspeech.runtime.whisper.model import WhisperModel
