@@ -1,4 +1,5 @@
-"""Shared fixtures: synthetic checkpoints written once per test session."""
+"""Shared fixtures: synthetic checkpoints written once per test session; and how the suite is
+split between pytest-xdist workers (``scripts/test.sh`` runs ``-n N --dist loadgroup``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,48 @@ import os
 import pytest
 
 os.environ.setdefault("RKSPEECH_THREADS", "2")
+
+#: session fixtures that cost a build (the reduced vocoder build: ~200 s): the test modules using
+#: one of them run on one xdist worker, so each is built once per run, not once per worker
+SHARED_BUILDS = ("reduced_vocoder_build", "tts_base_build", "trained_tts_ckpt", "published_ckpt",
+                 "tts_massive_ckpt")
+
+
+def worker_groups(modules: dict[str, set[str]]) -> dict[str, str]:
+    """module -> xdist group: one group per module (its module-scoped fixtures are built once),
+    joined where modules share a fixture of ``SHARED_BUILDS`` (``modules``: module -> the
+    fixture names its tests use)."""
+    parent = {m: m for m in modules}
+
+    def root(m: str) -> str:
+        while parent[m] != m:
+            parent[m] = parent[parent[m]]
+            m = parent[m]
+        return m
+
+    by_fixture: dict[str, str] = {}
+    for module, names in sorted(modules.items()):
+        for name in SHARED_BUILDS:
+            if name in names:
+                if name in by_fixture:
+                    parent[root(module)] = root(by_fixture[name])
+                else:
+                    by_fixture[name] = module
+    return {m: root(m) for m in modules}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Under ``--dist loadgroup`` each item gets its ``worker_groups`` group as an ``xdist_group``
+    mark (before xdist reads the marks)."""
+    if config.getoption("dist", None) != "loadgroup":
+        return
+    modules: dict[str, set[str]] = {}
+    for item in items:
+        modules.setdefault(item.nodeid.split("::")[0], set()).update(getattr(item, "fixturenames", ()))
+    groups = worker_groups(modules)
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(groups[item.nodeid.split("::")[0]]))
 
 
 @pytest.fixture(scope="session")

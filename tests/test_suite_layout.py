@@ -29,3 +29,19 @@ def test_clash_is_found(tmp_path):
         (tmp_path / folder).mkdir()
         (tmp_path / folder / "test_same.py").write_text("")
     assert duplicate_basenames(tmp_path) == {"test_same.py": ["a/test_same.py", "b/test_same.py"]}
+
+
+def test_modules_sharing_a_costly_fixture_run_on_one_worker():
+    """``conftest.worker_groups``: each module its own group, modules that share a fixture of
+    ``SHARED_BUILDS`` one group (transitively), others apart."""
+    from conftest import worker_groups
+
+    groups = worker_groups({
+        "a.py": {"reduced_vocoder_build", "tmp_path"},
+        "b.py": {"reduced_vocoder_build", "trained_tts_ckpt"},
+        "c.py": {"trained_tts_ckpt"},
+        "d.py": {"tts_custom_ckpt", "tmp_path"},  # cheap: not shared
+        "e.py": {"tts_custom_ckpt"},
+    })
+    assert groups["a.py"] == groups["b.py"] == groups["c.py"]
+    assert len({groups["a.py"], groups["d.py"], groups["e.py"]}) == 3

