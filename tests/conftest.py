@@ -4,6 +4,7 @@ split between pytest-xdist workers (``scripts/test.sh`` runs ``-n N --dist loadg
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -38,18 +39,37 @@ def worker_groups(modules: dict[str, set[str]]) -> dict[str, str]:
     return {m: root(m) for m in modules}
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config, items):
-    """Under ``--dist loadgroup`` each item gets its ``worker_groups`` group as an ``xdist_group``
-    mark (before xdist reads the marks)."""
-    if config.getoption("dist", None) != "loadgroup":
-        return
-    modules: dict[str, set[str]] = {}
-    for item in items:
-        modules.setdefault(item.nodeid.split("::")[0], set()).update(getattr(item, "fixturenames", ()))
-    groups = worker_groups(modules)
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(groups[item.nodeid.split("::")[0]]))
+def source_groups(tests: Path) -> dict[str, str]:
+    """``worker_groups`` of every test module under ``tests``, keyed by its path from the
+    repository root (as in node ids); a module uses a shared fixture where one of its functions
+    takes it as a parameter."""
+    import re
+
+    modules = {}
+    for path in sorted(tests.rglob("test_*.py")):
+        text = path.read_text(encoding="utf-8")
+        modules[path.relative_to(tests.parent).as_posix()] = {
+            name for name in SHARED_BUILDS if re.search(rf"def \w+\([^)]*\b{name}\b", text)}
+    return worker_groups(modules)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadgroup``: xdist's scope scheduler with ``source_groups`` as the scopes (each group
+    runs whole on one worker, the largest first).  Groups are read from the sources because the
+    controller never collects, and because xdist 3.8's own ``xdist_group`` marks do not take under
+    pytest 9 (a test's node id no longer comes from the attribute xdist rewrites)."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    groups = source_groups(Path(__file__).resolve().parent)
+
+    class ModuleGroups(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return groups.get(module, module)
+
+    return ModuleGroups(config, log)
 
 
 @pytest.fixture(scope="session")

@@ -45,3 +45,13 @@ def test_modules_sharing_a_costly_fixture_run_on_one_worker():
     })
     assert groups["a.py"] == groups["b.py"] == groups["c.py"]
     assert len({groups["a.py"], groups["d.py"], groups["e.py"]}) == 3
+
+
+def test_this_suite_keeps_the_vocoder_build_and_the_trained_root_on_one_worker_each():
+    from conftest import source_groups
+
+    groups = source_groups(TESTS)
+    assert groups["tests/board/test_board.py"] == groups["tests/pipelines/test_build_tts.py"]
+    assert groups["tests/accuracy/test_npu_gate.py"] == groups["tests/accuracy/test_accuracy_gate.py"]
+    assert groups["tests/board/test_board.py"] != groups["tests/accuracy/test_npu_gate.py"]
+    assert groups["tests/test_layering.py"] == "tests/test_layering.py"
