@@ -5,7 +5,7 @@
 
 ``OUT`` is a ``build qwen3-tts`` folder with CPU-placed talker and code predictor (built with
 ``--gate off`` or ``warn``: it needs its plan.json, for the code predictor's heads and start graph);
-the gate runs as the build runs it (``pipelines.cpu_stages.check_cpu_stages``, its resumable stage
+the gate runs as the build runs it (``pipelines.stage_gate.check_cpu_stages``, its resumable stage
 in a temporary folder, forced) over the first ``--texts`` gate texts, ``--frames`` frames at most,
 once per mode: ``one`` (the placed graphs, one utterance at a time), ``lanes`` (every utterance
 at once, ``pipelines.gate_lanes``).  Prints per mode the parts' seconds (the lane graphs'
@@ -64,7 +64,7 @@ def main(argv=None) -> int:
     from rkspeech.accuracy.gate import GATE_TEXTS
     from rkspeech.models.qwen3_tts.generate import LazyTTSModel
     from rkspeech.models.qwen3_tts.tts_checkpoint import resolve_model_root
-    from rkspeech.pipelines.cpu_stages import check_cpu_stages, gate_inputs
+    from rkspeech.pipelines.stage_gate import check_cpu_stages, gate_inputs
     from rkspeech.pipelines.resumable import StageRunner
 
     inputs = gate_inputs(args.build_dir)

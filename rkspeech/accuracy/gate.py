@@ -4,7 +4,7 @@ Each stage is measured against its fp32 graph over many utterances (``GATE_TEXTS
 languages cycled over the checkpoint's own lists: ``core.capture.cycled_requests``), in the prompt
 form the checkpoint records (``TTSConfig.default_text_in_prompt``; the trained synthetic checkpoint
 is confident only in the streaming form), through the generation loop of the model it is given: the build gives it
-``runtime.tts.numpy_loop.NumpyTTSModel`` with the stages opened for it (``pipelines.cpu_stages``),
+``runtime.tts.numpy_loop.NumpyTTSModel`` with the stages opened for it (``pipelines.stage_gate``),
 the loop ``speak`` runs on a stage plan (the numpy host, its RoPE recipe, its heads):
 
 * **reference**: greedy generation with the fp32 stages, recorded

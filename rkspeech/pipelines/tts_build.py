@@ -172,7 +172,7 @@ def _cpu_goldens(stages, files, checks: dict, cp, talker, o: TTSBuildOptions) ->
 
 
 def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
-    from rkspeech.pipelines.cpu_stages import check_cpu_stages, gate_section
+    from rkspeech.pipelines.stage_gate import check_cpu_stages, gate_section
     from rkspeech.pipelines.resumable import StageRunner
     from rkspeech.pipelines.tts_stages import place_clone_encoders, place_code_predictor, place_talker
     from rkspeech.pipelines.vocoder_build import VocoderBuildOptions, _build as build_vocoder_in

@@ -58,7 +58,7 @@ class TTSBuildOptions:
     cpu_check_frames: int = 48  # frames per utterance at most of the accuracy gate (cpu_stages.DEFAULT_CHECK_FRAMES)
     gate: str = "refuse"  # core.thresholds.GATE_MODES: refuse an unsafe placement, warn, or off (not measured)
     # the gate's utterances all at once over lane graphs (pipelines.gate_lanes) when both stages are
-    # CPU-placed fp32 / int4 (cpu_stages.lanes_apply); False: one at a time over the placed graphs
+    # CPU-placed fp32 / int4 (stage_gate.lanes_apply); False: one at a time over the placed graphs
     # (docs/accuracy-gate.md, Cost)
     gate_lanes: bool = True
     # fp32 activation peaks of the NPU-placed talker / code predictor, their exact rescale or a

@@ -3,7 +3,7 @@ predictor, the talker and (Base roots) the cloning encoders.
 
 Each ``place_*`` runs (or resumes) its stage's build, and returns what the plan, the report and
 the accuracy gate need of it: the stage's section of ``plan.json`` (``plan.sections``), its row of
-the report's ``graphs``, and what ``cpu_stages.check_cpu_stages`` compares (``fp32`` graphs, a
+the report's ``graphs``, and what ``stage_gate.check_cpu_stages`` compares (``fp32`` graphs, a
 quantized ``variant``, or ``sim`` for an NPU-placed stage judged on the simulator).  NPU-placed
 stages carry the fp16 headroom stage's exact rescale (``fp16_rescale``); quantized ones keep the
 MatMuls it found carrying an outlier channel in fp32 (their quantization record's ``kept_fp32``).

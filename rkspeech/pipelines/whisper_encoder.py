@@ -62,7 +62,7 @@ from rkspeech.core.targets import DEFAULT_TARGET, TARGETS
 from rkspeech.models.whisper.window import SAMPLE_RATE, WINDOW_FRAMES, WINDOW_SECONDS, bucket_frames
 from rkspeech.pipelines.vocoder_build import BUILD_REPORT
 from rkspeech.pipelines.whisper_inputs import check_window_mel, ct2_encode
-from rkspeech.pipelines.whisper_npu import build_pieces, build_whole, load_check
+from rkspeech.pipelines.whisper_npu import Window, build_pieces, build_whole, load_check
 
 #: The name this build's report had before both builds used ``BUILD_REPORT``; still written (same
 #: content) so scripts that read it keep working.
@@ -86,27 +86,7 @@ class WhisperEncoderBuildOptions:
     windows: tuple[int, ...] = (WINDOW_SECONDS,)
 
 
-@dataclass(frozen=True)
-class _Window:
-    """One window's graph in the build: its files, its plan role and its stages' names."""
-
-    seconds: int
-    frames: int | None  # None: the model's full window (``--frames``, default 3000)
-    role: str  # the plan's artifact role: "encoder" (30 s, as before buckets) or "10s"
-    onnx: Path
-    check: dict[str, Path]
-    stage: str  # stage names: "whisper_" + stage + "export", ...
-
-    @property
-    def rknn(self) -> Path:
-        return self.onnx.with_suffix(".rknn")
-
-    @property
-    def bucket(self) -> bool:
-        return self.seconds != WINDOW_SECONDS
-
-
-def _windows(args, out_dir: Path) -> list[_Window]:
+def _windows(args, out_dir: Path) -> list[Window]:
     """The full window first (today's files and stage names), then each bucket, shortest first."""
     try:
         seconds = sorted({WINDOW_SECONDS, *(int(w) for w in args.windows if bucket_frames(w))})
@@ -118,10 +98,10 @@ def _windows(args, out_dir: Path) -> list[_Window]:
     if len(seconds) > 1 and args.frames not in (None, WINDOW_FRAMES):
         raise RkspeechError(f"--windows needs the standard {WINDOW_SECONDS} s window (--frames {WINDOW_FRAMES})")
     check = out_dir / "check"
-    out = [_Window(WINDOW_SECONDS, args.frames, "encoder", out_dir / "encoder.onnx",
+    out = [Window(WINDOW_SECONDS, args.frames, "encoder", out_dir / "encoder.onnx",
                    {"mel": check / "mel.npy", "reference": check / "reference.npy"}, "")]
     for s in seconds[:-1]:
-        out.append(_Window(s, bucket_frames(s), f"{s}s", out_dir / f"encoder.{s}s.onnx",
+        out.append(Window(s, bucket_frames(s), f"{s}s", out_dir / f"encoder.{s}s.onnx",
                            {"mel": check / f"{s}s" / "mel.npy", "reference": check / f"{s}s" / "reference.npy"},
                            f"{s}s_"))
     return out
@@ -172,7 +152,7 @@ def build_whisper_encoder(options: WhisperEncoderBuildOptions) -> dict:
     return report
 
 
-def _build_window(args, stages, w: _Window, out_dir: Path) -> dict:
+def _build_window(args, stages, w: Window, out_dir: Path) -> dict:
     """Steps 1-5 for one window (its own stages)."""
     onnx_path, check = w.onnx, w.check
     export_key = {"frames": w.frames, "verify_audio": str(args.verify_audio) if args.verify_audio else None}
@@ -187,7 +167,7 @@ def _build_window(args, stages, w: _Window, out_dir: Path) -> dict:
     return build_whole(args, stages, w, report)
 
 
-def _write_plan(args, out_dir: Path, report: dict, windows: list[_Window]) -> Path:
+def _write_plan(args, out_dir: Path, report: dict, windows: list[Window]) -> Path:
     """``plan.json`` with one ``whisper_encoder`` record (``plan.record``; role -> {onnx, rknn}: ``encoder``, or
     ``part0``, ``part1``, ... in order; with buckets also ``10s``, ... and ``windows``: role ->
     seconds, ``plan.whisper``) and the integrity record of every file and golden replay, for
@@ -210,7 +190,7 @@ def _write_plan(args, out_dir: Path, report: dict, windows: list[_Window]) -> Pa
     return write_plan_data(out_dir / PLAN_FILE, {"format": PLAN_FORMAT, "whisper_encoder": record})
 
 
-def _export(args, w: _Window) -> dict:
+def _export(args, w: Window) -> dict:
     """Load the weights, make the check window (a bucket: its first frames) and the torch
     reference on it, the CTranslate2 parity check, and the fixed-window ONNX."""
     import numpy as np

@@ -8,15 +8,33 @@ boundaries and the pieces are chained on the simulator, each in its own child.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from rkspeech.core.errors import RkspeechError
+from rkspeech.models.whisper.window import WINDOW_SECONDS
 from rkspeech.plan.integrity import golden_path
 
-if TYPE_CHECKING:
-    from rkspeech.pipelines.whisper_encoder import _Window
+
+@dataclass(frozen=True)
+class Window:
+    """One window's graph in the build: its files, its plan role and its stages' names."""
+
+    seconds: int
+    frames: int | None  # None: the model's full window (``--frames``, default 3000)
+    role: str  # the plan's artifact role: "encoder" (30 s, as before buckets) or "10s"
+    onnx: Path
+    check: dict[str, Path]
+    stage: str  # stage names: "whisper_" + stage + "export", ...
+
+    @property
+    def rknn(self) -> Path:
+        return self.onnx.with_suffix(".rknn")
+
+    @property
+    def bucket(self) -> bool:
+        return self.seconds != WINDOW_SECONDS
 
 
 def load_check(check: dict[str, Path]):
@@ -25,7 +43,7 @@ def load_check(check: dict[str, Path]):
     return np.load(check["mel"]), np.load(check["reference"])
 
 
-def build_whole(args, stages, w: _Window, report: dict) -> dict:
+def build_whole(args, stages, w: Window, report: dict) -> dict:
     """Steps 4-5 for one graph: the shared sequence, then the simulator on the check window."""
     from rkspeech.pipelines.sequence import Graph, run_sequence
     from rkspeech.core.compare import report_tensors as compare

@@ -178,7 +178,7 @@ def test_recorded_figures_are_judged_again_and_npu_figures_kept(honest):
     from dataclasses import replace
 
     from rkspeech.accuracy.gate import GateThresholds, apply_thresholds
-    from rkspeech.pipelines.cpu_stages import gate_section
+    from rkspeech.pipelines.stage_gate import gate_section
     from rkspeech.pipelines.tts_build import _npu_figures
 
     gate = json.loads((honest / "build-report.json").read_text())["accuracy_gate"]

@@ -95,7 +95,7 @@ def gate_build(trained_tts_ckpt, placeholder_vocoder_plan, tmp_path_factory):
 def _gate(build, lanes: bool, folder):
     from rkspeech.models.qwen3_tts.generate import LazyTTSModel
     from rkspeech.models.qwen3_tts.tts_checkpoint import resolve_model_root
-    from rkspeech.pipelines.cpu_stages import check_cpu_stages, gate_inputs
+    from rkspeech.pipelines.stage_gate import check_cpu_stages, gate_inputs
     from rkspeech.pipelines.resumable import StageRunner
 
     inputs = gate_inputs(build)
@@ -131,7 +131,7 @@ def test_gate_figures_in_lanes_are_those_one_at_a_time(gate_build, tmp_path):
 def test_lane_graphs_must_hold_the_placed_weights(gate_build, tmp_path):
     from rkspeech.convert.cpu_quant import CpuQuantOptions, quantize_step_graph
     from rkspeech.core.errors import RkspeechError
-    from rkspeech.pipelines.cpu_stages import gate_inputs
+    from rkspeech.pipelines.stage_gate import gate_inputs
     from rkspeech.pipelines.gate_lanes import check_same_weights
 
     inputs = gate_inputs(gate_build)
@@ -145,7 +145,7 @@ def test_lane_graphs_must_hold_the_placed_weights(gate_build, tmp_path):
 
 
 def test_int8_stages_are_measured_one_at_a_time():
-    from rkspeech.pipelines.cpu_stages import lanes_apply
+    from rkspeech.pipelines.stage_gate import lanes_apply
 
     talker = {"placement": "cpu-int4", "fp32": {"decode": "d.onnx"}}
     cp = {"placement": "cpu-int4", "fp32": "cp.onnx", "role": "step"}

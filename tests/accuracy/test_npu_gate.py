@@ -129,7 +129,7 @@ def test_nan_logits_fail_and_unvouched_npu_stages_are_not_judged():
     where ``nan < mark`` alone is False; a stage the gate could not vouch for is listed, not
     failed, and the measurement's own failures then refuse nothing."""
     from rkspeech.accuracy.gate import GateThresholds, apply_thresholds, judge
-    from rkspeech.pipelines.cpu_stages import gate_section
+    from rkspeech.pipelines.stage_gate import gate_section
 
     figures = {"teacher_forced": {"agreement": 1.0, "logit_snr_db": "NaN"},
                "free_running": {"same_stop": 20, "utterances": 20, "same_stop_share": 1.0}}

@@ -31,33 +31,8 @@ from rkspeech.models.whisper.window import (
     FRAMES_PER_SECOND,
     SAMPLE_RATE,
     WINDOW_FRAMES,
-    bucket_frames,
     holds,
 )
-
-
-def check_plan_encoders(plan_path, backend: str | None, target: str | None,
-                        geometry: dict) -> tuple[str, dict[int, Path]]:
-    """(backend, window's mel frames -> the file its runner opens) for the encoder graphs of the
-    plan at ``plan_path``, each checked against the model (``geometry``) as the one 30 s graph
-    is; reads files only."""
-    from rkspeech.plan.whisper import load_whisper_plan
-    from rkspeech.runtime.whisper.checks import _file_geometry, check_encoder_geometry
-    from rkspeech.runtime.whisper.pieces import MANIFEST_NAME
-
-    plan = load_whisper_plan(plan_path)
-    if plan.pieces:
-        raise RkspeechError(f"plan {plan.path}: its encoder is built as {len(plan.pieces)} pieces; pass the "
-                            f"{MANIFEST_NAME} beside it as the encoder")
-    backend = backend or ("rknnlite" if plan.on_npu else "ort")  # as model.default_backend
-    out = {}
-    for seconds, path in plan.files("rknn" if backend == "rknnlite" else "onnx").items():
-        frames = bucket_frames(seconds)
-        run_path, in_shape, out_shape = _file_geometry(backend, path, target, geometry, frames)
-        if in_shape is not None:
-            check_encoder_geometry(str(path), in_shape, out_shape, frames=frames, **geometry)
-        out[frames] = run_path
-    return backend, out
 
 
 class WindowRunners:

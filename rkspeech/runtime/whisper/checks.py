@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rkspeech.core.errors import RkspeechError
-from rkspeech.models.whisper.window import ENCODER_FRAMES, FRAMES_PER_SECOND, WINDOW_FRAMES, output_frames
+from rkspeech.models.whisper.window import ENCODER_FRAMES, FRAMES_PER_SECOND, WINDOW_FRAMES, bucket_frames, output_frames
 
 
 def check_model_dir(model_dir: str | Path, *, flag: str = "--model-dir") -> Path:
@@ -106,8 +106,6 @@ def check_encoder_file(encoder: str | Path, *, model_dir: str | Path, backend: s
     encoder = Path(encoder)
     geometry = model_geometry(model_dir)
     if is_manifest(encoder) and is_whisper_plan(encoder):
-        from rkspeech.runtime.whisper.buckets import check_plan_encoders
-
         return check_plan_encoders(encoder, backend, target, geometry)
     if is_manifest(encoder):
         return _check_pieces(encoder, backend or "ort", target, geometry)
@@ -209,3 +207,26 @@ def check_language(language: str | None, *, multilingual: bool | None = None) ->
         kind = "an English-only model" if multilingual is False else "Whisper"
         raise RkspeechError(f"unknown language {language!r} for {kind}; valid: auto, {', '.join(valid)}")
     return language
+
+
+def check_plan_encoders(plan_path, backend: str | None, target: str | None,
+                        geometry: dict) -> tuple[str, dict[int, Path]]:
+    """(backend, window's mel frames -> the file its runner opens) for the encoder graphs of the
+    plan at ``plan_path``, each checked against the model (``geometry``) as the one 30 s graph
+    is; reads files only."""
+    from rkspeech.plan.whisper import load_whisper_plan
+    from rkspeech.runtime.whisper.pieces import MANIFEST_NAME
+
+    plan = load_whisper_plan(plan_path)
+    if plan.pieces:
+        raise RkspeechError(f"plan {plan.path}: its encoder is built as {len(plan.pieces)} pieces; pass the "
+                            f"{MANIFEST_NAME} beside it as the encoder")
+    backend = backend or ("rknnlite" if plan.on_npu else "ort")  # as model.default_backend
+    out = {}
+    for seconds, path in plan.files("rknn" if backend == "rknnlite" else "onnx").items():
+        frames = bucket_frames(seconds)
+        run_path, in_shape, out_shape = _file_geometry(backend, path, target, geometry, frames)
+        if in_shape is not None:
+            check_encoder_geometry(str(path), in_shape, out_shape, frames=frames, **geometry)
+        out[frames] = run_path
+    return backend, out
