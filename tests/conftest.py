@@ -53,6 +53,7 @@ def source_groups(tests: Path) -> dict[str, str]:
     return worker_groups(modules)
 
 
+@pytest.hookimpl(optionalhook=True)  # plain pytest (-p no:xdist, or xdist absent) runs too
 def pytest_xdist_make_scheduler(config, log):
     """``--dist loadgroup``: xdist's scope scheduler with ``source_groups`` as the scopes (each group
     runs whole on one worker, the largest first).  Groups are read from the sources because the
