@@ -21,7 +21,7 @@ class HeadContract(Contract):
     FORMAT = CONTRACT_FORMAT
     KIND = "head"
 
-    index: int  # the codebook j (1 .. G-1) whose logits the head gives: lm_head[j - 1]
+    index: int  # the codebook j (1 .. G-1) whose logits the head gives: lm_head[j - 1]; 0: a language model's head
     hidden: int
     vocab_size: int
     fingerprint: str = ""  # the code predictor stack's weight fingerprint (HostWeights.cp_fingerprint)
@@ -44,6 +44,6 @@ class HeadContract(Contract):
                     fingerprint=str(d.get("fingerprint", "")), model=str(d.get("model", MODEL_NAME)))
         except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise RkspeechError(f"head contract is malformed: {exc!r}") from None
-        if c.index < 1 or c.hidden < 1 or c.vocab_size < 1:
+        if c.index < 0 or c.hidden < 1 or c.vocab_size < 1:
             raise RkspeechError(f"head contract is malformed: j={c.index}, H={c.hidden}, V={c.vocab_size}")
         return c

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rkspeech.contracts.asr_encoder import ASREncoderContract
 from rkspeech.contracts.base import Contract
 from rkspeech.contracts.clone import SpeakerEncoderContract, SpeechEncoderContract
 from rkspeech.contracts.code_predictor import CodePredictorContract
@@ -12,4 +13,4 @@ from rkspeech.contracts.vocoder import VocoderContract
 #: format string -> contract class
 KINDS: dict[str, type[Contract]] = {c.FORMAT: c for c in (VocoderContract, TalkerContract, CodePredictorContract,
                                                      HeadContract, SpeakerEncoderContract,
-                                                     SpeechEncoderContract)}
+                                                     SpeechEncoderContract, ASREncoderContract)}

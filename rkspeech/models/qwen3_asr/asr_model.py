@@ -1,0 +1,111 @@
+"""Qwen3-ASR's thinker in plain torch, loaded from the checkpoint's own keys (host side: builds, checks).
+
+``thinker.audio_tower.*`` -> :class:`~rkspeech.models.qwen3_asr.encoder.AudioEncoder`;
+``thinker.model.*`` -> the Qwen3 decoder stack the text-to-speech talker already is
+(``models.qwen3_tts.talker.DecoderStack``: with audio the official interleaved MRoPE's three
+position rows are equal, which is 1-D RoPE) plus ``embed_tokens``; the head is
+``thinker.lm_head.weight``, or the embedding when ``tie_word_embeddings`` (the published 0.6B).
+
+:func:`greedy_ids` is the torch reference of a transcription: the prompt's embeddings with the
+encoder's tokens in place of the audio pads, a prefill, then one position per generated token,
+stopping at an end token or after ``max_new_tokens`` (the official ``generate``'s greedy rule).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import torch
+from torch import nn
+
+from rkspeech.core.errors import RkspeechError
+from rkspeech.models.qwen3_asr.encoder import AudioEncoder
+from rkspeech.models.qwen3_tts.talker import DecoderStack
+
+PREFIX = "thinker."
+
+
+class TextModel(DecoderStack):
+    """``thinker.model``: the decoder stack and the token embedding."""
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+
+
+class ASRNet(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        self.audio_tower = AudioEncoder(cfg.audio)
+        self.model = TextModel(cfg.text)
+        self.lm_head = nn.Linear(cfg.text.hidden_size, cfg.text.vocab_size, bias=False)
+
+    def head_weight(self) -> torch.Tensor:
+        return self.lm_head.weight
+
+
+def load_asr_net(files, cfg) -> ASRNet:
+    """The thinker of a model root in float32 (``files``: ``asr_checkpoint.resolve_asr_root``)."""
+    from safetensors import safe_open
+
+    net = ASRNet(cfg)
+    want = {PREFIX + k: v for k, v in net.state_dict().items()}
+    if cfg.tie_word_embeddings:
+        want.pop(PREFIX + "lm_head.weight")
+    got = {}
+    for path in files.weights:
+        with safe_open(str(path), framework="pt") as f:
+            for key in f.keys():
+                if key in want:
+                    got[key] = f.get_tensor(key).to(torch.float32)
+    missing = sorted(set(want) - set(got))
+    if missing:
+        raise RkspeechError(f"{files.root}: the weights lack {len(missing)} key(s) config.json implies, e.g. "
+                            f"{missing[0]} (does config.json match the weights?)")
+    for key, t in got.items():
+        if tuple(t.shape) != tuple(want[key].shape):
+            raise RkspeechError(f"{files.root}: {key} has shape {list(t.shape)}, config.json implies "
+                                f"{list(want[key].shape)}")
+    state = {k[len(PREFIX):]: v for k, v in got.items()}
+    if cfg.tie_word_embeddings:
+        state["lm_head.weight"] = state["model.embed_tokens.weight"]
+    net.load_state_dict(state, strict=True)
+    return net.eval()
+
+
+def encoder_fingerprint(encoder: AudioEncoder) -> str:
+    """16 hex digits over the encoder's first convolution and final projection (fp32 bytes): a window
+    graph from another checkpoint of the same shape is refused."""
+    h = hashlib.sha256()
+    for t in (encoder.conv2d1.weight, encoder.proj2.weight):
+        h.update(t.detach().to(torch.float32).contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+@torch.no_grad()
+def greedy_ids(net: ASRNet, prompt_ids: list[int], audio_start: int, features: torch.Tensor, *,
+               max_new_tokens: int, eos_ids) -> list[int]:
+    """Greedy token ids after the prompt; ``features [n, H]`` replace prompt positions
+    ``audio_start .. audio_start + n - 1`` (the audio pads)."""
+    stack = net.model
+    ids = torch.as_tensor(prompt_ids, dtype=torch.long)
+    x = stack.embed_tokens(ids)
+    x[audio_start:audio_start + features.shape[0]] = features
+    cache = stack.new_cache(len(prompt_ids) + max_new_tokens)
+    h = stack(x[None], cache)[0, -1]
+    w = net.head_weight()
+    out: list[int] = []
+    stops = set(int(e) for e in eos_ids)
+    while len(out) < max_new_tokens:
+        tok = int(torch.argmax(w @ h))
+        out.append(tok)
+        if tok in stops:
+            break
+        h = stack(stack.embed_tokens(torch.tensor([[tok]])), cache)[0, -1]
+    return out
+
+
+def mel_tensor(mel: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(mel, dtype=np.float32))
