@@ -6,13 +6,14 @@ module (``add_arguments(parser)``, ``run(args) -> int``), and the work in ``rksp
 
 from __future__ import annotations
 
-from rkspeech.cli import build_tts, build_vocoder, build_whisper
+from rkspeech.cli import build_asr, build_tts, build_vocoder, build_whisper
 
 #: model name -> CLI module
 BUILDERS = {
     "whisper-encoder": build_whisper,
     "qwen3-tts-vocoder": build_vocoder,
     "qwen3-tts": build_tts,
+    "qwen3-asr": build_asr,
 }
 
 

@@ -1,4 +1,4 @@
-"""``rkspeech synth-checkpoint qwen3-tts-vocoder|qwen3-tts``: a synthetic checkpoint in the real format."""
+"""``rkspeech synth-checkpoint qwen3-tts-vocoder|qwen3-tts|qwen3-asr``: a synthetic checkpoint in the real format."""
 
 from __future__ import annotations
 
@@ -33,6 +33,12 @@ def register(subparsers) -> None:
                "channels peak at ~2x the fp16 maximum on ordinary text, the fp32 model unchanged "
                "(combinable with --trained; docs/massive-activations.md)")
     t.set_defaults(func=run_tts)
+    a = models.add_parser("qwen3-asr", help="Qwen3-ASR model root (audio encoder, text model, tokenizer, processor)")
+    f = Flags(a, "synth-checkpoint qwen3-asr")
+    f.add(None, "--config", choices=("reduced", "published", "published-1.7b"), default="reduced")
+    f.add(None, "--seed", type=int, default=0)
+    f.add(None, "--out-dir", writes="folder", required=True, metavar="DIR", help="model root to write")
+    a.set_defaults(func=run_asr)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
 
@@ -59,6 +65,18 @@ def run_tts(args: argparse.Namespace) -> int:
     with progress.stage(f"synthetic {args.config} {args.variant} Qwen3-TTS model (seed {args.seed})"):
         root = write_tts_checkpoint(args.out_dir, args.config, args.variant, args.seed)
     _massive(args, root)
+    print(root)
+    return 0
+
+
+def run_asr(args: argparse.Namespace) -> int:
+    from rkspeech.core import progress
+    from rkspeech.core.atomic import check_writable
+    from rkspeech.models.qwen3_asr.synthetic_asr import write_asr_checkpoint
+
+    check_writable(args.out_dir, what="output", folder=True)
+    with progress.stage(f"synthetic {args.config} Qwen3-ASR model (seed {args.seed})"):
+        root = write_asr_checkpoint(args.out_dir, args.config, args.seed)
     print(root)
     return 0
 

@@ -32,8 +32,11 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("transcribe", help="faster-whisper transcripts with the encoder offloaded (ort/sim/board)")
     f = Flags(p, "transcribe")
     f.add(INPUT, "audio", metavar="AUDIO", nargs="+", help="audio files (any format PyAV decodes)")
-    f.add(INPUT, "--model-dir", required=True, metavar="DIR",
+    f.add(INPUT, "--model-dir", metavar="DIR",
           help="CTranslate2/faster-whisper Whisper folder (model.bin, config.json, tokenizer.json)")
+    f.add(INPUT, "--plan", metavar="PLAN", default=None,
+          help="a Qwen3-ASR plan.json ('rkspeech build qwen3-asr'), in place of --model-dir: its encoder on "
+               "--backend, its decoder on the CPU, greedy as the official transcribe")
     f.add(INPUT, "--encoder", metavar="FILE", help="offloaded encoder: enc.onnx (ort, sim), enc.rknn (rknnlite), or "
           "the encoder-pieces.json a 'build whisper-encoder --pieces N' wrote (the pieces run in turn), or the "
           "plan.json of a 'build whisper-encoder --windows 10,30' (the smallest window that holds each file); "
@@ -50,7 +53,11 @@ def register(subparsers) -> None:
     f.add(NPU, "--target", default=DEFAULT_TARGET, help=f"chip the .rknn / simulator is for (default {DEFAULT_TARGET})")
     f.add(NPU, "--core-mask", default=None, choices=CORE_MASKS, help="rknnlite NPU core mask (board only)")
     f.add(DECODING, "--beam-size", type=int, default=5, help="beam size (default 5, faster-whisper's; 1 = greedy)")
-    f.add(DECODING, "--language", default="auto", help="language code, or auto to detect (default auto)")
+    f.add(DECODING, "--language", default="auto", help="language code, or auto to detect (default auto); "
+          "Qwen3-ASR: a language name or code of its 30")
+    f.add(DECODING, "--context", default="", metavar="TEXT", help="Qwen3-ASR: free text that biases the transcript")
+    f.add(DECODING, "--max-new-tokens", type=int, default=512, metavar="N",
+          help="Qwen3-ASR: tokens generated at most per piece (the official max_new_tokens; default 512)")
     f.add(DECODING, "--task", choices=("transcribe", "translate"), default="transcribe")
     f.add(DECODING, "--word-timestamps", action="store_true", help="word start/end times (cross-attention alignment)")
     f.add(DECODING, "--vad", action="store_true", help="skip non-speech with faster-whisper's Silero VAD filter")
@@ -107,6 +114,14 @@ def run(args: argparse.Namespace) -> int:
         transcribe_audio,
     )
 
+    if args.plan:
+        from rkspeech.cli.transcribe_asr import run_plan
+
+        return run_plan(args)
+    if not args.model_dir:
+        from rkspeech.core.errors import RkspeechError
+
+        raise RkspeechError("give --model-dir DIR (a Whisper model) or --plan PLAN (a Qwen3-ASR plan)")
     # every check that reads files only comes first: a bad input is one line on stderr, nothing else
     _check_args(args)
     geometry = model_geometry(check_model_dir(args.model_dir))  # a folder that is not Whisper fails here

@@ -23,9 +23,9 @@ def export_talker_onnx(step: TalkerStep, output: str | os.PathLike) -> Path:
 
 
 def export_talker_pair(model, out_dir: str | os.PathLike, *, capacity: int, prefill_B: int,
-                       kv_layout: str = "heads", cache_io: str = "flat") -> dict[str, Path]:
-    """``{"prefill": path, "decode": path}`` under ``out_dir`` for ``model`` (``talker.model``).
-    ``prefill_B <= 1``: decode graph only."""
+                       kv_layout: str = "heads", cache_io: str = "flat", name: str | None = None) -> dict[str, Path]:
+    """``{"prefill": path, "decode": path}`` under ``out_dir`` for ``model`` (``talker.model``, or
+    another Qwen3 stack: ``name`` is then its contract's model name).  ``prefill_B <= 1``: decode graph only."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     roles = {"decode": 1}
@@ -33,6 +33,7 @@ def export_talker_pair(model, out_dir: str | os.PathLike, *, capacity: int, pref
         roles = {"prefill": prefill_B, **roles}
     paths = {}
     for role, B in roles.items():
-        step = TalkerStep(model, capacity=capacity, B=B, kv_layout=kv_layout, cache_io=cache_io)
+        step = TalkerStep(model, capacity=capacity, B=B, kv_layout=kv_layout, cache_io=cache_io,
+                          **({"name": name} if name else {}))
         paths[role] = export_talker_onnx(step, out_dir / f"talker_{role}_B{B}_cap{capacity}.onnx")
     return paths

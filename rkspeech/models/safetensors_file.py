@@ -44,3 +44,35 @@ def save_file_stable(tensors: dict, path: str | os.PathLike, metadata: dict[str,
         dst.write(len(new).to_bytes(8, "little") + new)
         shutil.copyfileobj(src, dst)
     os.replace(tmp, path)
+
+
+#: safetensors dtype names of the torch dtypes the writers use, and their sizes in bytes
+_DTYPES = {"BF16": 2, "F16": 2, "F32": 4}
+
+
+def write_streamed(path: str | os.PathLike, entries, metadata: dict[str, str] | None = None) -> None:
+    """A safetensors file written one tensor at a time: ``entries`` is a list of
+    ``(name, dtype, shape, make)`` (dtype ``"BF16"``/``"F16"``/``"F32"``; ``make()`` returns the
+    tensor's little-endian bytes), in the order the data is laid out.  Only one tensor is held at a
+    time, so a file larger than memory can be written.  The header is the stable one of
+    ``save_file_stable`` (metadata keys sorted, compact, space-padded to 8 bytes); the bytes depend
+    on the entries and metadata only."""
+    header: dict = {}
+    offset = 0
+    for name, dtype, shape, _ in entries:
+        size = _DTYPES[dtype]
+        for d in shape:
+            size *= int(d)
+        header[name] = {"dtype": dtype, "shape": [int(d) for d in shape], "data_offsets": [offset, offset + size]}
+        offset += size
+    if metadata:
+        header = {"__metadata__": metadata, **header}
+    head = _stable_header(header)
+    with open(path, "wb") as f:
+        f.write(len(head).to_bytes(8, "little") + head)
+        for name, _, _, make in entries:
+            data = make()
+            begin, end = header[name]["data_offsets"]
+            if len(data) != end - begin:
+                raise ValueError(f"{name}: {len(data)} bytes, the header says {end - begin}")
+            f.write(data)

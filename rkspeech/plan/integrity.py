@@ -70,7 +70,7 @@ def board_files(raw: dict, base: Path) -> set[Path]:
     graph).  The rest (the vocoder's exact host graphs, the ONNX an .rknn came from) serve
     ``ort`` and ``sim`` on a host; a board copy may leave them out."""
     return {plan_file(base, v, f"plan in {base}") for rec in stage_records(raw).values()
-            for v in record_files(rec, ("rknn",) if is_npu(rec) else ("onnx",))}
+            for v in record_files(rec, ("rknn", "host") if is_npu(rec) else ("onnx", "host"))}
 
 
 def expected_files(raw: dict, base: Path) -> list[Path]:

@@ -13,7 +13,8 @@ A plan (format ``rkspeech-plan/2``) holds one record per stage it places, under 
   the .rknn on the NPU (the simulator on a host), ``cpu-*`` onnxruntime on the CPU with those weights);
 * ``artifacts``: role -> kind -> file, every graph of the stage, kinds :data:`KINDS` (``rknn``: the
   NPU graph; ``onnx``: the ONNX it was converted from, or the graph a CPU stage runs; ``host_onnx``:
-  the vocoder's exact host graphs). The code predictor's start graph and quantized heads are roles
+  the vocoder's exact host graphs; ``host``: data the host reads, e.g. the Qwen3-ASR decoder's
+  token embedding and tokenizer). The code predictor's start graph and quantized heads are roles
   of its record (``start``, ``head1`` ... ``head15``) like its ``step`` graph;
 * ``goldens`` (a CPU-placed stage, plans from 2026-12-05 on): role -> the golden replay of that
   role's graph (``runtime.golden``; ``X.onnx`` -> ``X.golden.npz`` beside it), which
@@ -39,9 +40,10 @@ PLAN_FORMAT = "rkspeech-plan/2"
 FORMAT_1 = "rkspeech-plan/1"
 #: every stage a plan may place, in run order (voice cloning's two encoders run once per request,
 #: before the talker: ``plan.sections.CLONE_ROLES``)
-STAGES = ("speaker_encoder", "speech_encoder", "talker", "code_predictor", "vocoder", "whisper_encoder")
+STAGES = ("speaker_encoder", "speech_encoder", "talker", "code_predictor", "vocoder", "whisper_encoder", "asr_encoder",
+          "asr_decoder")
 #: the kinds of file a role may name
-KINDS = ("rknn", "onnx", "host_onnx")
+KINDS = ("rknn", "onnx", "host_onnx", "host")
 #: the code predictor's roles beside its step graph: a frame's start graph, and head ``j`` as ``head{j}``
 START_ROLE, HEAD_PREFIX = "start", "head"
 #: format 1's ``impl`` -> placement (a CPU stage of format 1 without ``placement`` ran fp32 graphs)

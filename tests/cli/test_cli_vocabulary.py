@@ -24,6 +24,7 @@ from rkspeech.cli.vocabulary import (
 #: each command's required arguments (new spellings): positionals, then flag -> value
 REQUIRED = {
     "accuracy": (["m.onnx"], {}),
+    "build qwen3-asr": ([], {"--model-dir": "m", "--out-dir": "o"}),
     "build qwen3-tts": ([], {"--out-dir": "o"}),
     "build qwen3-tts-vocoder": ([], {"--out-dir": "o"}),
     "build whisper-encoder": ([], {"--model-dir": "m", "--out-dir": "o"}),
@@ -36,6 +37,7 @@ REQUIRED = {
     "serve": ([], {}),
     "speak": (["hello"], {"--plan": "plan.json", "-o": "x.wav"}),
     "speech-check qwen3-tts": ([], {"--plan": "plan.json"}),
+    "synth-checkpoint qwen3-asr": ([], {"--out-dir": "o"}),
     "synth-checkpoint qwen3-tts": ([], {"--out-dir": "o"}),
     "synth-checkpoint qwen3-tts-vocoder": ([], {"--out-dir": "o"}),
     "transcribe": (["a.wav"], {"--model-dir": "m"}),

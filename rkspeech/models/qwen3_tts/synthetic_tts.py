@@ -123,11 +123,31 @@ def _train_bpe(vocab_size: int):
     return json.loads(tok.to_str())["model"]
 
 
-def write_text_tokenizer(root: Path, first_special: int | None) -> dict:
-    """vocab.json, merges.txt, tokenizer_config.json; returns the special-token ids."""
+def trained_bpe() -> tuple[dict, list[str]]:
+    """The small byte-level BPE trained on ``_CORPUS``: ``(vocab {token: id} in id order, merges)``."""
     model = _train_bpe(BPE_VOCAB)
     vocab = dict(sorted(model["vocab"].items(), key=lambda kv: kv[1]))
     merges = [m if isinstance(m, str) else " ".join(m) for m in model["merges"]]
+    return vocab, merges
+
+
+def added_tokens_decoder(first: int, names, special=lambda name: True) -> dict:
+    """``tokenizer_config.json``'s ``added_tokens_decoder`` for ``names`` at ids ``first, first + 1, ...``;
+    ``special(name)`` is the token's ``special`` flag (``decode(skip_special_tokens=True)`` drops it)."""
+    return {str(first + i): {"content": name, "lstrip": False, "normalized": False, "rstrip": False,
+                             "single_word": False, "special": special(name)} for i, name in enumerate(names)}
+
+
+def write_tokenizer_files(root: Path, vocab: dict, merges: list[str], config: dict) -> None:
+    """vocab.json, merges.txt and tokenizer_config.json, in the Qwen file format."""
+    write_text(root / "vocab.json", json.dumps(vocab, ensure_ascii=False))
+    write_text(root / "merges.txt", "#version: 0.2\n" + "\n".join(merges) + "\n")
+    write_json(root / "tokenizer_config.json", config)
+
+
+def write_text_tokenizer(root: Path, first_special: int | None) -> dict:
+    """vocab.json, merges.txt, tokenizer_config.json; returns the special-token ids."""
+    vocab, merges = trained_bpe()
     n = len(vocab)
     first = n if first_special is None else first_special
     if first < n:
@@ -138,15 +158,12 @@ def write_text_tokenizer(root: Path, first_special: int | None) -> dict:
     if first_special is not None:  # the real layout: other specials up to 151670, then the tts tokens
         names += [f"<|reserved_special_{i}|>" for i in range(first + 3, 151671)]
     names += ["<tts_pad>", "<tts_text_bos>", "<tts_text_eod>"]
-    added = {str(first + i): {"content": name, "lstrip": False, "normalized": False, "rstrip": False,
-                              "single_word": False, "special": True} for i, name in enumerate(names)}
     ids = {name: first + i for i, name in enumerate(names)}
-    write_text(root / "vocab.json", json.dumps(vocab, ensure_ascii=False))
-    write_text(root / "merges.txt", "#version: 0.2\n" + "\n".join(merges) + "\n")
-    write_json(root / "tokenizer_config.json", {
-        "add_prefix_space": False, "added_tokens_decoder": added, "bos_token": None, "clean_up_tokenization_spaces": False,
-        "eos_token": "<|im_end|>", "errors": "replace", "model_max_length": 131072, "pad_token": "<|endoftext|>",
-        "split_special_tokens": False, "tokenizer_class": "Qwen2Tokenizer", "unk_token": None,
+    write_tokenizer_files(root, vocab, merges, {
+        "add_prefix_space": False, "added_tokens_decoder": added_tokens_decoder(first, names), "bos_token": None,
+        "clean_up_tokenization_spaces": False, "eos_token": "<|im_end|>", "errors": "replace",
+        "model_max_length": 131072, "pad_token": "<|endoftext|>", "split_special_tokens": False,
+        "tokenizer_class": "Qwen2Tokenizer", "unk_token": None,
     })
     return {"im_start": ids["<|im_start|>"], "im_end": ids["<|im_end|>"], "tts_pad": ids["<tts_pad>"],
             "tts_bos": ids["<tts_text_bos>"], "tts_eos": ids["<tts_text_eod>"], "text_vocab": first + len(names)}

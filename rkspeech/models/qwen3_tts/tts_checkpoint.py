@@ -10,12 +10,11 @@ naming the key.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from rkspeech.core.errors import RkspeechError
-from rkspeech.models.qwen3_tts.vocoder_checkpoint import ENV_VAR, _snapshot_of_cache_repo
+from rkspeech.models.qwen3_tts.vocoder_checkpoint import ENV_VAR, locate_model_folder
 from rkspeech.models.qwen3_tts.text_tokenizer import missing_files
 from rkspeech.models.qwen3_tts.tts_config import TTSConfig
 
@@ -28,18 +27,8 @@ class ModelFiles:
 
 
 def resolve_model_root(model_dir) -> ModelFiles:
-    if not model_dir:
-        model_dir = os.environ.get(ENV_VAR, "")
-    if not model_dir:
-        raise RkspeechError(f"no model given: pass --model-dir DIR or set {ENV_VAR} "
-                            "(or make one: rkspeech synth-checkpoint qwen3-tts --out-dir DIR)")
-    path = Path(model_dir).expanduser()
-    if not path.is_dir():
-        raise RkspeechError(f"model folder {path} does not exist" if not path.exists()
-                            else f"{path} is a file; --model-dir wants the model folder")
-    snapshot = _snapshot_of_cache_repo(path)
-    if snapshot is not None:
-        path = snapshot
+    path = locate_model_folder(model_dir, env_var=ENV_VAR,
+                               make_one="rkspeech synth-checkpoint qwen3-tts --out-dir DIR")
     if path.name == "speech_tokenizer" and (path.parent / "config.json").is_file():
         path = path.parent
     config, weights = path / "config.json", path / "model.safetensors"

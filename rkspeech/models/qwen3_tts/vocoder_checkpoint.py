@@ -52,6 +52,21 @@ def _snapshot_of_cache_repo(path: Path) -> Path | None:
     )
 
 
+def locate_model_folder(model_dir, *, env_var: str, make_one: str) -> Path:
+    """The folder ``--model-dir`` names (else ``$env_var``), a Hugging Face cache repo folder
+    resolved to its snapshot; one-line errors for none given (``make_one``: the command that writes
+    one), a missing folder and a file."""
+    if not model_dir:
+        model_dir = os.environ.get(env_var, "")
+    if not model_dir:
+        raise RkspeechError(f"no model given: pass --model-dir DIR or set {env_var} (or make one: {make_one})")
+    path = Path(model_dir).expanduser()
+    if not path.is_dir():
+        raise RkspeechError(f"model folder {path} does not exist" if not path.exists()
+                            else f"{path} is a file; --model-dir wants the model folder")
+    return _snapshot_of_cache_repo(path) or path
+
+
 def resolve_checkpoint(model_dir: str | os.PathLike | None) -> CheckpointFiles:
     """Locate ``config.json`` and ``model.safetensors`` of the speech tokenizer."""
     if not model_dir:

@@ -1,0 +1,112 @@
+"""Qwen3-ASR through a built plan: encoder windows on the NPU (0 CPU ops), transcripts identical to
+the official qwen-asr on the same reduced root, one-line refusals."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rkspeech.core.errors import RkspeechError
+
+pytestmark = pytest.mark.rknn
+
+MAX_NEW = 12
+
+
+@pytest.fixture(scope="module")
+def asr_root(tmp_path_factory):
+    from rkspeech.models.qwen3_asr.synthetic_asr import write_asr_checkpoint
+
+    return write_asr_checkpoint(tmp_path_factory.mktemp("asr") / "ck", "reduced", seed=0)
+
+
+@pytest.fixture(scope="module")
+def fp32_plan(asr_root, tmp_path_factory):
+    pytest.importorskip("rknn.api")
+    from rkspeech.pipelines.asr_build import ASRBuildOptions, build_qwen3_asr
+
+    out = tmp_path_factory.mktemp("asr_plan")
+    report = build_qwen3_asr(ASRBuildOptions(model_dir=str(asr_root), out_dir=str(out), decoder="cpu-fp32"))
+    return Path(report["plan"]), report
+
+
+def _audio(seconds: float, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    t = np.arange(int(seconds * 16000)) / 16000
+    return (0.3 * np.sin(2 * np.pi * 220 * t) + 0.05 * rng.standard_normal(t.size)).astype(np.float32)
+
+
+def test_encoder_windows_on_the_npu(fp32_plan):
+    _, report = fp32_plan
+    enc = report["encoder"]
+    for role in enc["export"]:
+        conv = enc["sequence"]["convert"][role]
+        assert conv["placement"]["cpu_ops"] == 0 and conv["placement"]["npu_ops"] > 0
+        assert conv["build"]["regtask_overflow_lines"] == 0
+        assert enc["simulator"][role]["finite"] and enc["simulator"][role]["snr_db"] > 35
+    plan = json.loads(fp32_plan[0].read_text())
+    assert plan["asr_encoder"]["placement"] == "npu" and plan["asr_decoder"]["placement"] == "cpu-fp32"
+
+
+def test_transcripts_identical_to_the_official(asr_root, fp32_plan):
+    """fp32 decoder, encoder graphs on onnxruntime: the official ``transcribe``'s greedy text and
+    language, under 1 s (the unpadded conv case), 2 s and one full 8 s window, detected and forced."""
+    from tests.asr_reference import official_asr
+    from rkspeech.runtime.qwen3_asr.transcriber import ASRTranscriber
+
+    official = official_asr(asr_root)
+    official.max_new_tokens = MAX_NEW
+    with ASRTranscriber(fp32_plan[0], backend="ort") as asr:
+        for seconds, language in ((0.6, None), (2.0, "English"), (7.9, None)):
+            wave = _audio(seconds)
+            want = official.transcribe((wave, 16000), language=language)[0]
+            got = asr.transcribe(wave, language=language, max_new_tokens=MAX_NEW)
+            assert (got.language, got.text) == (want.language, want.text), seconds
+            assert len(got.token_ids[0]) == MAX_NEW
+
+
+def test_a_broken_encoder_mask_is_caught(asr_root, fp32_plan):
+    """The check above fails when the short-audio conv masks are left out (all ones): 0.6 s then
+    differs from the official, as the unpadded convolution is no longer reproduced."""
+    from rkspeech.models.qwen3_asr.features import log_mel
+    from rkspeech.runtime.qwen3_asr.transcriber import ASRTranscriber
+
+    with ASRTranscriber(fp32_plan[0], backend="ort") as asr:
+        mel = log_mel(_audio(0.6))
+        good = asr.encode(mel)
+        g = asr.geometry
+        win = g.windows(mel.shape[1])[0]
+        x, _, _, key = g.window_inputs(mel, win, chunks=8, short=False)  # masks all ones
+        m1, m2 = np.ones((8, 1, 1, 50), np.float32), np.ones((8, 1, 1, 25), np.float32)
+        bad = asr.windows[8].infer({"chunks": x, "mask1": m1, "mask2": m2, "key_mask": key})["features"][:win.tokens]
+        assert np.abs(good - bad).max() > 1e-4
+
+
+def test_cli_from_a_folder_of_its_own(fp32_plan, tmp_path):
+    """``transcribe --plan`` with relative paths, outputs written; a bad language is one line."""
+    import soundfile
+
+    plan_dir = fp32_plan[0].parent
+    soundfile.write(tmp_path / "a.wav", _audio(1.5), 16000)
+    (tmp_path / "p").symlink_to(plan_dir)
+    cmd = [sys.executable, "-m", "rkspeech", "transcribe", "a.wav", "--plan", "p/plan.json", "--max-new-tokens", "4",
+           "--out-dir", "tr"]
+    r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (tmp_path / "tr" / "a.txt").is_file() and json.loads((tmp_path / "tr" / "a.json").read_text())["text"]
+    r = subprocess.run(cmd[:-2] + ["--language", "klingon"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "klingon" in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()[-1]) > 0
+
+
+def test_plan_refusals(tmp_path):
+    from rkspeech.plan.asr import load_asr_plan
+
+    (tmp_path / "plan.json").write_text(json.dumps({"format": "rkspeech-plan/2", "whisper_encoder": {}}))
+    with pytest.raises(RkspeechError, match="no Qwen3-ASR records"):
+        load_asr_plan(tmp_path / "plan.json")
