@@ -15,7 +15,6 @@ the one reader (through ``plan.plan.read_plan``: integrity first).  Standard lib
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass
@@ -58,11 +57,9 @@ class ASRPlan:
 
 def is_asr_plan(path: str | os.PathLike) -> bool:
     """Whether the JSON file at ``path`` holds an ``asr_decoder`` record; False for anything unreadable."""
-    try:
-        raw = json.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, ValueError):
-        return False
-    return isinstance(raw, dict) and isinstance(raw.get(DECODER), dict)
+    from rkspeech.plan.record import file_has_record
+
+    return file_has_record(path, DECODER)
 
 
 def load_asr_plan(path: str | os.PathLike) -> ASRPlan:

@@ -77,6 +77,19 @@ def record_placement(record, where: str, allowed: tuple[str, ...]) -> str:
     return placement
 
 
+def file_has_record(path, stage: str) -> bool:
+    """Whether the JSON file at ``path`` is a plan holding a ``stage`` record (not, e.g., another
+    kind of JSON); False for anything unreadable.  A cheap test before the plan's one reader."""
+    import json
+    from pathlib import Path
+
+    try:
+        raw = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return False
+    return isinstance(raw, dict) and isinstance(raw.get(stage), dict)
+
+
 def stage_records(raw: dict) -> dict[str, dict]:
     """stage name -> record, for the stages a format-2 plan holds (in :data:`STAGES` order)."""
     return {n: raw[n] for n in STAGES if isinstance(raw, dict) and isinstance(raw.get(n), dict)}

@@ -18,7 +18,6 @@ window (role ``encoder``), or one 30 s encoder as consecutive pieces ``part0``, 
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass
@@ -89,11 +88,9 @@ def windows_section(roles: dict[str, int]) -> dict:
 def is_whisper_plan(path: str | os.PathLike) -> bool:
     """Whether the JSON file at ``path`` is a plan with a Whisper encoder record (not, e.g.,
     an ``encoder-pieces.json`` manifest); False for anything unreadable."""
-    try:
-        raw = json.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, ValueError):
-        return False
-    return isinstance(raw, dict) and isinstance(raw.get(SECTION), dict)
+    from rkspeech.plan.record import file_has_record
+
+    return file_has_record(path, SECTION)
 
 
 def load_whisper_plan(path: str | os.PathLike) -> WhisperEncoderPlan:
