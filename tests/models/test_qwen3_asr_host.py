@@ -4,11 +4,11 @@ Official: PyPI ``qwen-asr==0.0.6`` (``tests/asr_reference.py`` imports it with i
 ``nagisa``) over transformers 4.57 with torch, i.e. the extractor's torch path.  Ours:
 ``rkspeech.models.qwen3_asr.{features, prompt, transcript_text, languages, long_audio}``.
 
-Measured here (2 shared cores): the features differ from the official by at most 4.8e-6 on
-noise and 8.8e-5 on a tone-over-hiss signal, all from torch's float32 FFT (ours is float64: with
-torch's spectrum put in, the rest agrees to 2.4e-7; against a float64 reference ours is 3.5e-5
-away at most, the float32 windowing both share); the Mel bank, prompt ids, decoded text, parsed
-output, language lists and long-audio cuts are identical.
+Measured here: the features differ from the official by at most 3.9e-6 on noise and 1.1e-4 on a
+tone over faint hiss (mean 1.2e-6; values span -0.6 to 1.4), all from torch's float32 FFT (ours
+is numpy's float64; with torch's spectrum put in, the rest of our steps agreed to 2.4e-7 in a
+one-off check); the Mel bank, prompt ids, decoded text, parsed output, language lists and
+long-audio cuts are identical.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from rkspeech.core.errors import RkspeechError
 from rkspeech.models.qwen3_asr import features, languages, long_audio, prompt, transcript_text
 
 SR = 16000
-HYPOTHESIS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+HYPOTHESIS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @pytest.fixture(scope="module")
@@ -78,8 +78,9 @@ def test_mel_filters_equal_transformers():
     assert float(np.abs(ours - ref).max()) <= 1e-7  # measured: 0.0
 
 
-#: max abs difference to the official features, by signal (measured: noise 4.8e-6, tone 8.8e-5)
-TOLERANCE = {"noise": 1e-5, "tone": 2e-4}
+#: max abs difference to the official features, by signal (measured: noise 3.9e-6, tone 1.1e-4
+#: at 40 s; torch's float32 FFT: the quiet bins of a loud frame carry its rounding most)
+TOLERANCE = {"noise": 1e-5, "tone": 3e-4}
 
 
 @pytest.mark.parametrize("kind", ["noise", "tone"])
@@ -92,6 +93,7 @@ def test_log_mel_matches_official(kind, seconds):
     assert ref.shape == ours.shape == (128, frames) and ours.dtype == np.float32
     assert mask_frames == features.feature_frames(len(wave)) == frames
     assert float(np.abs(ours - ref).max()) <= TOLERANCE[kind]
+    assert float(np.abs(ours - ref).mean()) <= 5e-6  # measured: 1.2e-6 at most
 
 
 def test_log_mel_blocks_and_floor_span_the_utterance(monkeypatch):
@@ -109,9 +111,7 @@ def test_log_mel_blocks_and_floor_span_the_utterance(monkeypatch):
     assert float(np.abs(alone - hiss).min()) > 0.25
 
 
-def test_log_mel_shortest_input(official):
-    import torch  # noqa: F401 (the official extractor's torch path)
-
+def test_log_mel_shortest_input():
     wave = signal("noise", 201 / SR)
     ref, _ = official_features(wave)
     assert float(np.abs(features.log_mel(wave) - ref).max()) <= TOLERANCE["noise"]
@@ -253,7 +253,7 @@ CONTEXTS = ["", "McDonald's iPhone and/or HuggingFace, don't", "你好 Grüße\n
 @pytest.mark.parametrize("language", [None, "English", "Chinese"])
 def test_prompt_ids_match_official(roots, label, language):
     _, ref, builder = roots[label]
-    for seconds in (0.3, 1.0, 5.5, 40.0):
+    for seconds in (0.3, 5.5, 40.0):
         wave = signal("noise", seconds)
         frames = features.feature_frames(len(wave))
         for context in CONTEXTS:
@@ -273,6 +273,8 @@ def test_prompt_split_regex_follows_the_official_loader(roots, tmp_path, officia
     context = CONTEXTS[1]
     a, b = (roots[v][2].build(13, context).ids.tolist() for v in ("4.57.6", "4.57.1"))
     assert a != b and roots["4.57.6"][2].split == prompt.MISTRAL_SPLIT and roots["4.57.1"][2].split is None
+    same = [roots[v][2].build(13, "", "English").ids.tolist() for v in ("4.57.6", "4.57.1")]
+    assert same[0] == same[1]  # the template's own words split alike
     small = write_root(tmp_path / "small", "4.57.6", first_special=None)
     builder, ref = prompt.PromptBuilder(small), Official(official, small)
     assert builder.split is None
@@ -481,11 +483,20 @@ def test_split_long_audio_short_and_stereo(official):
 
 # -- torch-free ----------------------------------------------------------------------------------
 
-def test_host_modules_load_no_torch():
-    code = ("import sys\n"
-            "import rkspeech.models.qwen3_asr.features, rkspeech.models.qwen3_asr.prompt\n"
-            "import rkspeech.models.qwen3_asr.transcript_text, rkspeech.models.qwen3_asr.languages\n"
-            "import rkspeech.models.qwen3_asr.long_audio\n"
-            "heavy = [m for m in ('torch', 'transformers', 'librosa', 'jinja2') if m in sys.modules]\n"
-            "assert not heavy, heavy\n")
-    subprocess.run([sys.executable, "-c", code], check=True)
+def test_host_pieces_run_without_torch(roots):
+    """Imported and run in a fresh interpreter: no torch, transformers, librosa or jinja2 loaded."""
+    code = """
+import sys
+import numpy as np
+from rkspeech.models.qwen3_asr import features, languages, long_audio, prompt, transcript_text
+wave = (0.1 * np.random.default_rng(0).standard_normal(16000 * 3)).astype(np.float32)
+mel = features.log_mel(wave)
+builder = prompt.PromptBuilder(sys.argv[1])
+p = builder.build(features.encoder_tokens(mel.shape[1]), "context", languages.normalize_language("en"))
+text = transcript_text.decode_text(builder.tokenizer, p.ids[-6:].tolist())
+lang, _ = transcript_text.parse_output(text, None)
+assert lang == "English" and len(long_audio.split_long_audio(wave, max_seconds=1)) == 3
+heavy = [m for m in ("torch", "transformers", "librosa", "jinja2") if m in sys.modules]
+assert not heavy, heavy
+"""
+    subprocess.run([sys.executable, "-c", code, str(roots["4.57.6"][0])], check=True)

@@ -132,8 +132,9 @@ def tensor_shapes(cfg: ASRConfig) -> dict[str, tuple[int, ...]]:
             if t.attention_bias:
                 out[f"{p}self_attn.{proj}.bias"] = shape[:1]
         out[f"{p}self_attn.q_norm.weight"], out[f"{p}self_attn.k_norm.weight"] = (hd,), (hd,)
-        out[f"{p}mlp.gate_proj.weight"], out[f"{p}mlp.up_proj.weight"] = (t.intermediate_size, h), (t.intermediate_size, h)
-        out[f"{p}mlp.down_proj.weight"] = (h, t.intermediate_size)
+        for proj, shape in (("gate_proj", (t.intermediate_size, h)), ("up_proj", (t.intermediate_size, h)),
+                            ("down_proj", (h, t.intermediate_size))):
+            out[f"{p}mlp.{proj}.weight"] = shape
         out[f"{p}input_layernorm.weight"], out[f"{p}post_attention_layernorm.weight"] = (h,), (h,)
     out["thinker.model.norm.weight"] = (h,)
     out["thinker.lm_head.weight"] = (t.vocab_size, h)

@@ -10,8 +10,10 @@ rest lower) and refuses anything else; Home Assistant and Wyoming send ISO codes
   hu mk, and tl (Tagalog) for Filipino;
 * ISO 639-2/T and 639-3 codes: zho cmn eng yue ara deu fra spa por ind ita kor rus tha vie jpn tur
   hin msa zsm nld swe dan fin pol ces fil tgl fas ell ron hun mkd;
-* one region that changes the language: ``zh-HK`` and ``zh-MO`` are Cantonese (Home Assistant's
-  ``zh-hk`` is Cantonese speech); every other ``zh-*`` is Chinese.
+* one region changes the language: Chinese of Hong Kong or Macau (``zh-HK``, ``zh-MO``,
+  ``zh-Hant-HK``) is taken as Cantonese, the speech there; every other ``zh-*`` is Chinese.
+
+``tests/models/test_qwen3_asr_host.py`` checks the names against the official list and functions.
 """
 
 from __future__ import annotations

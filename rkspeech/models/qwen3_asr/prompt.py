@@ -3,26 +3,29 @@
 qwen-asr 0.0.6 renders the chat template for ``[system: context, user: one audio]`` with the
 generation prompt (``_build_text_prompt``), appends ``language {Language}<asr_text>`` when the
 language is forced, replaces the one ``<|audio_pad|>`` by as many as the encoder gives tokens
-(``encoder_tokens(frames)``) and tokenizes the string.  For this one message shape the published
-template renders::
+(``encoder_tokens(frames)``) and tokenizes the string.  For this one message shape the template
+(the published one as third-party code quotes it, and the one ``synthetic_asr`` writes) renders::
 
     <|im_start|>system\\n{context}<|im_end|>\\n<|im_start|>user\\n<|audio_start|><|audio_pad|>...<|audio_end|><|im_end|>\\n<|im_start|>assistant\\n
 
 (the system turn is there also for an empty context).  :class:`PromptBuilder` writes that string
 and encodes it once with the root's tokenizer through ``tokenizers``
-(``qwen3_tts.text_tokenizer.TextTokenizer``); the ids equal the official processor's on a test root
-(``tests/models/test_qwen3_asr_host.py``).
+(``qwen3_tts.text_tokenizer.TextTokenizer``): text that looks like a special token in the context
+becomes that token, as in the official.  The ids equal the official processor's on test roots with
+either template (``tests/models/test_qwen3_asr_host.py``).  A context holding ``<|audio_pad|>`` is
+refused (the official's processor fails on it: it expands every pad, one audio's worth).
 
 The split regex: the official loads the processor with ``fix_mistral_regex=True``.  transformers
 4.57 (qwen-asr pins 4.57.6) then replaces the Qwen2 split regex by the Mistral one
-(:data:`MISTRAL_SPLIT`: no English contractions rule, CamelCase split, ``/`` kept with
-punctuation) when the BPE vocabulary has more than 100,000 entries and the root's ``config.json``
+(:data:`MISTRAL_SPLIT`: it cuts CamelCase words apart and keeps ``/`` with the punctuation before
+it) when the BPE vocabulary has more than 100,000 entries and the root's ``config.json``
 says nothing else: no ``transformers_version``, or one above 4.57.2 and below 5.0.0, or a Mistral
 ``model_type`` (``_patch_mistral_regex``).  The published Qwen3-ASR roots make transformers print
 the warning that goes with that case (QwenLM/Qwen3-ASR issue 20), so the official transformers
 backend splits the context that way; :func:`official_split` repeats the rule.  Only the context is
 touched: the template's own words ("system", "user", "assistant", "language X") split the same
-under both regexes.  (The official vLLM backend tokenizes without the flag, with the Qwen2 regex.)
+under both regexes.  (The official vLLM backend passes the prompt as text to vLLM, whose tokenizer
+is loaded without the flag: there the Qwen2 regex stays.)
 """
 
 from __future__ import annotations

@@ -20,6 +20,12 @@ published Qwen3-ASR root holds, loadable as it is by qwen-asr 0.0.6's
   written as it is drawn (``safetensors_file.write_streamed``), so a published root is written
   holding one tensor at a time, and the bytes depend on the config name and seed only.
 
+The published sizes check out against the published file sizes: the 0.6B's weights come to
+938.0 M parameters (1,876,091,744 bytes; a third-party count of the published 0.6B says 938 M, and
+its F16 GGUF is 1.88 GB, so the published file stores ``thinker.lm_head.weight`` beside the tied
+embeddings, as written here), the 1.7B's to 4,698,434,816 bytes (published: about 4.7 GB in two
+shards).  Writing them took 24 s (peak RSS 1.8 GB) and 45 s (2.8 GB) on a shared 2-core host.
+
 Weights are random, scaled so activations stay O(1) through the encoder and the decoder (fan-in
 scaled matrices, norms near 1), and the embeddings (tied to ``lm_head``, whose copy is stored as
 published) scaled so the logits spread with a standard deviation of about ``LOGIT_STD``: greedy
@@ -277,12 +283,12 @@ GAINS = (("thinker.audio_tower.conv2d", 2.0),   # three convolutions + GELU
          ("mlp.down_proj", 4.0))                 # the decoder's MLP: each token moves the state
 
 
-def _tensor(name: str, shape: tuple, seed: int, hidden: int):
+def _tensor(name: str, shape: tuple, seed: int, hidden: int, tied: bool = True):
     """The bf16 tensor ``name``: norms near 1, biases near 0, embeddings scaled for ``LOGIT_STD``
     (logit = RMS-normed hidden state . embedding row), other matrices fan-in scaled (x ``GAINS``)."""
     import torch
 
-    if name == "thinker.lm_head.weight":  # tied: the embeddings' copy, stored as published
+    if tied and name == "thinker.lm_head.weight":  # the embeddings' copy, stored as published
         name = "thinker.model.embed_tokens.weight"
     x = torch.randn(shape, generator=_generator(seed, name))
     if name.endswith(("norm.weight", "ln_post.weight")):
@@ -322,7 +328,8 @@ def _write_weights(root: Path, cfg, sharded: bool, seed: int, tag: str) -> None:
     hidden = cfg.text.hidden_size
 
     def make(name):
-        return lambda: _tensor(name, shapes[name], seed, hidden).view(torch.int16).numpy().tobytes()
+        return lambda: _tensor(name, shapes[name], seed, hidden, cfg.tie_word_embeddings).view(torch.int16) \
+            .numpy().tobytes()
 
     groups = _shards(shapes, sharded)
     files = [WEIGHTS] if len(groups) == 1 else \

@@ -8,7 +8,7 @@ and joins the chunks of a long recording (``merge_languages``, texts concatenate
 here reproduce each, quirks included (tested against the official functions on random strings):
 
 * a run of more than ``threshold`` (20) equal characters becomes one character (a run of exactly
-  20 is left to the next rule, which takes it to one as well);
+  20 is left to the next rule, which takes it to one unless it starts in the last 40 characters);
 * then the first place (from the left, starting no later than 40 characters before the end) where
   a pattern of 1 to 20 characters repeats ``threshold`` times in a row is cut to one copy of the
   pattern, its further repeats dropped, and the search goes on after them;
