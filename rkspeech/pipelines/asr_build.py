@@ -35,6 +35,9 @@ HOST_FILES = ("config.json", "generation_config.json", "preprocessor_config.json
 #: on new tokens 512
 DEFAULT_CAPACITY = 1024
 DEFAULT_PREFILL_B = 32
+#: contract model names of the decoder's graphs (the talker's step and head graphs, another model)
+DECODER_NAME = "qwen3-asr-decoder"
+HEAD_NAME = "qwen3-asr-lm-head"
 
 
 @dataclass(frozen=True)
@@ -236,10 +239,6 @@ def _build_decoder(options, stages, net, files, cfg, out: Path) -> dict:
     return rep
 
 
-#: contract model names of the decoder's graphs (the talker's step and head graphs, another model)
-DECODER_NAME = "qwen3-asr-decoder"
-HEAD_NAME = "qwen3-asr-lm-head"
-
 
 def _write_embedding(files, path: Path) -> None:
     """``thinker.model.embed_tokens.weight`` as ``.npy`` in the file's dtype (bf16 kept as its uint16
@@ -253,7 +252,7 @@ def _write_embedding(files, path: Path) -> None:
     for w in files.weights:
         f = SafetensorsFile(w)
         if key in f.header:
-            raw, dtype = f.raw(key)
+            raw, _ = f.raw(key)
             with atomic_path(path, suffix=".npy") as tmp:
                 np.save(tmp, np.ascontiguousarray(raw))
             return

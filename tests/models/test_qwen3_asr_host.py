@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rkspeech.core.errors import RkspeechError
-from rkspeech.models.qwen3_asr import features, languages, long_audio, prompt, transcript_text
+from rkspeech.models.qwen3_asr import features, geometry, languages, long_audio, prompt, transcript_text
 
 SR = 16000
 HYPOTHESIS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -126,8 +126,8 @@ def test_log_mel_shortest_input():
 def test_encoder_tokens_match_official(official):
     lengths = official[3]
     frames = np.arange(0, 12001)
-    assert [features.encoder_tokens(int(f)) for f in frames] == lengths(frames).tolist()
-    assert features.encoder_tokens(100) == 13 and features.encoder_tokens(4000) == 520
+    assert [geometry.encoder_tokens(int(f)) for f in frames] == lengths(frames).tolist()
+    assert geometry.encoder_tokens(100) == 13 and geometry.encoder_tokens(4000) == 520
 
 
 # -- prompt ---------------------------------------------------------------------------------------
@@ -258,11 +258,11 @@ def test_prompt_ids_match_official(roots, label, language):
         frames = features.feature_frames(len(wave))
         for context in CONTEXTS:
             expected = ref.ids(wave, context, language)
-            p = builder.build(features.encoder_tokens(frames), context, language)
+            p = builder.build(geometry.encoder_tokens(frames), context, language)
             assert p.ids.dtype == np.int64 and p.ids.tolist() == expected, (seconds, context)
             pads = [i for i, t in enumerate(expected) if t == 151676]
             assert (p.audio_start, p.audio_stop) == (pads[0], pads[-1] + 1)
-            assert p.audio_stop - p.audio_start == features.encoder_tokens(frames)
+            assert p.audio_stop - p.audio_start == geometry.encoder_tokens(frames)
             assert expected[p.audio_start - 1] == 151669 and expected[p.audio_stop] == 151670
     assert builder.overhead() == len(builder.build(7).ids) - 7
 
@@ -488,11 +488,11 @@ def test_host_pieces_run_without_torch(roots):
     code = """
 import sys
 import numpy as np
-from rkspeech.models.qwen3_asr import features, languages, long_audio, prompt, transcript_text
+from rkspeech.models.qwen3_asr import features, geometry, languages, long_audio, prompt, transcript_text
 wave = (0.1 * np.random.default_rng(0).standard_normal(16000 * 3)).astype(np.float32)
 mel = features.log_mel(wave)
 builder = prompt.PromptBuilder(sys.argv[1])
-p = builder.build(features.encoder_tokens(mel.shape[1]), "context", languages.normalize_language("en"))
+p = builder.build(geometry.encoder_tokens(mel.shape[1]), "context", languages.normalize_language("en"))
 text = transcript_text.decode_text(builder.tokenizer, p.ids[-6:].tolist())
 lang, _ = transcript_text.parse_output(text, None)
 assert lang == "English" and len(long_audio.split_long_audio(wave, max_seconds=1)) == 3

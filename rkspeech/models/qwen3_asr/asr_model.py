@@ -5,17 +5,12 @@
 (``models.qwen3_tts.talker.DecoderStack``: with audio the official interleaved MRoPE's three
 position rows are equal, which is 1-D RoPE) plus ``embed_tokens``; the head is
 ``thinker.lm_head.weight``, or the embedding when ``tie_word_embeddings`` (the published 0.6B).
-
-:func:`greedy_ids` is the torch reference of a transcription: the prompt's embeddings with the
-encoder's tokens in place of the audio pads, a prefill, then one position per generated token,
-stopping at an end token or after ``max_new_tokens`` (the official ``generate``'s greedy rule).
 """
 
 from __future__ import annotations
 
 import hashlib
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -82,30 +77,3 @@ def encoder_fingerprint(encoder: AudioEncoder) -> str:
     for t in (encoder.conv2d1.weight, encoder.proj2.weight):
         h.update(t.detach().to(torch.float32).contiguous().numpy().tobytes())
     return h.hexdigest()[:16]
-
-
-@torch.no_grad()
-def greedy_ids(net: ASRNet, prompt_ids: list[int], audio_start: int, features: torch.Tensor, *,
-               max_new_tokens: int, eos_ids) -> list[int]:
-    """Greedy token ids after the prompt; ``features [n, H]`` replace prompt positions
-    ``audio_start .. audio_start + n - 1`` (the audio pads)."""
-    stack = net.model
-    ids = torch.as_tensor(prompt_ids, dtype=torch.long)
-    x = stack.embed_tokens(ids)
-    x[audio_start:audio_start + features.shape[0]] = features
-    cache = stack.new_cache(len(prompt_ids) + max_new_tokens)
-    h = stack(x[None], cache)[0, -1]
-    w = net.head_weight()
-    out: list[int] = []
-    stops = set(int(e) for e in eos_ids)
-    while len(out) < max_new_tokens:
-        tok = int(torch.argmax(w @ h))
-        out.append(tok)
-        if tok in stops:
-            break
-        h = stack(stack.embed_tokens(torch.tensor([[tok]])), cache)[0, -1]
-    return out
-
-
-def mel_tensor(mel: np.ndarray) -> torch.Tensor:
-    return torch.from_numpy(np.ascontiguousarray(mel, dtype=np.float32))

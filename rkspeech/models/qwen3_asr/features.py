@@ -32,7 +32,6 @@ from functools import lru_cache
 import numpy as np
 
 from rkspeech.core.errors import RkspeechError
-from rkspeech.models.qwen3_asr.geometry import encoder_tokens  # noqa: F401 (the official lengths, re-exported)
 
 SAMPLE_RATE = 16000
 N_FFT = 400

@@ -90,7 +90,7 @@ class ASRTranscriber:
             if k is None:
                 raise RkspeechError(f"the plan's encoder windows ({sorted(self.windows)} chunks) cannot hold a "
                                     f"window of {win.chunks}; rebuild with a larger window")
-            x, m1, m2, key = self.geometry.window_inputs(mel, win, chunks=k, short=mel.shape[1] < 100)
+            x, m1, m2, key = self.geometry.window_inputs(mel, win, chunks=k)
             y = self.windows[k].infer({"chunks": x, "mask1": m1, "mask2": m2, "key_mask": key})["features"]
             outs.append(np.asarray(y[:win.tokens], dtype=np.float32))
         return np.concatenate(outs)
