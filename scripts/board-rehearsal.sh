@@ -7,8 +7,9 @@
 # into it with `pip install '.[board]'`, builds (once, on this x86 host) a reduced custom-voice
 # plan with cpu-int4 talker and code predictor and an NPU vocoder, then runs inside the arm64 root
 # `doctor --plan`, `check-board --backend ort`, `speak --backend ort --greedy` and the default
-# (rknn-lite) check-board, whose one-line refusal is expected (no NPU under emulation); runs the same
-# speak on x86 and prints a table: greedy codes aarch64 vs x86 (identical, or the first decision
+# (rknn-lite) check-board, whose one-line refusal is expected (no NPU under emulation); also a reduced
+# Qwen3-ASR plan (int4 decoder) and `transcribe --plan --backend ort` of one wav; runs the same
+# speak and transcribe on x86 and prints a table: greedy codes aarch64 vs x86 (identical, or the first decision
 # that differs and whether check-board's measured error explains it: a near-tie, rkspeech.board.compare),
 # wav SNR, each step's time.  Exit 0 when every check passes.
 #
@@ -242,6 +243,24 @@ if [ ! -f "$PLAN/plan.json" ]; then
     --talker cpu-int4 --code-predictor cpu-int4 --vocoder npu --int4-block 128 --int4-symmetric --gate warn \
     "${BUILD_OPTS[@]}" > "$OUT/build.log" 2>&1
 fi
+ASR_MODEL=$WORK/model-asr-reduced
+ASR_PLAN=$WORK/plan-asr-reduced-cpu-int4
+if [ ! -f "$ASR_MODEL/config.json" ]; then
+  must synth-checkpoint-asr "${HOST_RK[@]}" synth-checkpoint qwen3-asr --config reduced --seed 0 --out-dir "$ASR_MODEL"
+fi
+if [ ! -f "$ASR_PLAN/plan.json" ]; then
+  must build-asr flock "$LOCK" "${HOST_RK[@]}" build qwen3-asr --model-dir "$ASR_MODEL" --target rk3588 \
+    --out-dir "$ASR_PLAN" --decoder cpu-int4 > "$OUT/build-asr.log" 2>&1
+fi
+"$HOST_PY" - "$OUT/asr.wav" <<'PY'
+import sys
+import numpy as np
+import soundfile as sf
+t = np.arange(24000) / 16000  # 1.5 s: a tone over faint noise
+wave = 0.3 * np.sin(2 * np.pi * 220 * t) + 0.05 * np.random.default_rng(0).standard_normal(t.size)
+sf.write(sys.argv[1], wave.astype(np.float32), 16000)
+PY
+IN_ASR_PLAN=/rehearsal/${ASR_PLAN#"$WORK"/}/plan.json
 IN_PLAN=/rehearsal/${PLAN#"$WORK"/}/plan.json
 IN_MODEL=/rehearsal/${MODEL#"$WORK"/}
 arm() { in_root -- "$VENV/bin/rkspeech" "$@"; }
@@ -256,6 +275,8 @@ for i in "${!TEXTS[@]}"; do
     --greedy --speaker "$SPEAKER" --max-frames "$FRAMES" -o "$IN_OUT/arm64-$i.wav" \
     --codes-out "$IN_OUT/arm64-$i.npy" --margins-out "$IN_OUT/arm64-$i.margins.npy" > "$OUT/arm64-speak-$i.txt" 2>&1
 done
+run_step arm64-transcribe arm transcribe "$IN_OUT/asr.wav" --plan "$IN_ASR_PLAN" --backend ort --max-new-tokens 8 \
+  --json > "$OUT/arm64-transcribe.json" 2> "$OUT/arm64-transcribe.txt"
 # the board default (rknn-lite): no NPU under emulation, so one line and exit 2 is the pass
 run_step arm64-check-board-rknnlite arm check-board --plan "$IN_PLAN" "${CHECK_OPTS[@]}" > "$OUT/arm64-rknnlite.txt" 2>&1
 
@@ -265,6 +286,8 @@ for i in "${!TEXTS[@]}"; do
     --backend ort --greedy --speaker "$SPEAKER" --max-frames "$FRAMES" -o "$OUT/x86-$i.wav" \
     --codes-out "$OUT/x86-$i.npy" --margins-out "$OUT/x86-$i.margins.npy" > "$OUT/x86-speak-$i.txt" 2>&1
 done
+run_step x86-transcribe "${HOST_RK[@]}" transcribe "$OUT/asr.wav" --plan "$ASR_PLAN/plan.json" --backend ort \
+  --max-new-tokens 8 --json > "$OUT/x86-transcribe.json" 2> "$OUT/x86-transcribe.txt"
 uptime > "$OUT/load-end.txt"
 
 # ---- the table -----------------------------------------------------------------------------------
@@ -328,6 +351,23 @@ rc = times.get("arm64-check-board-rknnlite", (0, -1))[1]
 rows.append(("check-board rknn-lite (aarch64)", f"exit {rc}, {len(lite)} line(s) besides progress: "
              f"{lite[-1][:150] if lite else ''}..."))
 ok &= rc == 2 and len(lite) == 1
+def transcript(name):
+    try:
+        return json.loads((out / name).read_text())["files"][0]
+    except (OSError, ValueError, KeyError, IndexError):
+        return None
+ta, tx = transcript("arm64-transcribe.json"), transcript("x86-transcribe.json")
+if ta is None or tx is None:
+    rows.append(("Qwen3-ASR transcribe --plan (aarch64 vs x86)", "missing (see arm64-/x86-transcribe.txt)")); ok = False
+else:
+    ia, ix = ta["token_ids"][0], tx["token_ids"][0]
+    first = next((k for k, (p, q) in enumerate(zip(ia, ix)) if p != q), None)
+    same = ia == ix
+    verdict = ("token ids identical" if same else
+               f"token ids differ from token {first if first is not None else min(len(ia), len(ix))} (int4 "
+               "decoder, onnxruntime versions differ)")
+    rows.append(("Qwen3-ASR transcribe --plan (aarch64 vs x86)", f"{verdict}; aarch64 text {ta['text'][:40]!r}"))
+    ok &= bool(ta["text"])
 doc = (out / "arm64-doctor.txt").read_text().splitlines() if (out / "arm64-doctor.txt").is_file() else []
 rows.append(("doctor --plan (aarch64)", f"exit {times.get('arm64-doctor', (0, -1))[1]}, {len(doc)} lines"))
 print(f"board rehearsal, {out}\nload at start: {(out / 'load-start.txt').read_text().strip()}\n"

@@ -163,6 +163,8 @@ BOARD_MODULES = (
     "models.qwen3_tts.tts_config", "models.qwen3_tts.tts_checkpoint", "models.qwen3_tts.text_tokenizer",
     "models.qwen3_tts.vocoder_checkpoint", "models.qwen3_tts.vocoder_config", "models.whisper.window",
     "stepgraph.host", "convert.conversion",
+    "models.qwen3_asr.asr_config", "models.qwen3_asr.geometry", "models.qwen3_asr.features", "models.qwen3_asr.prompt",
+    "models.qwen3_asr.transcript_text", "models.qwen3_asr.languages", "models.qwen3_asr.long_audio",
 )
 TORCH = ("torch", "torchaudio", "transformers")
 # Where a board-path module may import torch, inside a function only ("module:function" -> why).
