@@ -157,6 +157,8 @@ def test_bad_roots_are_refused_in_one_line(root, tmp_path):
     _one_line(lambda: read_asr_config(no_config), "config.json is missing", "Qwen3-ASR")
     tts = _copy_root(root, tmp_path / "tts", model_type="qwen3_tts")
     _one_line(lambda: read_asr_config(tts), "model_type 'qwen3_tts'", "not a Qwen3-ASR root")
+    (tts / "preprocessor_config.json").unlink()  # as a real text-to-speech root: its model type is named first
+    _one_line(lambda: resolve_asr_root(tts), "model_type 'qwen3_tts'", "not a Qwen3-ASR root")
     _one_line(lambda: read_asr_config(tmp_path / "absent"), "does not exist")
     no_pre = _copy_root(root, tmp_path / "no_pre")
     (no_pre / "preprocessor_config.json").unlink()

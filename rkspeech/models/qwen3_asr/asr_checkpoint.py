@@ -17,7 +17,7 @@ from pathlib import Path
 
 from rkspeech.core.atomic import read_json_object
 from rkspeech.core.errors import RkspeechError
-from rkspeech.models.qwen3_asr.asr_config import ASRConfig
+from rkspeech.models.qwen3_asr.asr_config import ASRConfig, check_model_type
 from rkspeech.models.qwen3_tts.text_tokenizer import FILES as TOKENIZER_FILES
 from rkspeech.models.qwen3_tts.text_tokenizer import missing_files
 from rkspeech.models.qwen3_tts.vocoder_checkpoint import locate_model_folder
@@ -45,6 +45,10 @@ def resolve_asr_root(model_dir) -> ASRFiles:
     config = path / "config.json"
     if not config.is_file():
         raise RkspeechError(f"{path}: config.json is missing; is this a Qwen3-ASR model root?")
+    try:  # another model's root is named before any of its files is missed
+        check_model_type(read_json_object(config, "config"))
+    except RkspeechError as exc:
+        raise RkspeechError(f"{path}: {exc}") from None
     weights = _weights(path)
     missing = missing_files(path)
     if missing:

@@ -60,6 +60,14 @@ _TEXT_DEFAULTS = {"vocab_size": 151936, "hidden_size": 4096, "intermediate_size"
                   "attention_bias": False}
 
 
+def check_model_type(raw: dict) -> None:
+    """One line when config.json (``raw``) is not a Qwen3-ASR model's."""
+    mtype = raw.get("model_type")
+    if mtype != MODEL_TYPE:
+        said = "has no model_type" if mtype is None else f"says model_type {mtype!r}"
+        raise RkspeechError(f"config.json {said}: this is not a Qwen3-ASR root (model_type {MODEL_TYPE!r})")
+
+
 @dataclass(frozen=True)
 class ASRConfig:
     audio: AudioEncoderConfig
@@ -78,10 +86,7 @@ class ASRConfig:
         """``raw``: config.json; ``generation``: generation_config.json (or None)."""
         if not isinstance(raw, dict):
             raise RkspeechError("config.json must hold a JSON object")
-        mtype = raw.get("model_type")
-        if mtype != MODEL_TYPE:
-            said = "has no model_type" if mtype is None else f"says model_type {mtype!r}"
-            raise RkspeechError(f"config.json {said}: this is not a Qwen3-ASR root (model_type {MODEL_TYPE!r})")
+        check_model_type(raw)
         thinker = raw.get("thinker_config")
         if not isinstance(thinker, dict):
             raise RkspeechError("config.json has no thinker_config object")
