@@ -8,7 +8,7 @@
 # plan with cpu-int4 talker and code predictor and an NPU vocoder, then runs inside the arm64 root
 # `doctor --plan`, `check-board --backend ort`, `speak --backend ort --greedy` and the default
 # (rknn-lite) check-board, whose one-line refusal is expected (no NPU under emulation); also a reduced
-# Qwen3-ASR plan (int4 decoder) and `transcribe --plan --backend ort` of one wav; runs the same
+# Qwen3-ASR plan (int4 decoder), its check-board and `transcribe --plan --backend ort` of one wav; runs the same
 # speak and transcribe on x86 and prints a table: greedy codes aarch64 vs x86 (identical, or the first decision
 # that differs and whether check-board's measured error explains it: a near-tie, rkspeech.board.compare),
 # wav SNR, each step's time.  Exit 0 when every check passes.
@@ -275,6 +275,8 @@ for i in "${!TEXTS[@]}"; do
     --greedy --speaker "$SPEAKER" --max-frames "$FRAMES" -o "$IN_OUT/arm64-$i.wav" \
     --codes-out "$IN_OUT/arm64-$i.npy" --margins-out "$IN_OUT/arm64-$i.margins.npy" > "$OUT/arm64-speak-$i.txt" 2>&1
 done
+run_step arm64-check-board-asr arm check-board --plan "$IN_ASR_PLAN" --backend ort "${CHECK_OPTS[@]}" \
+  -o "$IN_OUT/arm64-check-asr.json" > "$OUT/arm64-check-asr.txt" 2>&1
 run_step arm64-transcribe arm transcribe "$IN_OUT/asr.wav" --plan "$IN_ASR_PLAN" --backend ort --max-new-tokens 8 \
   --json > "$OUT/arm64-transcribe.json" 2> "$OUT/arm64-transcribe.txt"
 # the board default (rknn-lite): no NPU under emulation, so one line and exit 2 is the pass
@@ -368,6 +370,11 @@ else:
                "decoder, onnxruntime versions differ)")
     rows.append(("Qwen3-ASR transcribe --plan (aarch64 vs x86)", f"{verdict}; aarch64 text {ta['text'][:40]!r}"))
     ok &= bool(ta["text"])
+asr_chk = out / "arm64-check-asr.json"
+asr_rep = json.loads(asr_chk.read_text()) if asr_chk.is_file() else {}
+rows.append(("check-board --backend ort, Qwen3-ASR plan (aarch64)", "; ".join(
+    f"{g['graph']} {'ok' if g.get('ok') else 'FAILED'}" for g in asr_rep.get("graphs", [])) or "missing"))
+ok &= bool(asr_rep.get("ok"))
 doc = (out / "arm64-doctor.txt").read_text().splitlines() if (out / "arm64-doctor.txt").is_file() else []
 rows.append(("doctor --plan (aarch64)", f"exit {times.get('arm64-doctor', (0, -1))[1]}, {len(doc)} lines"))
 print(f"board rehearsal, {out}\nload at start: {(out / 'load-start.txt').read_text().strip()}\n"

@@ -63,7 +63,7 @@ class CheckBoardOptions:
 def plan_graphs(raw: dict, base: Path) -> list[BoardGraph]:
     """Every NPU graph of the plan ``raw`` (read through ``plan.plan.read_plan``), in run order:
     each role's .rknn (and the ONNX it came from) of the NPU-placed stages, and the vocoder's and
-    the Whisper encoder's whatever their placement (their goldens replay on onnxruntime too)."""
+    the Whisper and Qwen3-ASR encoders' whatever their placement (their goldens replay on onnxruntime too)."""
     from rkspeech.plan.integrity import golden_path
     from rkspeech.plan.paths import plan_file
     from rkspeech.plan.record import START_ROLE, head_codebook, is_npu, record_goldens, stage_records
@@ -79,9 +79,9 @@ def plan_graphs(raw: dict, base: Path) -> list[BoardGraph]:
 
     out = []
     records = stage_records(raw)
-    for name in ("vocoder", "talker", "code_predictor", "whisper_encoder"):
+    for name in ("vocoder", "talker", "code_predictor", "whisper_encoder", "asr_encoder"):
         rec = records.get(name)
-        if rec is None or not (is_npu(rec) or name in ("vocoder", "whisper_encoder")):
+        if rec is None or not (is_npu(rec) or name in ("vocoder", "whisper_encoder", "asr_encoder")):
             continue
         q = rec.get("quantization") or {}
         build = ({"dtype": q["dtype"], "dataset": str(path(q["dataset"])), "hybrid": q.get("hybrid")}
@@ -110,7 +110,7 @@ def plan_graphs(raw: dict, base: Path) -> list[BoardGraph]:
 
 #: the CPU-placed stages whose records list goldens (``pipelines.cpu_goldens``; the cloning
 #: encoders' from their build checks, ``pipelines.clone_encoders``), in run order
-CPU_GOLDEN_STAGES = ("speaker_encoder", "speech_encoder", "talker", "code_predictor")
+CPU_GOLDEN_STAGES = ("speaker_encoder", "speech_encoder", "talker", "code_predictor", "asr_decoder")
 
 
 def cpu_stages_without_goldens(raw: dict) -> list[str]:

@@ -52,9 +52,8 @@ class EncoderWindow(nn.Module):
         return tuple(torch.from_numpy(a) for a in arrays)
 
 
-def export_encoder_window(encoder, chunks: int, output: str | os.PathLike) -> Path:
-    """Trace the ``chunks``-chunk window graph of ``encoder`` to ``output``; returns the path."""
-    step = EncoderWindow(encoder, chunks).eval()
+def export_window(step: EncoderWindow, output: str | os.PathLike) -> Path:
+    """Trace the window graph ``step`` to ``output``; returns the path."""
     c = step.contract()
     return export_traced(step, step.dummy_inputs(), Path(output), input_names=c.input_names,
                          output_names=c.output_names, contract=c)

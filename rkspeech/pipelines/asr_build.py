@@ -131,13 +131,13 @@ def _build_encoder(options, stages, net, files, out: Path, chunks: list[int]) ->
         import torch
 
         from rkspeech.core.compare import max_abs_diff
-        from rkspeech.export.asr_encoder_onnx import EncoderWindow, export_encoder_window
+        from rkspeech.export.asr_encoder_onnx import EncoderWindow, export_window
         from rkspeech.runtime.runners import open_runner
 
         rep = {}
         for k in chunks:
             step = EncoderWindow(net.get().audio_tower, k).eval()
-            export_encoder_window(net.get().audio_tower, k, onnx[k])
+            export_window(step, onnx[k])
             inputs = step.dummy_inputs()
             with torch.no_grad():
                 want = step(*inputs).numpy()
@@ -155,11 +155,15 @@ def _build_encoder(options, stages, net, files, out: Path, chunks: list[int]) ->
     if options.encoder != "npu":
         return rep
     graphs = [Graph(f"k{k}", onnx[k], onnx[k].with_suffix(".rknn"), _custom_string(onnx[k])) for k in chunks]
+    # the golden replays: onnxruntime's without the simulator; else recorded where _simulate builds it
     rep["sequence"] = run_sequence(stages, graphs, target=options.target, timeout=options.timeout,
-                                   prefix="asr_encoder_", golden=None if options.skip_sim else "sim")
+                                   prefix="asr_encoder_", golden="ort" if options.skip_sim else None)
     if not options.skip_sim:
-        rep["simulator"] = stages.run("asr_encoder_simulator", {"target": options.target, "format": 1},
-                                      [g.rknn for g in graphs] + list(check.values()), lambda: [],
+        from rkspeech.plan.integrity import golden_path
+
+        rep["simulator"] = stages.run("asr_encoder_simulator", {"target": options.target, "format": 2},
+                                      [g.rknn for g in graphs] + list(check.values()),
+                                      lambda: [golden_path(g.rknn) for g in graphs],
                                       lambda: _simulate(options, graphs, check, chunks))
     return rep
 
@@ -171,8 +175,11 @@ def _custom_string(path: Path) -> str:
 
 
 def _simulate(options, graphs, check, chunks) -> dict:
-    """SNR and worst-row cosine of each window graph on the simulator against the fp32 torch output."""
+    """SNR and worst-row cosine of each window graph on the simulator against the fp32 torch output,
+    and its golden replay recorded on the same simulator (``record_sim_golden``: built once)."""
     import numpy as np
+
+    from rkspeech.pipelines.sequence import record_sim_golden
 
     from rkspeech.core.compare import cosine_per_row, json_number, snr_db
     from rkspeech.runtime.runners import open_runner
@@ -184,10 +191,11 @@ def _simulate(options, graphs, check, chunks) -> dict:
         want = data["features"]
         with open_runner("sim", g.onnx, target=options.target, dtype="fp16") as r:
             got = r.infer(feed)["features"]
+            golden = record_sim_golden(g, r, target=options.target)
         tokens = int((feed["key_mask"][0, 0, 0] == 0).sum())
         rep[g.role] = {"snr_db": json_number(snr_db(want[:tokens], got[:tokens])),
                        "worst_cosine": float(cosine_per_row(want[:tokens], got[:tokens]).min()),
-                       "finite": bool(np.isfinite(got[:tokens]).all())}
+                       "finite": bool(np.isfinite(got[:tokens]).all()), "golden": golden}
     return rep
 
 
@@ -233,6 +241,14 @@ def _build_decoder(options, stages, net, files, cfg, out: Path) -> dict:
     q = quantize_stage(stages, "asr_decoder", options.decoder, sources, folder / "cpu", int4=int4)
     rep.update({"placement": options.decoder, "quantization": q["record"],
                 "artifacts": {r: str(p) for r, p in q["artifacts"].items()}})
+    # golden replays of the placed graphs on onnxruntime (prefill, decode, then the head on the
+    # decode's hidden state), which check-board replays on a board's onnxruntime
+    from rkspeech.pipelines.sequence import Graph, golden_graphs
+    from rkspeech.plan.integrity import golden_path
+
+    graphs = [Graph(role, Path(p), Path(p), None) for role, p in q["artifacts"].items()]
+    golden_graphs(stages, graphs, target=options.target, source="ort", prefix="asr_decoder_")
+    rep["goldens"] = {g.role: str(golden_path(g.onnx)) for g in graphs}
     rep["host"] = {name: str(_copy_host(files.root / name, host / name))
                    for name in HOST_FILES if (files.root / name).is_file()}
     rep["host"]["embed"] = str(embed)
@@ -292,6 +308,7 @@ def _write_plan(options, out: Path, report: dict, cfg) -> Path:
     darts = {role: {"onnx": rel(p)} for role, p in dec["artifacts"].items()}
     darts.update({f"host:{name}": {"host": rel(p)} for name, p in dec["host"].items()})
     decoder = {"placement": options.decoder, "target": None, "artifacts": darts,
+               "goldens": {role: rel(p) for role, p in dec["goldens"].items()},
                "capacity": options.capacity, "eos_token_ids": list(cfg.eos_token_ids)}
     if dec["quantization"]:
         decoder["quantization"] = dec["quantization"]

@@ -110,3 +110,18 @@ def test_plan_refusals(tmp_path):
     (tmp_path / "plan.json").write_text(json.dumps({"format": "rkspeech-plan/2", "whisper_encoder": {}}))
     with pytest.raises(RkspeechError, match="no Qwen3-ASR records"):
         load_asr_plan(tmp_path / "plan.json")
+
+
+def test_check_board_replays_every_graph(fp32_plan, tmp_path):
+    """The encoder window's golden (recorded on the simulator) and the decoder's three graphs' (onnxruntime)
+    replay within their marks: what a board runs after copying the plan folder."""
+    plan = json.loads(fp32_plan[0].read_text())
+    assert sorted(plan["asr_decoder"]["goldens"]) == ["decode", "head", "prefill"]
+    r = subprocess.run([sys.executable, "-m", "rkspeech", "check-board", "--plan", str(fp32_plan[0]), "--backend", "ort",
+                        "-o", str(tmp_path / "cb.json")], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    report = json.loads((tmp_path / "cb.json").read_text())
+    rows = report["graphs"]
+    assert {row["graph"] for row in rows} == {"asr encoder k8", "asr decoder prefill", "asr decoder decode",
+                                              "asr decoder head"}
+    assert report["ok"] and all(row["ok"] for row in rows)
