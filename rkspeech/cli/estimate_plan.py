@@ -15,7 +15,8 @@ def add_arguments(f) -> None:
 
     plan = "whole text-to-speech plan (--plan)"
     f.add(INPUT, "--plan", metavar="plan.json",
-          help="estimate every stage of this plan (talker, code predictor, vocoder) and the pipeline")
+          help="estimate every stage of this plan (talker, code predictor, vocoder) and the pipeline; a Qwen3-ASR "
+               "plan: its encoder windows and decoder, per utterance (3 s, 10 s)")
     f.add(plan, "--target", "--chip", choices=("rk3588", "rk3576"), default=None,
           help="the board (default: the plan's target, else rk3588)")
     f.add(plan, "--dispatch-us", type=float, default=None,
@@ -71,6 +72,10 @@ def run(args: argparse.Namespace) -> int:
         if v is not None and v != defaults[name]:
             given[name] = v
     a = replace(PlanAssumptions(), **{k: v for k, v in given.items() if v is not None}).check()
+    from rkspeech.plan.asr import is_asr_plan
+
+    if is_asr_plan(args.plan):
+        return _run_asr(args, a)
     rep = estimate_plan(args.plan, a)
     if args.report:
         write_json(args.report, rep)
@@ -119,6 +124,47 @@ def run(args: argparse.Namespace) -> int:
                     "after its last frame)",
                     [("vocoder", f"{sp['vocoder_ms_per_audio_s']:,.1f} ms per audio s"),
                      ("real-time factor", f"{sp['rtf']:.3f}, limited by {sp['limiting_stage']}")])
+    for n in rep["notes"]:
+        print(f"note: {n}", file=sys.stderr)
+    return 0
+
+
+def _run_asr(args: argparse.Namespace, a) -> int:
+    """A Qwen3-ASR plan: per graph one call, per utterance the parts and the real-time factor."""
+    import json
+    import sys
+
+    from rkspeech.core.atomic import write_json
+    from rkspeech.core.reporting import print_table
+    from rkspeech.estimate.asr_time import estimate_asr_plan
+
+    rep = estimate_asr_plan(args.plan, a)
+    if args.report:
+        write_json(args.report, rep)
+    if getattr(args, "json", False):
+        print(json.dumps(rep, indent=1))
+        return 0
+    x = rep["assumptions"]
+    print_table("assumptions (no board here: every figure below is an estimate)", [
+        ("NPU", f"the layer table + {a.layer_dispatch_us:g} us dispatch a layer (ideal); x{x['npu_board_factor']:g} "
+                "(calibrated: the one public point, docs/estimate.md)"),
+        ("CPU", f"{x['threads']} thread(s) at {x['cpu_gbps']:.1f} GB/s (public RK3588 STREAM)"),
+        ("prompt", f"{x['prompt_overhead']} positions + 13 audio tokens a second (this plan's tokenizer)"),
+        ("transcript", f"{x['language_tokens']} tokens of language tag + {x['tokens_per_s']:g} tokens a second of "
+                       "speech + an end token")])
+    rows = [(f"encoder window k{k}", w["unit"], f"{_ms(w['ideal_ms'])} .. {_ms(w['calibrated_ms'])}")
+            for k, w in rep["encoder"].items()]
+    rows += [(f"decoder {r} ({rep['decoder_placement']})", "cpu",
+              f"{_ms(g['ms'])} ({_fmt_bytes(g['bytes'])} a call)") for r, g in rep["decoder"].items()]
+    print_table("per call", rows, headers=("graph", "unit", "ms (ideal .. calibrated)"))
+    rows = [(f"{u['audio_s']:g} s", f"{u['rtf']['ideal']:.3f} .. {u['rtf']['calibrated']:.3f}",
+             f"{u['end_of_speech_to_transcript_s']['ideal']:.2f} .. {u['end_of_speech_to_transcript_s']['calibrated']:.2f}",
+             f"{u['end_of_speech_to_first_word_s']['ideal']:.2f} .. {u['end_of_speech_to_first_word_s']['calibrated']:.2f}")
+            for u in rep["utterances"]]
+    print_table("per utterance (estimate, ideal .. calibrated)", rows,
+                headers=("audio", "real-time factor", "end of speech -> transcript, s", "-> first word, s"))
+    print_table("beside public board figures (theirs, measured)",
+                [(k, f"{v['value']:g} ({v['source']})") for k, v in rep["peers"].items()])
     for n in rep["notes"]:
         print(f"note: {n}", file=sys.stderr)
     return 0

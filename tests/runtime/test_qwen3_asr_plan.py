@@ -125,3 +125,24 @@ def test_check_board_replays_every_graph(fp32_plan, tmp_path):
     assert {row["graph"] for row in rows} == {"asr encoder k8", "asr decoder prefill", "asr decoder decode",
                                               "asr decoder head"}
     assert report["ok"] and all(row["ok"] for row in rows)
+
+
+def test_estimate_prices_the_plan(fp32_plan):
+    """``estimate --plan`` on a Qwen3-ASR plan: the encoder windows from their layer tables (ideal, and
+    at the NPU board factor), the decoder's calls from their bytes; per utterance the parts add up."""
+    from rkspeech.estimate.asr_time import estimate_asr_plan
+    from rkspeech.estimate.assumptions import NPU_BOARD_FACTOR
+
+    rep = estimate_asr_plan(fp32_plan[0])
+    w = rep["encoder"][8]
+    assert w["unit"] == "npu" and w["ideal_ms"] > 0 and w["calibrated_ms"] == pytest.approx(w["ideal_ms"] * NPU_BOARD_FACTOR)
+    assert rep["per_token_ms"] == pytest.approx(rep["decoder"]["decode"]["ms"] + rep["decoder"]["head"]["ms"])
+    short, long = rep["utterances"]
+    assert (short["audio_s"], long["audio_s"]) == (3.0, 10.0) and long["windows"] == [8, 8]
+    for u in rep["utterances"]:
+        total = u["encoder_ms"]["ideal"] + u["prefill_ms"] + u["decode_ms"]
+        assert u["end_of_speech_to_transcript_s"]["ideal"] == pytest.approx(total / 1e3)
+        assert u["rtf"]["ideal"] < u["rtf"]["calibrated"]
+    r = subprocess.run([sys.executable, "-m", "rkspeech", "estimate", "--plan", str(fp32_plan[0])],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "per utterance" in r.stdout, r.stderr[-2000:]
