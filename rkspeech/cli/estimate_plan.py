@@ -74,9 +74,13 @@ def run(args: argparse.Namespace) -> int:
     a = replace(PlanAssumptions(), **{k: v for k, v in given.items() if v is not None}).check()
     from rkspeech.plan.asr import is_asr_plan
 
-    if is_asr_plan(args.plan):
-        return _run_asr(args, a)
-    rep = estimate_plan(args.plan, a)
+    asr = is_asr_plan(args.plan)
+    if asr:
+        from rkspeech.estimate.asr_time import estimate_asr_plan
+
+        rep = estimate_asr_plan(args.plan, a)
+    else:
+        rep = estimate_plan(args.plan, a)
     if args.report:
         write_json(args.report, rep)
     if getattr(args, "json", False):
@@ -84,6 +88,8 @@ def run(args: argparse.Namespace) -> int:
 
         print(json.dumps(rep, indent=1))
         return 0
+    if asr:
+        return _print_asr(rep, a)
     print_table("assumptions (no board here: every figure below is an estimate)",
                 [(r["name"], r["value"], r["source"]) for r in rep["assumption_table"]],
                 headers=("assumption", "value", "source"))
@@ -129,21 +135,12 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_asr(args: argparse.Namespace, a) -> int:
-    """A Qwen3-ASR plan: per graph one call, per utterance the parts and the real-time factor."""
-    import json
+def _print_asr(rep: dict, a) -> int:
+    """A Qwen3-ASR plan's estimate: per graph one call, per utterance the parts and the real-time factor."""
     import sys
 
-    from rkspeech.core.atomic import write_json
     from rkspeech.core.reporting import print_table
-    from rkspeech.estimate.asr_time import estimate_asr_plan
 
-    rep = estimate_asr_plan(args.plan, a)
-    if args.report:
-        write_json(args.report, rep)
-    if getattr(args, "json", False):
-        print(json.dumps(rep, indent=1))
-        return 0
     x = rep["assumptions"]
     print_table("assumptions (no board here: every figure below is an estimate)", [
         ("NPU", f"the layer table + {a.layer_dispatch_us:g} us dispatch a layer (ideal); x{x['npu_board_factor']:g} "
