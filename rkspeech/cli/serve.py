@@ -2,9 +2,10 @@
 one pool of engines, in one process.
 
 Transcription with ``--asr-model-dir DIR [--asr-encoder FILE --asr-backend ort|sim|rknnlite]``
-(the same model and options as ``rkspeech transcribe``, each flag with the ``--asr-`` prefix;
-``--asr-engines N`` models, each with its own encoder runner -- on a board one rknn-lite context
-per NPU core); speech with ``--tts-model-dir DIR --tts-plan plan.json``
+(Whisper: the same model and options as ``rkspeech transcribe``, each flag with the ``--asr-``
+prefix) or ``--asr-plan PLAN`` (a Qwen3-ASR plan, as ``rkspeech transcribe --plan``;
+``rkspeech.runtime.qwen3_asr.whisper_api``); ``--asr-engines N`` models, each with its own encoder
+runner -- on a board one rknn-lite context per NPU core; speech with ``--tts-model-dir DIR --tts-plan plan.json``
 (``rkspeech.runtime.tts.speak.Speaker``).  Binds to 127.0.0.1 unless told otherwise;
 ``--api-key`` (or ``RKSPEECH_API_KEY`` / ``RKSPEECH_API_KEY_FILE``, which keep the key out of
 ``ps``) protects the HTTP routes.  Every flag can come from ``RKSPEECH_<FLAG>`` or
@@ -35,6 +36,8 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("serve", help="Wyoming + OpenAI-compatible HTTP speech server over a pool of engines")
     f = Flags(p, "serve", environment=True)
     f.add(ASR, "--asr-model-dir", metavar="DIR", help="CTranslate2/faster-whisper Whisper folder")
+    f.add(ASR, "--asr-plan", metavar="PLAN",
+          help="a Qwen3-ASR plan.json ('rkspeech build qwen3-asr'), instead of --asr-model-dir")
     f.add(ASR, "--asr-encoder", metavar="FILE",
           help="offloaded encoder enc.onnx / enc.rknn, or a 'build whisper-encoder --windows' plan.json (the "
                "smallest window that holds each request's audio; omit: CTranslate2's)")
@@ -52,6 +55,9 @@ def register(subparsers) -> None:
     f.add(ASR, "--asr-language", default="auto",
           help="default language when a request names none (default auto)")
     f.add(ASR, "--asr-vad", action="store_true", help="faster-whisper's Silero VAD filter on every request")
+    f.add(ASR, "--asr-partials", action="store_true",
+          help="Qwen3-ASR on Wyoming: transcript chunks while the audio arrives (the official streaming mode: "
+               "all the audio again every 2 s, only when an engine is free); the final transcript is unchanged")
     f.add(ASR, "--asr-hotwords-file", metavar="FILE",
           help="phrases to bias transcripts toward, one per line (faster-whisper hotwords; re-read when "
                "the file changes, e.g. Home Assistant's entity names)")
@@ -124,9 +130,39 @@ def options_from_args(args: argparse.Namespace):
         body_timeout_s=args.body_timeout, keep_alive_timeout_s=args.keep_alive_timeout,
         memory_budget_bytes=int(args.memory_budget_mb * 1024 * 1024), asr_beam_size=args.asr_beam_size,
         asr_language=None if args.asr_language in ("auto", "") else args.asr_language, asr_vad=args.asr_vad,
-        hotwords_file=_hotwords_file(args.asr_hotwords_file), zeroconf=args.zeroconf,
-        model_name=os.path.basename(os.path.normpath(args.asr_model_dir)) if args.asr_model_dir else "whisper",
+        asr_partials=args.asr_partials, hotwords_file=_hotwords_file(args.asr_hotwords_file), zeroconf=args.zeroconf,
+        model_name=_asr_model_name(args),
         speech_model_name=os.path.basename(os.path.normpath(args.tts_model_dir)) if args.tts_model_dir else "speech")
+
+
+def _asr_model_name(args) -> str:
+    """The model a client sees: the Whisper folder's name, or the Qwen3-ASR plan's folder's."""
+    import os
+
+    if args.asr_plan:
+        return os.path.basename(os.path.dirname(os.path.abspath(args.asr_plan))) or "qwen3-asr"
+    return os.path.basename(os.path.normpath(args.asr_model_dir)) if args.asr_model_dir else "whisper"
+
+
+def _check_asr_plan(args, options) -> None:
+    """``--asr-plan``'s one-line refusals, before anything loads."""
+    from pathlib import Path
+
+    from rkspeech.core.errors import RkspeechError
+    from rkspeech.models.qwen3_asr.languages import normalize_language
+    from rkspeech.plan.asr import is_asr_plan
+
+    whisper_only = [flag for flag, used in (("--asr-model-dir", args.asr_model_dir), ("--asr-encoder", args.asr_encoder),
+                                            ("--asr-vad", args.asr_vad),
+                                            ("--asr-compute-type", args.asr_compute_type != "float32")) if used]
+    if whisper_only:
+        raise RkspeechError(f"--asr-plan runs a Qwen3-ASR plan on its own: drop {', '.join(whisper_only)} (Whisper's)")
+    if not Path(args.asr_plan).is_file():
+        raise RkspeechError(f"--asr-plan {args.asr_plan}: no such file")
+    if not is_asr_plan(args.asr_plan):
+        raise RkspeechError(f"--asr-plan {args.asr_plan} is not a Qwen3-ASR plan (a Whisper encoder plan goes to "
+                            "--asr-encoder with --asr-model-dir)")
+    normalize_language(options.asr_language)  # one line listing the languages
 
 
 def _hotwords_file(path):
@@ -145,7 +181,7 @@ def _hotwords_file(path):
 
 
 def _asr_on_npu(args) -> bool:
-    if args.asr_backend is not None or not args.asr_encoder:
+    if args.asr_backend is not None or not args.asr_encoder:  # a Qwen3-ASR plan: ort unless told
         return args.asr_backend == "rknnlite"
     from rkspeech.runtime.whisper.checks import default_backend
 
@@ -160,7 +196,7 @@ def _core_mask(args) -> tuple:
 
     from rkspeech.core.targets import cores_for, mask_cores, split_cores
 
-    asr_npu = bool(args.asr_model_dir) and _asr_on_npu(args)
+    asr_npu = bool(args.asr_model_dir or args.asr_plan) and _asr_on_npu(args)
     tts_npu = bool(args.tts_model_dir) and args.tts_backend == "rknnlite"
     both = asr_npu and tts_npu
     asr_default, tts_default = split_cores(args.target) if both else (cores_for(args.target),) * 2
@@ -201,13 +237,19 @@ def run(args: argparse.Namespace) -> int:
     from rkspeech.core import progress
     from rkspeech.core.errors import RkspeechError
     from rkspeech.serve.engines import ServePool
-    from rkspeech.serve.transcribers import open_transcribers
+    from rkspeech.serve.transcribers import open_qwen3_asr, open_transcribers
     from rkspeech.serve.server import Server, serve_forever
 
     options = options_from_args(args)  # address and limit errors before anything loads
-    if not args.asr_model_dir and not args.tts_model_dir:
-        raise RkspeechError("nothing to serve: give --asr-model-dir DIR and/or --tts-model-dir DIR --tts-plan plan.json")
-    if args.asr_backend and not args.asr_encoder:
+    if not args.asr_model_dir and not args.asr_plan and not args.tts_model_dir:
+        raise RkspeechError("nothing to serve: give --asr-model-dir DIR (Whisper) or --asr-plan PLAN (Qwen3-ASR), "
+                            "and/or --tts-model-dir DIR --tts-plan plan.json")
+    if args.asr_plan:
+        _check_asr_plan(args, options)
+    elif args.asr_partials:
+        raise RkspeechError("--asr-partials needs --asr-plan (a Qwen3-ASR plan makes partial transcripts; "
+                            "Whisper streams a chunk per decoded segment)")
+    elif args.asr_backend and not args.asr_encoder:
         raise RkspeechError(f"--asr-backend {args.asr_backend} needs --asr-encoder FILE")
     if args.tts_plan and not args.tts_model_dir:
         raise RkspeechError("--tts-plan needs --tts-model-dir DIR")
@@ -219,7 +261,12 @@ def run(args: argparse.Namespace) -> int:
     pin_cpu_stages(args.cpu_affinity)  # before any engine opens a session: their threads inherit it
     transcribers, speakers = [], []
     try:
-        if args.asr_model_dir:
+        if args.asr_plan:
+            engines = args.asr_engines or (len(asr_masks) if _asr_on_npu(args) else 1)
+            with progress.stage(f"load {engines} Qwen3-ASR engine(s)"):
+                transcribers = open_qwen3_asr(args.asr_plan, engines=engines, backend=args.asr_backend or "ort",
+                                              core_mask=asr_masks, threads=args.asr_threads)
+        elif args.asr_model_dir:
             from rkspeech.runtime.whisper.checks import check_language, check_model_dir, is_multilingual
 
             check_model_dir(args.asr_model_dir, flag="--asr-model-dir")

@@ -147,6 +147,12 @@ class ServePool:
         if not lane.has_room(client):
             raise Busy(kind, lane.retry_after_s)
 
+    def has_free(self, kind: str) -> bool:
+        """An engine of ``kind`` is free and nobody waits: work that is worth doing only when it
+        costs no one anything (a partial transcript) may start now."""
+        lane = self._lane(kind)
+        return not lane.closed and lane.busy < len(lane.engines) and lane.waiting == 0
+
     def status(self) -> dict:
         return {kind: {"engines": len(lane.engines), "busy": lane.busy, "waiting": lane.waiting,
                        "max_queue": lane.max_queue, "served": sum(e.served for e in lane.engines)}

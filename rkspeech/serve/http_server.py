@@ -208,11 +208,11 @@ def build_app(pool: ServePool, options: ServeOptions, metrics=None, limits=None)
             raise HttpError(400, f"stream=true answers with events; response_format {fmt!r} cannot be streamed "
                                  "(use json or text)", "bad-request")
         model = pool.first_model(TRANSCRIBE)
-        req = transcription.TranscribeRequest(
+        req = transcription.check_request(model, transcription.TranscribeRequest(
             language=transcription.check_language(model, form.get("language") or options.asr_language),
             prompt=biasing.prompt(form.get("prompt")), word_timestamps="word" in grains,
             hotwords=biasing.hotwords(form.getlist("hotwords") or None, options.hotwords_file),
-            beam_size=options.asr_beam_size, vad=options.asr_vad)
+            beam_size=options.asr_beam_size, vad=options.asr_vad))
         start = time.perf_counter()
         try:
             # the samples are held until transcribed (float32: 3.7 MB a minute): they count as the

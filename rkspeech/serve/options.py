@@ -52,6 +52,10 @@ class ServeOptions:
     asr_beam_size: int = 5
     asr_language: str | None = None
     asr_vad: bool = False
+    #: Wyoming: transcript chunks while the audio arrives, for an engine that makes them (Qwen3-ASR:
+    #: ``runtime.qwen3_asr.partials``), only when an engine is free; off by default: a step running
+    #: when the audio ends delays the final transcript on a one-engine server by up to one step
+    asr_partials: bool = False
     #: one phrase per line, given to faster-whisper as ``hotwords`` (serve.biasing; re-read when changed)
     hotwords_file: str | None = None
     model_name: str = "whisper"

@@ -49,18 +49,40 @@ class TranscribeRequest:
 
 
 def check_language(model, language: str | None) -> str | None:
-    """``language`` (None / "" / "auto" = detect) when ``model`` knows it, else :class:`BadRequest`."""
+    """``language`` (None / "" / "auto" = detect) when ``model`` knows it, else :class:`BadRequest`.
+    A model with its own ``check_language`` (Qwen3-ASR: codes and names, ``en-US``) answers itself."""
     from rkspeech.core.errors import RkspeechError
     from rkspeech.runtime.whisper.checks import check_language as check
 
+    own = getattr(model, "check_language", None)
     try:
+        if own is not None:
+            return own(language)
         return check(language, multilingual=model_languages(model) != ["en"])
     except RkspeechError as exc:
         raise BadRequest(str(exc)) from None
 
 
+def check_request(model, request: TranscribeRequest) -> TranscribeRequest:
+    """``request`` when ``model`` can do what it asks, else :class:`BadRequest` before it is queued
+    (a model's ``check_options``: Qwen3-ASR has no word timestamps, VAD or translation)."""
+    from rkspeech.core.errors import RkspeechError
+
+    own = getattr(model, "check_options", None)
+    if own is not None:
+        try:
+            own(word_timestamps=request.word_timestamps, vad_filter=request.vad, task=request.task)
+        except RkspeechError as exc:
+            raise BadRequest(str(exc)) from None
+    return request
+
+
 def model_languages(model) -> list[str]:
-    """Language codes the Whisper ``model`` transcribes (["en"] for an .en model)."""
+    """Language codes the ``model`` transcribes: faster-whisper's ``supported_languages`` (["en"]
+    for an .en model; Qwen3-ASR's 30), else from its multilingual flag."""
+    listed = getattr(model, "supported_languages", None)
+    if listed is not None:
+        return list(listed)
     from faster_whisper.tokenizer import _LANGUAGE_CODES
 
     multilingual = getattr(getattr(model, "model", None), "is_multilingual", True)

@@ -5,6 +5,10 @@ from __future__ import annotations
 from rkspeech.serve.engines import SPEECH, TRANSCRIBE, ServePool
 from rkspeech.serve.options import ServeOptions
 
+#: the ``asr`` program of a Whisper model: (name, description, family, attribution, its address)
+WHISPER = ("rkspeech-whisper", "faster-whisper with the encoder offloaded", "Whisper",
+           "OpenAI Whisper (faster-whisper)", "https://github.com/SYSTRAN/faster-whisper")
+
 
 def info_event(pool: ServePool, options: ServeOptions):
     """The ``info`` answer to ``describe``."""
@@ -20,17 +24,19 @@ def info_event(pool: ServePool, options: ServeOptions):
 
     from rkspeech import __version__ as version
 
-    whisper = Attribution(name="OpenAI Whisper (faster-whisper)", url="https://github.com/SYSTRAN/faster-whisper")
     qwen = Attribution(name="Qwen3-TTS", url="https://github.com/QwenLM/Qwen3-TTS")
     asr, tts = [], []
     if pool.has(TRANSCRIBE):
         from rkspeech.serve.transcription import model_languages
 
-        languages = model_languages(pool.first_model(TRANSCRIBE))
-        asr.append(AsrProgram(name="rkspeech-whisper", description="faster-whisper with the encoder offloaded",
-                              attribution=whisper, installed=True, version=version,
-                              models=[AsrModel(name=options.model_name, description=f"Whisper ({options.model_name})",
-                                               attribution=whisper, installed=True, languages=languages,
+        model = pool.first_model(TRANSCRIBE)
+        # a model may name its program (Qwen3-ASR); else it is Whisper under faster-whisper
+        name, description, family, who, url = getattr(model, "program", WHISPER)
+        made_by = Attribution(name=who, url=url)
+        asr.append(AsrProgram(name=name, description=description, attribution=made_by, installed=True,
+                              version=version,
+                              models=[AsrModel(name=options.model_name, description=f"{family} ({options.model_name})",
+                                               attribution=made_by, installed=True, languages=model_languages(model),
                                                version=version)],
                               supports_transcript_streaming=True))
     if pool.has(SPEECH):

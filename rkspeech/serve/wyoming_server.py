@@ -11,7 +11,8 @@ Per connection (:class:`WyomingHandler`):
   become faster-whisper hotwords), ``audio-start``, ``audio-chunk``..., ``audio-stop`` ->
   ``transcript-start``, ``transcript-chunk`` per decoded segment, ``transcript-stop`` (streaming,
   advertised as ``supports_transcript_streaming``), then ``transcript`` (text stripped, language)
-  for every client.  Chunks of any rate, width and
+  for every client.  With ``--asr-partials`` and an engine that makes partial transcripts
+  (Qwen3-ASR), chunks start while the audio still arrives (:class:`PartialFeed`).  Chunks of any rate, width and
   channel count are converted to 16 kHz 16-bit mono with ``AudioChunkConverter``; audio longer
   than ``max_audio_s`` is refused when the limit is crossed.
 * Text to speech: ``synthesize`` -> ``audio-start``, ``audio-chunk`` per decoded chunk (sent as
@@ -76,6 +77,7 @@ class WyomingHandler:
         self._audio: list = []
         self._audio_bytes = 0
         self._too_long = False
+        self._partials = None  # a PartialFeed while audio arrives, with --asr-partials
         # while synthesize-start .. synthesize-stop: {"voice", "text" (a SentenceSplitter), "failed"}
         self._streaming = None
         peer = writer.get_extra_info("peername")
@@ -162,6 +164,8 @@ class WyomingHandler:
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         finally:
+            if self._partials is not None:
+                self._partials.cancel()
             self._audio_lease.release()
             self._text_lease.release()
             self.writer.close()
@@ -194,6 +198,9 @@ class WyomingHandler:
             self._converter = AudioChunkConverter(rate=SAMPLE_RATE, width=2, channels=1)
             self._audio, self._audio_bytes, self._too_long = [], 0, False
             self._audio_lease.release()
+            if self._partials is not None:
+                self._partials.cancel()
+            self._partials = self._open_partials()
         elif AudioChunk.is_type(event.type):
             if self._converter is None:
                 raise ServeError("audio-chunk before audio-start")
@@ -219,6 +226,8 @@ class WyomingHandler:
                 self._audio_lease.release()
                 raise
             self._audio.append(self._converter.convert(chunk).audio)
+            if self._partials is not None:
+                await self._partials.audio_arrived(self)
         elif AudioStop.is_type(event.type):
             await self._transcribe()
         elif Synthesize.is_type(event.type):
@@ -274,6 +283,23 @@ class WyomingHandler:
         else:
             raise ServeError(f"unknown or unsupported event type {event.type!r}")
 
+    def _open_partials(self):
+        """A :class:`PartialFeed` for this audio when partials are on and the engine makes them."""
+        if not self.options.asr_partials:
+            return None
+        model = self.pool.first_model(TRANSCRIBE)
+        if getattr(model, "partial", None) is None:
+            return None
+        from rkspeech.serve import biasing, transcription
+
+        try:
+            language = transcription.check_language(model, self._language or self.options.asr_language)
+            state = model.partial_state(language=language,
+                                        hotwords=biasing.hotwords(self._bias or None, self.options.hotwords_file))
+        except (ServeError, RkspeechError):
+            return None  # the transcription at audio-stop answers the error
+        return PartialFeed(state, language)
+
     async def _transcribe(self) -> None:
         from wyoming.asr import Transcript, TranscriptChunk, TranscriptStart, TranscriptStop
 
@@ -284,6 +310,9 @@ class WyomingHandler:
             raise ServeError("audio-stop before audio-start")
         audio_bytes, too_long, language, bias = b"".join(self._audio), self._too_long, self._language, self._bias
         self._converter, self._audio, self._audio_bytes, self._language, self._bias = None, [], 0, None, []
+        partials, self._partials = self._partials, None
+        if partials is not None:
+            await partials.finish(self)  # a step already computed is sent; one still running is dropped
         if too_long or not audio_bytes:
             self._audio_lease.release()
         if too_long:
@@ -294,12 +323,15 @@ class WyomingHandler:
         start = time.perf_counter()
         deadline = self.pool.deadline()
         events = None
+        # after partial chunks, the final text's chunks are what it adds to them (nothing when it
+        # revised them: the transcript then says what was heard)
+        sent = partials.sent if partials is not None and partials.started else None
         try:  # the buffered audio is held until transcribed (or refused)
             model = self.pool.first_model(TRANSCRIBE)
-            request = transcription.TranscribeRequest(
+            request = transcription.check_request(model, transcription.TranscribeRequest(
                 language=transcription.check_language(model, language or self.options.asr_language),
                 hotwords=biasing.hotwords(bias or None, self.options.hotwords_file),
-                beam_size=self.options.asr_beam_size, vad=self.options.asr_vad)
+                beam_size=self.options.asr_beam_size, vad=self.options.asr_vad))
             audio = pcm16_to_float(audio_bytes)
             del audio_bytes
             if audio.size == 0:
@@ -309,23 +341,26 @@ class WyomingHandler:
             log.info("wyoming transcription: %s", request.logged())
             # streamed (wyoming 1.10): transcript-start, a chunk per decoded segment, transcript-stop,
             # then the plain transcript, which clients that do not stream wait for
-            started = False
+            started = sent is not None
             events = transcript_events(self.pool, audio, request, deadline=deadline, client=self.client,
                                        gone=self.gone)
             async for kind, value in events:
                 if not started:
                     await self.write(TranscriptStart(language=request.language).event(), deadline)
                     started = True
-                if kind == "delta":
+                if kind == "delta" and sent is None:
                     await self.write(TranscriptChunk(text=value).event(), deadline)
-                else:
+                elif kind != "delta":
                     result = value
         finally:
             if events is not None:
                 await events.aclose()  # a write that failed stops the decoding now
             self._audio_lease.release()
+        text = result.text.strip()
+        if sent is not None and text.startswith(sent) and len(text) > len(sent):
+            await self.write(TranscriptChunk(text=text[len(sent):]).event(), deadline)
         await self.write(TranscriptStop().event(), deadline)
-        await self.write(Transcript(text=result.text.strip(), language=result.language).event(), deadline)
+        await self.write(Transcript(text=text, language=result.language).event(), deadline)
         if self.metrics is not None:
             self.metrics.observe_timing(result.timing)
             self.metrics.stage_seconds.labels("request").observe(time.perf_counter() - start)
@@ -380,3 +415,75 @@ class WyomingHandler:
         from wyoming.audio import AudioStop
 
         await self.write(AudioStop().event())
+
+
+class PartialFeed:
+    """Partial transcripts of one Wyoming audio stream (``--asr-partials``; the engine's ``partial``:
+    ``runtime.qwen3_asr.partials``).
+
+    Each time another ``CHUNK_S`` of audio has arrived, a step over all the audio so far starts on
+    an engine -- only when one is free and nobody waits (``ServePool.has_free``), and one at a
+    time, so partials never hold up a transcription.  A finished step's new fixed text is sent
+    as a ``transcript-chunk`` (``transcript-start`` before the first) from the handler's own
+    task, between events: the writes never interleave.  At ``audio-stop`` a finished step is
+    sent and a running one is dropped (its engine is freed when its call ends).  A step that
+    fails (audio past the decoder's capacity) ends the partials of that stream, not the stream."""
+
+    def __init__(self, state, language: str | None):
+        from rkspeech.runtime.qwen3_asr.partials import CHUNK_S
+
+        self.state, self.language = state, language
+        self.chunk_bytes = int(CHUNK_S * SAMPLE_RATE) * 2
+        self.next_at = self.chunk_bytes
+        self.task = None
+        self.sent, self.started, self.dead = "", False, False
+
+    async def audio_arrived(self, handler: WyomingHandler) -> None:
+        await self._send(handler)
+        if self.dead or self.task is not None or handler._audio_bytes < self.next_at:
+            return
+        if not handler.pool.has_free(TRANSCRIBE):
+            return
+        chunks = handler._audio_bytes // self.chunk_bytes
+        self.next_at = (chunks + 1) * self.chunk_bytes
+        wave = pcm16_to_float(b"".join(handler._audio)[:chunks * self.chunk_bytes])
+        self.task = asyncio.ensure_future(handler.pool.run(TRANSCRIBE, _partial_step, self.state, wave,
+                                                           client=handler.client))
+
+    async def _send(self, handler: WyomingHandler) -> None:
+        """The finished step's new fixed text, if any."""
+        from wyoming.asr import TranscriptChunk, TranscriptStart
+
+        if self.task is None or not self.task.done():
+            return
+        task, self.task = self.task, None
+        if task.cancelled() or task.exception() is not None:
+            self.dead = True
+            if not task.cancelled():
+                log.info("wyoming partial transcripts stop: %s", task.exception())
+            return
+        fixed = task.result().fixed
+        if fixed.startswith(self.sent) and len(fixed) > len(self.sent):
+            if not self.started:
+                await handler.write(TranscriptStart(language=self.language).event())
+                self.started = True
+            await handler.write(TranscriptChunk(text=fixed[len(self.sent):]).event())
+            self.sent = fixed
+
+    async def finish(self, handler: WyomingHandler) -> None:
+        await self._send(handler)
+        self.cancel()
+
+    def cancel(self) -> None:
+        task, self.task = self.task, None
+        if task is None:
+            return
+        if not task.done():
+            task.cancel()
+        elif not task.cancelled():
+            task.exception()  # taken: nothing is logged when the task is collected
+
+
+def _partial_step(model, state, wave):
+    """In the engine's thread: one streaming step (the state is this stream's alone)."""
+    return model.partial(state, wave)

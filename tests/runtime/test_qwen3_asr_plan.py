@@ -146,3 +146,173 @@ def test_estimate_prices_the_plan(fp32_plan):
     r = subprocess.run([sys.executable, "-m", "rkspeech", "estimate", "--plan", str(fp32_plan[0])],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and "per utterance" in r.stdout, r.stderr[-2000:]
+
+
+def _serve(args: list[str], cwd) -> tuple[subprocess.Popen, dict]:
+    """``rkspeech serve ARGS`` in ``cwd``, both front ends on free loopback ports: (process, {kind: address})."""
+    import os
+    import re
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "rkspeech", "serve", *args, "--http", "127.0.0.1:0",
+                             "--wyoming", "tcp://127.0.0.1:0"], cwd=cwd, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "RKSPEECH_API_KEY": ""})
+    addresses, lines, deadline = {}, [], time.monotonic() + 120
+    while len(addresses) < 2 and time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        lines.append(line)
+        m = re.search(r"rkspeech serve: (\w+) on (\S+)", line)
+        if m:
+            addresses[m.group(1)] = m.group(2)
+    if len(addresses) < 2:
+        proc.kill()
+        raise AssertionError("".join(lines))
+    return proc, addresses
+
+
+def test_serve_a_plan_through_the_real_clients(fp32_plan, tmp_path):
+    """``serve --asr-plan`` from a folder of its own with relative paths: the ``openai`` client's
+    json / verbose_json / streamed answers and the ``wyoming`` client's transcript are the text
+    ``transcribe`` gives for the same samples, language and context; what Qwen3-ASR cannot do (word
+    timestamps) and unknown languages are 400s with one line."""
+    import asyncio
+
+    import soundfile
+
+    openai = pytest.importorskip("openai")
+    pytest.importorskip("wyoming")
+    from rkspeech.runtime.qwen3_asr.transcriber import ASRTranscriber
+    from rkspeech.runtime.qwen3_asr.whisper_api import language_code
+
+    soundfile.write(tmp_path / "a.wav", _audio(1.5, seed=3), 16000, subtype="PCM_16")
+    (tmp_path / "p").symlink_to(fp32_plan[0].parent)
+    wave16, _ = soundfile.read(tmp_path / "a.wav", dtype="float32")
+    with ASRTranscriber(fp32_plan[0], backend="ort") as asr:
+        want = asr.transcribe(wave16, language="English", context="kitchen lights").text
+        detected = asr.transcribe(wave16)
+    proc, at = _serve(["--asr-plan", "p/plan.json", "--asr-language", "en"], tmp_path)
+    try:
+        client = openai.OpenAI(base_url=f"http://{at['http']}/v1", api_key="unused", max_retries=0, timeout=300)
+
+        def ask(**kw):
+            with open(tmp_path / "a.wav", "rb") as f:
+                return client.audio.transcriptions.create(model="qwen3-asr", file=f, **kw)
+
+        assert ask(prompt="kitchen lights").text == want
+        verbose = ask(language="auto", response_format="verbose_json")
+        assert (verbose.text, verbose.language) == (detected.text, language_code(detected.language))
+        assert len(verbose.segments) == 1 and verbose.segments[0].end == pytest.approx(1.5)
+        events = list(ask(prompt="kitchen lights", stream=True))
+        assert events[-1].type == "transcript.text.done" and events[-1].text == want
+        assert "".join(e.delta for e in events[:-1]) == want
+        with pytest.raises(openai.BadRequestError, match="no word timestamps"):
+            ask(response_format="verbose_json", timestamp_granularities=["word"])
+        with pytest.raises(openai.BadRequestError, match="unsupported language 'klingon'; supported: Chinese"):
+            ask(language="klingon")
+
+        async def wyoming():
+            from wyoming.asr import Transcribe
+            from wyoming.audio import AudioChunk, AudioStart, AudioStop
+            from wyoming.client import AsyncTcpClient
+            from wyoming.info import Describe
+
+            host, port = at["wyoming"].removeprefix("tcp://").rsplit(":", 1)
+            pcm = (wave16 * 32768).astype("<i2").tobytes()
+            async with AsyncTcpClient(host, int(port), read_timeout=300) as c:
+                await c.write_event(Describe().event())
+                info = await c.read_event()
+                await c.write_event(Transcribe(language="en-US").event())
+                await c.write_event(AudioStart(rate=16000, width=2, channels=1).event())
+                for i in range(0, len(pcm), 3200):
+                    await c.write_event(AudioChunk(rate=16000, width=2, channels=1, audio=pcm[i:i + 3200]).event())
+                await c.write_event(AudioStop().event())
+                events = [await c.read_event()]
+                while events[-1].type != "transcript":
+                    events.append(await c.read_event())
+            return info, events
+
+        info, events = asyncio.run(wyoming())
+        program = info.data["asr"][0]
+        assert program["name"] == "rkspeech-qwen3-asr" and program["models"][0]["name"] == "p"
+        assert len(program["models"][0]["languages"]) == 30 and "yue" in program["models"][0]["languages"]
+        final = events[-1].data
+        with ASRTranscriber(fp32_plan[0], backend="ort") as asr:
+            assert final["text"] == asr.transcribe(wave16, language="English").text
+        assert final["language"] == "en" and events[0].type == "transcript-start"
+    finally:
+        proc.terminate()
+        assert proc.wait(60) == 0
+
+
+def test_serve_plan_refusals(fp32_plan, tmp_path):
+    """Whisper's flags beside a plan, a missing plan, a Whisper plan, an unknown language: one line, exit 2."""
+    def serve(*args):
+        r = subprocess.run([sys.executable, "-m", "rkspeech", "serve", *args], capture_output=True, text=True,
+                           timeout=120, cwd=tmp_path)
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+        return lines[0]
+
+    plan = str(fp32_plan[0])
+    assert "drop --asr-vad" in serve("--asr-plan", plan, "--asr-vad")
+    assert "no such file" in serve("--asr-plan", "nope/plan.json")
+    (tmp_path / "w.json").write_text(json.dumps({"format": "rkspeech-plan/2", "whisper_encoder": {}}))
+    assert "is not a Qwen3-ASR plan" in serve("--asr-plan", "w.json")
+    assert "unsupported language 'xx'" in serve("--asr-plan", plan, "--asr-language", "xx")
+
+
+def test_wyoming_partials_while_the_audio_arrives(fp32_plan):
+    """``--asr-partials``: audio sent at a pace, transcript chunks come back before audio-stop is
+    sent (the official streaming mode's fixed text, each step when the engine is free); the final
+    transcript is the plain transcription of the whole audio, and the chunks join to it when it
+    kept what they said."""
+    import asyncio
+    import time
+
+    pytest.importorskip("wyoming")
+    from rkspeech.runtime.qwen3_asr.whisper_api import Qwen3ASRWhisperAPI
+    from rkspeech.serve.engines import ServePool
+    from rkspeech.serve.options import ServeOptions
+    from rkspeech.serve.server import ServerThread
+
+    engine = Qwen3ASRWhisperAPI(fp32_plan[0], max_new_tokens=16)
+    wave = (_audio(9.0, seed=5) * 32768).astype("<i2")
+    want = engine.asr.transcribe(wave.astype(np.float32) / 32768, language="en", max_new_tokens=16).text
+    st = ServerThread(ServePool(transcribers=[engine], max_queue=2),
+                      ServeOptions(wyoming="tcp://127.0.0.1:0", http=None, asr_partials=True)).start()
+    try:
+        async def talk():
+            from wyoming.asr import Transcribe
+            from wyoming.audio import AudioChunk, AudioStart, AudioStop
+            from wyoming.client import AsyncTcpClient
+
+            host, port = st.addresses["wyoming"].removeprefix("tcp://").rsplit(":", 1)
+            pcm, got, stop_sent = wave.tobytes(), [], []
+            async with AsyncTcpClient(host, int(port), read_timeout=300) as c:
+                async def read():
+                    while not got or got[-1][1].type != "transcript":
+                        got.append((time.monotonic(), await c.read_event()))
+                reader = asyncio.ensure_future(read())
+                await c.write_event(Transcribe(language="en").event())
+                await c.write_event(AudioStart(rate=16000, width=2, channels=1).event())
+                for i in range(0, len(pcm), 8000):  # 0.25 s a chunk, 4x faster than real time
+                    await c.write_event(AudioChunk(rate=16000, width=2, channels=1, audio=pcm[i:i + 8000]).event())
+                    await asyncio.sleep(0.06)
+                stop_sent.append(time.monotonic())
+                await c.write_event(AudioStop().event())
+                await asyncio.wait_for(reader, 300)
+            return got, stop_sent[0]
+
+        got, stopped = asyncio.run(talk())
+    finally:
+        assert st.stop()
+    types = [e.type for _, e in got]
+    assert types[0] == "transcript-start" and types[-2:] == ["transcript-stop", "transcript"], types
+    early = [e.data["text"] for t, e in got if e.type == "transcript-chunk" and t < stopped]
+    assert early, types  # partials while the audio was still arriving
+    final = got[-1][1].data["text"]
+    assert final == want
+    chunks = "".join(e.data["text"] for _, e in got if e.type == "transcript-chunk")
+    assert chunks == final if final.startswith("".join(early)) else chunks == "".join(early)

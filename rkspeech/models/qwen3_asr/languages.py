@@ -38,6 +38,8 @@ _CODES: dict[str, tuple[str, ...]] = {
     "Filipino": ("fil", "tl", "tgl"), "Persian": ("fa", "fas"), "Greek": ("el", "ell"), "Romanian": ("ro", "ron"),
     "Hungarian": ("hu", "hun"), "Macedonian": ("mk", "mkd"),
 }
+#: canonical name -> its ISO code (639-1 where there is one: ``yue`` for Cantonese, ``fil`` for Filipino)
+CODES: dict[str, str] = {name: codes[0] for name, codes in _CODES.items()}
 #: ISO code (lower case) -> canonical name
 ISO_CODES: dict[str, str] = {code: name for name, codes in _CODES.items() for code in codes}
 _CANTONESE_REGIONS = ("hk", "mo")

@@ -124,11 +124,12 @@ class Prompt:
         return slice(self.audio_start, self.audio_stop)
 
 
-def render(context: str, pads: int, language: str | None) -> str:
-    """The official prompt string with ``pads`` audio pads."""
+def render(context: str, pads: int, language: str | None, prefix: str = "") -> str:
+    """The official prompt string with ``pads`` audio pads (and, in the streaming mode, the text
+    already fixed, ``prefix``, after the assistant's turn starts)."""
     text = (f"{IM_START}system\n{context}{IM_END}\n{IM_START}user\n{AUDIO_START}{AUDIO_PAD * pads}{AUDIO_END}"
             f"{IM_END}\n{IM_START}assistant\n")
-    return (text + f"language {language}{ASR_TEXT}") if language else text
+    return ((text + f"language {language}{ASR_TEXT}") if language else text) + prefix
 
 
 class PromptBuilder:
@@ -151,17 +152,18 @@ class PromptBuilder:
             raise RkspeechError(f"{root}: the tokenizer has no {', '.join(missing)} (not a Qwen3-ASR tokenizer)")
         self.audio_pad_id = self.tokenizer.token_to_id(AUDIO_PAD)
 
-    def build(self, audio_tokens: int, context: str = "", language: str | None = None) -> Prompt:
+    def build(self, audio_tokens: int, context: str = "", language: str | None = None, prefix: str = "") -> Prompt:
         """Ids for an utterance the encoder turns into ``audio_tokens`` tokens (``encoder_tokens(frames)``
         of its mel frames), the system ``context`` and, when given, the forced canonical
-        ``language`` (``languages.normalize_language``)."""
+        ``language`` (``languages.normalize_language``); ``prefix``: the streaming mode's fixed
+        text, which the answer continues."""
         context = context or ""
         if AUDIO_PAD in context:
             raise RkspeechError(f"the context contains {AUDIO_PAD}, the audio's place holder; remove it")
         pads = int(audio_tokens)
         if pads < 1:
             raise RkspeechError(f"{pads} audio tokens: the audio is too short (Qwen3-ASR needs at least one mel frame)")
-        ids = np.asarray(self.tokenizer.encode(render(context, pads, language)), dtype=np.int64)
+        ids = np.asarray(self.tokenizer.encode(render(context, pads, language, prefix)), dtype=np.int64)
         where = np.flatnonzero(ids == self.audio_pad_id)
         start = int(where[0])
         if len(where) != pads or int(where[-1]) != start + pads - 1:

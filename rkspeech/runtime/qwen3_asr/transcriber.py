@@ -25,6 +25,17 @@ from rkspeech.core.errors import RkspeechError
 DEFAULT_MAX_NEW_TOKENS = 512
 
 
+@dataclass(frozen=True)
+class Piece:
+    """One cut of the audio, transcribed: where it starts and how long it is (seconds), its
+    language and text as the official parses them, the generated ids."""
+    offset_s: float
+    seconds: float
+    language: str
+    text: str
+    token_ids: list[int]
+
+
 @dataclass
 class ASRResult:
     language: str
@@ -72,6 +83,7 @@ class ASRTranscriber:
             self.close()
             raise
         self.embed = np.load(host["embed"], mmap_mode="r")
+        self.reset_timing()
 
     # -- pieces -----------------------------------------------------------------------------
 
@@ -124,12 +136,15 @@ class ASRTranscriber:
 
     # -- a request --------------------------------------------------------------------------
 
-    def transcribe(self, wave: np.ndarray, *, context: str = "", language: str | None = None,
-                   max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS) -> ASRResult:
+    def iter_pieces(self, wave: np.ndarray, *, context: str = "", language: str | None = None,
+                    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS):
+        """Each piece of the audio as it is transcribed (:class:`Piece`, in order); the pieces'
+        texts joined are the transcript (:meth:`transcribe`).  ``language``: a name or ISO code
+        (``models.qwen3_asr.languages``), None to detect."""
         from rkspeech.models.qwen3_asr.features import log_mel
         from rkspeech.models.qwen3_asr.languages import normalize_language
         from rkspeech.models.qwen3_asr.long_audio import split_long_audio
-        from rkspeech.models.qwen3_asr.transcript_text import decode_text, merge_languages, parse_output
+        from rkspeech.models.qwen3_asr.transcript_text import decode_text, parse_output
 
         if max_new_tokens < 1:
             raise RkspeechError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
@@ -137,21 +152,33 @@ class ASRTranscriber:
         wave = np.asarray(wave, dtype=np.float32)
         if wave.size == 0:
             raise RkspeechError("the audio is empty")
-        t0 = time.perf_counter()
         limit = min(1200.0, self.max_piece_seconds(max_new_tokens))
-        langs, texts, ids = [], [], []
-        for piece, _offset in split_long_audio(wave, max_seconds=limit):
+        for piece, offset in split_long_audio(wave, max_seconds=limit):
             mel = log_mel(piece)
             if mel.shape[1] < 1:
                 raise RkspeechError("the audio is shorter than one mel frame (10 ms)")
+            t0 = time.perf_counter()
             feats = self.encode(mel)
+            t1 = time.perf_counter()
             prompt = self.prompts.build(feats.shape[0], context=context, language=forced)
             out = self.generate(prompt.ids.tolist(), prompt.audio_start, feats, max_new_tokens)
-            ids.append(out)
+            self.timing["encoder_s"] += t1 - t0
+            self.timing["decoder_s"] += time.perf_counter() - t1
             lang, text = parse_output(decode_text(self.prompts.tokenizer, out), forced)
-            langs.append(lang)
-            texts.append(text)
-        return ASRResult(merge_languages(langs), "".join(texts), ids, time.perf_counter() - t0, wave.size / 16000)
+            yield Piece(float(offset), piece.size / 16000, lang, text, out)
+
+    def transcribe(self, wave: np.ndarray, *, context: str = "", language: str | None = None,
+                   max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS) -> ASRResult:
+        from rkspeech.models.qwen3_asr.transcript_text import merge_languages
+
+        t0 = time.perf_counter()
+        pieces = list(self.iter_pieces(wave, context=context, language=language, max_new_tokens=max_new_tokens))
+        return ASRResult(merge_languages(p.language for p in pieces), "".join(p.text for p in pieces),
+                         [p.token_ids for p in pieces], time.perf_counter() - t0, np.asarray(wave).size / 16000)
+
+    def reset_timing(self) -> None:
+        """Zero the seconds spent in the encoder windows and in the decoder (prefill, steps, head)."""
+        self.timing = {"encoder_s": 0.0, "decoder_s": 0.0}
 
     def close(self) -> None:
         for r in self._runners:
