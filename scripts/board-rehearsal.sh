@@ -279,6 +279,47 @@ run_step arm64-check-board-asr arm check-board --plan "$IN_ASR_PLAN" --backend o
   -o "$IN_OUT/arm64-check-asr.json" > "$OUT/arm64-check-asr.txt" 2>&1
 run_step arm64-transcribe arm transcribe "$IN_OUT/asr.wav" --plan "$IN_ASR_PLAN" --backend ort --max-new-tokens 8 \
   --json > "$OUT/arm64-transcribe.json" 2> "$OUT/arm64-transcribe.txt"
+# serve's Qwen3-ASR engine on the board install: the Wyoming server and client in one process
+run_step arm64-serve-asr in_root -- "$VENV/bin/python" - "$IN_ASR_PLAN" "$IN_OUT/asr.wav" \
+  > "$OUT/arm64-serve-asr.json" 2> "$OUT/arm64-serve-asr.txt" <<'PY'
+import asyncio, json, sys, wave
+
+from wyoming.asr import Transcribe
+from wyoming.audio import AudioChunk, AudioStart, AudioStop
+from wyoming.client import AsyncTcpClient
+from wyoming.info import Describe
+
+from rkspeech.serve.engines import ServePool
+from rkspeech.serve.options import ServeOptions
+from rkspeech.serve.server import ServerThread
+from rkspeech.serve.transcribers import open_qwen3_asr
+
+engines = open_qwen3_asr(sys.argv[1])
+engines[0].max_new_tokens = 8  # as the transcribe step
+st = ServerThread(ServePool(transcribers=engines), ServeOptions(wyoming="tcp://127.0.0.1:0", http=None)).start()
+with wave.open(sys.argv[2]) as w:
+    pcm = w.readframes(w.getnframes())
+
+async def talk():
+    host, port = st.addresses["wyoming"].removeprefix("tcp://").rsplit(":", 1)
+    async with AsyncTcpClient(host, int(port), read_timeout=600) as c:
+        await c.write_event(Describe().event())
+        info = await c.read_event()
+        await c.write_event(Transcribe().event())
+        await c.write_event(AudioStart(rate=16000, width=2, channels=1).event())
+        await c.write_event(AudioChunk(rate=16000, width=2, channels=1, audio=pcm).event())
+        await c.write_event(AudioStop().event())
+        event = await c.read_event()
+        while event.type != "transcript":
+            event = await c.read_event()
+        return info.data["asr"][0]["name"], event.data["text"]
+
+try:
+    program, text = asyncio.run(talk())
+finally:
+    st.stop()
+print(json.dumps({"program": program, "text": text}))
+PY
 # the board default (rknn-lite): no NPU under emulation, so one line and exit 2 is the pass
 run_step arm64-check-board-rknnlite arm check-board --plan "$IN_PLAN" "${CHECK_OPTS[@]}" > "$OUT/arm64-rknnlite.txt" 2>&1
 
@@ -370,6 +411,17 @@ else:
                "decoder, onnxruntime versions differ)")
     rows.append(("Qwen3-ASR transcribe --plan (aarch64 vs x86)", f"{verdict}; aarch64 text {ta['text'][:40]!r}"))
     ok &= bool(ta["text"])
+try:
+    served = json.loads((out / "arm64-serve-asr.json").read_text())
+except (OSError, ValueError):
+    served = None
+if served is None or ta is None:
+    rows.append(("serve --asr-plan, Wyoming (aarch64)", "missing (see arm64-serve-asr.txt)")); ok = False
+else:
+    same = served["text"] == ta["text"]
+    rows.append(("serve --asr-plan, Wyoming (aarch64)", f"{served['program']}: transcript "
+                 + ("= transcribe --plan's" if same else f"DIFFERS from transcribe --plan's: {served['text'][:40]!r}")))
+    ok &= same
 asr_chk = out / "arm64-check-asr.json"
 asr_rep = json.loads(asr_chk.read_text()) if asr_chk.is_file() else {}
 rows.append(("check-board --backend ort, Qwen3-ASR plan (aarch64)", "; ".join(

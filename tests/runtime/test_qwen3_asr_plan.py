@@ -127,6 +127,14 @@ def test_check_board_replays_every_graph(fp32_plan, tmp_path):
     assert report["ok"] and all(row["ok"] for row in rows)
 
 
+def test_doctor_checks_the_plan(fp32_plan):
+    """``doctor --plan`` reads a Qwen3-ASR plan's .rknn files (chip, toolkit) as any plan's."""
+    r = subprocess.run([sys.executable, "-m", "rkspeech", "doctor", "--plan", str(fp32_plan[0])],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "window_k8.rknn: rk3588, toolkit 2.5.0" in r.stdout + r.stderr
+
+
 def test_estimate_prices_the_plan(fp32_plan):
     """``estimate --plan`` on a Qwen3-ASR plan: the encoder windows from their layer tables (ideal, and
     at the NPU board factor), the decoder's calls from their bytes; per utterance the parts add up."""
