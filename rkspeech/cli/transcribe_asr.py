@@ -52,7 +52,8 @@ def run_plan(args: argparse.Namespace) -> int:
             if len(audio) == 0:
                 result_lang, text, ids, secs = "", "", [], 0.0
             else:
-                r = asr.transcribe(audio, context=args.context, language=language, max_new_tokens=args.max_new_tokens)
+                r = asr.transcribe(audio, context=args.context, language=language, max_new_tokens=args.max_new_tokens,
+                                   progress=path)
                 result_lang, text, ids, secs = r.language, r.text, r.token_ids, r.seconds
             entry = {"audio": path, "language": result_lang, "text": text, "token_ids": ids,
                      "seconds": round(secs, 3), "audio_seconds": round(len(audio) / 16000, 3)}

@@ -104,6 +104,22 @@ def test_cli_from_a_folder_of_its_own(fp32_plan, tmp_path):
     assert len(r.stderr.strip().splitlines()[-1]) > 0
 
 
+def test_long_audio_is_cut_to_what_the_decoder_holds(fp32_plan):
+    """Audio past the decoder's capacity is cut where the official cuts (the quietest point within
+    5 s of the mark), the mark set back so that every piece fits (400 s of noise once made a
+    1,072-position prompt for the 1,024 cache); when no piece could fit, one line says why."""
+    from rkspeech.runtime.qwen3_asr.transcriber import ASRTranscriber
+
+    noise = (0.1 * np.random.default_rng(1).standard_normal(16000 * 400)).astype(np.float32)
+    with ASRTranscriber(fp32_plan[0], backend="ort") as asr:
+        r = asr.transcribe(noise, max_new_tokens=8)
+        fits = asr.fitting_seconds(8)
+        assert len(r.token_ids) == len(list(asr.iter_pieces(noise, max_new_tokens=8))) > 400 / fits
+        assert asr.piece_seconds(30.0, 8) == 1200.0  # it fits whole: not cut, as the official
+        with pytest.raises(RkspeechError, match="must be cut into pieces, which needs more"):
+            asr.transcribe(noise[:16000 * 60], max_new_tokens=960)
+
+
 def test_plan_refusals(tmp_path):
     from rkspeech.plan.asr import load_asr_plan
 

@@ -129,10 +129,28 @@ class ASRTranscriber:
             h = self.talker.forward(self.embeddings([tok]))
         return out
 
-    def max_piece_seconds(self, max_new_tokens: int) -> float:
-        """The longest audio piece whose prompt and output fit the decoder: 13 tokens a second."""
-        free = self.plan.capacity - max_new_tokens - self.prompts.overhead()
-        return max(0.5, free / 13.0)
+    def fitting_seconds(self, max_new_tokens: int, context: str = "", language: str | None = None) -> int:
+        """Whole seconds of audio whose tokens fit the decoder beside the prompt and the output: 13
+        encoder tokens a second, a started second counted whole."""
+        free = self.plan.capacity - max_new_tokens - self.prompts.overhead(context, language)
+        return int(free // 13) - 1
+
+    def piece_seconds(self, audio_s: float, max_new_tokens: int, context: str = "", language: str | None = None) -> float:
+        """Where the official cut (``split_long_audio``) is asked to go: 1200 s, or less where the
+        decoder holds less -- then :data:`~rkspeech.models.qwen3_asr.long_audio.SEARCH_SECONDS`
+        less again, as a cut moves up to that far on to the quietest point (400 s of noise once
+        made a 1,072-position prompt for a 1,024 cache)."""
+        from rkspeech.models.qwen3_asr.long_audio import MAX_SECONDS, SEARCH_SECONDS
+
+        fits = self.fitting_seconds(max_new_tokens, context, language)
+        if audio_s <= fits:  # it all fits: cut where the official cuts (only past 1200 s)
+            return float(MAX_SECONDS)
+        if fits - SEARCH_SECONDS < 1:
+            raise RkspeechError(f"the decoder's capacity ({self.plan.capacity}) leaves room for {max(fits, 0)} s of audio "
+                                f"beside {max_new_tokens} new tokens and the prompt; {audio_s:.1f} s must be cut into "
+                                "pieces, which needs more: lower --max-new-tokens, shorten the context, or rebuild "
+                                "with a larger --capacity")
+        return min(float(MAX_SECONDS), float(fits - SEARCH_SECONDS))
 
     # -- a request --------------------------------------------------------------------------
 
@@ -152,7 +170,7 @@ class ASRTranscriber:
         wave = np.asarray(wave, dtype=np.float32)
         if wave.size == 0:
             raise RkspeechError("the audio is empty")
-        limit = min(1200.0, self.max_piece_seconds(max_new_tokens))
+        limit = self.piece_seconds(wave.size / 16000, max_new_tokens, context, forced)
         for piece, offset in split_long_audio(wave, max_seconds=limit):
             mel = log_mel(piece)
             if mel.shape[1] < 1:
@@ -168,11 +186,21 @@ class ASRTranscriber:
             yield Piece(float(offset), piece.size / 16000, lang, text, out)
 
     def transcribe(self, wave: np.ndarray, *, context: str = "", language: str | None = None,
-                   max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS) -> ASRResult:
+                   max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, progress: str | None = None) -> ASRResult:
+        """The whole transcript; ``progress``: a description for a line every few seconds with the
+        audio transcribed so far (``core.progress.periodic``: an hour is ~100 pieces at the
+        default capacity, minutes of work)."""
+        from rkspeech.core.progress import periodic
         from rkspeech.models.qwen3_asr.transcript_text import merge_languages
 
         t0 = time.perf_counter()
-        pieces = list(self.iter_pieces(wave, context=context, language=language, max_new_tokens=max_new_tokens))
+        tick = periodic(progress) if progress else None
+        total = np.asarray(wave).size / 16000
+        pieces = []
+        for piece in self.iter_pieces(wave, context=context, language=language, max_new_tokens=max_new_tokens):
+            pieces.append(piece)
+            if tick is not None:
+                tick(f"{piece.offset_s + piece.seconds:.0f} s of {total:.0f} s of audio transcribed")
         return ASRResult(merge_languages(p.language for p in pieces), "".join(p.text for p in pieces),
                          [p.token_ids for p in pieces], time.perf_counter() - t0, np.asarray(wave).size / 16000)
 
