@@ -144,7 +144,12 @@ def free_running(tts, runs, *, talker, code_predictor, frames: int, label: str =
 
     done = each_run(runs, one, {"talker": talker, "code_predictor": code_predictor},
                     f"accuracy gate: {label}, free running")
-    rows = [r for r, _ in done]
+    return {**free_summary([r for r, _ in done]), "timing": stage_seconds([t for _, t in done])}
+
+
+def free_summary(rows: list[dict]) -> dict:
+    """The free-running figures over utterances, each row ``_compare``'s (and its ``text``); also
+    the Qwen3-ASR gate's (``accuracy.asr_gate``: a token per frame)."""
     same = sum(r["same_stop"] for r in rows)
     return {"utterances": len(rows), "same_stop": same, "same_stop_share": round(same / len(rows), 4) if rows else None,
             "stopped_reference": sum(r["stop_frame_reference"] is not None for r in rows),
@@ -152,7 +157,7 @@ def free_running(tts, runs, *, talker, code_predictor, frames: int, label: str =
             "first_diverging_frame": min((r["first_diverging_frame"] for r in rows
                                           if r["first_diverging_frame"] is not None), default=None),
             "codes_equal": round(float(np.mean([r["codes_equal"] for r in rows])), 4) if rows else None,
-            "texts": rows, "timing": stage_seconds([t for _, t in done])}
+            "texts": rows}
 
 
 def stage_seconds(timings) -> dict:
@@ -210,15 +215,18 @@ def judge(name: str, figures: dict, thresholds: GateThresholds) -> list[str]:
 
 def measurement_failures(report: dict, thresholds: GateThresholds) -> list[str]:
     """Why the measurement itself cannot vouch for a stage: too few frames, or too few utterances
-    stopped by themselves in the fp32 run (then "same stop" compares truncated runs)."""
+    stopped by themselves in the fp32 run (then "same stop" compares truncated runs).  ``report``'s
+    ``unit`` (default frames; the Qwen3-ASR gate's tokens) and ``bound`` (what sets
+    ``frames_per_text``; default --cpu-check-frames) word the lines."""
     out = []
+    unit, bound = report.get("unit", "frames"), report.get("bound", "--cpu-check-frames")
     if report["reference_frames"] < thresholds.min_frames:
-        out.append(f"measured on {report['reference_frames']} fp32 frames, fewer than {thresholds.min_frames}")
+        out.append(f"measured on {report['reference_frames']} fp32 {unit}, fewer than {thresholds.min_frames}")
     texts, stopped = report["texts"], report["stopped_reference"]
     if texts and stopped < thresholds.min_stopped_reference * texts:
         out.append(f"fp32 stopped by itself on {stopped}/{texts} utterances within {report['frames_per_text']} "
-                   f"frames (< {100 * thresholds.min_stopped_reference:.0f} %): the stop frame is not judged "
-                   "(a checkpoint that does not stop, or --cpu-check-frames too low)")
+                   f"{unit} (< {100 * thresholds.min_stopped_reference:.0f} %): the stop is not judged "
+                   f"(a checkpoint that does not stop, or {bound} too low)")
     return out
 
 

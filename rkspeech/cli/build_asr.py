@@ -6,6 +6,7 @@ import argparse
 
 from rkspeech.cli.vocabulary import ADVANCED, INPUT, NPU, OUTPUT, Flags
 from rkspeech.core.targets import DEFAULT_TARGET, TARGETS
+from rkspeech.core.thresholds import GATE_MODES
 
 HELP = "Qwen3-ASR: encoder windows on the NPU, decoder on the CPU (int4 / int8 / fp32) -> one plan"
 
@@ -36,6 +37,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
           help="encoder window graphs by size in 1 s chunks (default 8: the model's whole attention window)")
     f.add(NPU, "--skip-sim", action="store_true", help="no simulator check of the encoder graphs")
     f.add(NPU, "--timeout", type=float, default=None, help="conversion timeout in seconds")
+    f.add(NPU, "--gate", choices=GATE_MODES, default="refuse",
+          help="accuracy gate of the quantized decoder and the NPU encoder against fp32 (greedy transcripts of "
+               "held-out clips, teacher forced and free running; the text-to-speech gate's marks): refuse "
+               "(default: no plan when a stage fails), warn (write the plan, record the failures as a warning), "
+               "off (not measured)")
     f.add(ADVANCED, "--capacity", type=int, default=DEFAULT_CAPACITY,
           help=f"decoder positions (prompt + new tokens; default {DEFAULT_CAPACITY})")
     f.add(ADVANCED, "--prefill-b", type=int, default=DEFAULT_PREFILL_B, help="prefill graph positions a call")
@@ -52,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     opts = ASRBuildOptions(model_dir=args.model_dir, out_dir=args.out_dir, target=args.target, encoder=args.encoder,
                            decoder=args.decoder, window_chunks=args.window_chunks, capacity=args.capacity,
                            prefill_B=args.prefill_b, int4_block=args.int4_block, skip_sim=args.skip_sim,
-                           timeout=args.timeout, force=args.force)
+                           timeout=args.timeout, force=args.force, gate=args.gate)
     report = build_qwen3_asr(opts)
     if args.json:
         print(json.dumps(report, indent=2))
@@ -69,5 +75,17 @@ def run(args: argparse.Namespace) -> int:
                       f"{enc['export'][role]['ort_max_abs']:.2e})")
     dec = report["decoder"]
     progress.info(f"decoder: {dec['placement']}, capacity {opts.capacity}")
+    for key, value in gate_rows(report.get("accuracy_gate")):
+        progress.info(f"{key}: {value}")
     print(report["plan"])
     return 0
+
+
+def gate_rows(gate: dict | None) -> list[tuple]:
+    """The accuracy gate's rows (``build qwen3-tts``'s: each judged stage's figures, then the verdict)."""
+    from rkspeech.cli.build_tts import _check_rows, _gate_rows
+
+    rows: list[tuple] = []
+    for name, figures in ((gate or {}).get("stages") or {}).items():
+        rows += _check_rows(f"{name} ({figures.get('placement')})", figures, unit="token")
+    return rows + _gate_rows(gate)

@@ -152,8 +152,9 @@ def _misses_text(misses: list | None) -> str:
     return f"; first misses at fp32 top-two gap vs logit error rms: {shown}{' ...' if len(misses) > 4 else ''}"
 
 
-def _check_rows(name: str, c: dict | None) -> list[tuple]:
-    """A stage's gate figures against its fp32 graph (a CPU variant, or an NPU stage on the simulator)."""
+def _check_rows(name: str, c: dict | None, unit: str = "frame") -> list[tuple]:
+    """A stage's gate figures against its fp32 graph (a CPU variant, or an NPU stage on the simulator);
+    ``unit``: what a generation step makes (frame; token in the Qwen3-ASR gate)."""
     from rkspeech.core.compare import db_text
 
     rows: list[tuple] = []
@@ -168,9 +169,9 @@ def _check_rows(name: str, c: dict | None) -> list[tuple]:
         div = free.get("first_diverging_frame")
         rows.append((f"{name} vs fp32 (free running)", f"not measured: {free['not_measured']}"
                      if free.get("not_measured") else
-                     f"same stop {free['same_stop']}/{free['utterances']} utterances, codes equal "
-                     f"{100 * free['codes_equal']:.1f} %, identical {free['identical_utterances']}, first "
-                     f"diverging frame {'-' if div is None else div}"))
+                     f"same stop {free['same_stop']}/{free['utterances']} utterances, "
+                     f"{'codes' if unit == 'frame' else unit + 's'} equal {100 * free['codes_equal']:.1f} %, "
+                     f"identical {free['identical_utterances']}, first diverging {unit} {'-' if div is None else div}"))
         rows.append((f"{name}: accuracy gate", "FAIL: " + "; ".join(c["failures"]) if c.get("failures") else "pass"))
     return rows
 
@@ -196,9 +197,11 @@ def _gate_rows(gate: dict | None) -> list[tuple]:
         return [("accuracy gate", "no stage to judge (no quantized stage; NPU stages are judged on the simulator, "
                                   "not with --skip-sim)")] + _unmeasured(gate)
     t = gate["thresholds"]
-    how = (f"{gate['reference_frames']} fp32 frames of {gate['texts']} utterances ({gate['prompt_form']} prompt, "
+    unit = gate.get("unit", "frames")
+    form = f"{gate['prompt_form']} prompt, " if gate.get("prompt_form") else ""
+    how = (f"{gate['reference_frames']} fp32 {unit} of {gate['texts']} utterances ({form}"
            f"{gate['stopped_reference']} stopped); marks: agreement >= {100 * t['min_agreement']:.0f} %, same stop >= "
-           f"{100 * t['min_same_stop']:.0f} %, logit SNR >= {t['min_logit_snr_db']:.0f} dB, frames >= {t['min_frames']}, "
+           f"{100 * t['min_same_stop']:.0f} %, logit SNR >= {t['min_logit_snr_db']:.0f} dB, {unit} >= {t['min_frames']}, "
            f"fp32 stopped >= {100 * t['min_stopped_reference']:.0f} %")
     verdict = "passed" if gate["passed"] else f"FAILED ({gate['mode']}): " + "; ".join(gate["failures"])
     rows = [("accuracy gate", how), ("accuracy gate verdict", verdict)]

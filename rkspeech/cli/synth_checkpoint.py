@@ -38,6 +38,10 @@ def register(subparsers) -> None:
     f.add(None, "--config", choices=("reduced", "published", "published-1.7b"), default="reduced")
     f.add(None, "--seed", type=int, default=0)
     f.add(None, "--out-dir", writes="folder", required=True, metavar="DIR", help="model root to write")
+    f.add(None, "--trained", action="store_true",
+          help="train the reduced encoder and decoder for about half a CPU minute on synthetic two-tone "
+               "clips, so that greedy transcripts are confident and stop by themselves (cached under "
+               "~/.cache/rkspeech; docs/qwen3-asr.md, Accuracy gate)")
     a.set_defaults(func=run_asr)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
@@ -75,6 +79,16 @@ def run_asr(args: argparse.Namespace) -> int:
     from rkspeech.models.qwen3_asr.synthetic_asr import write_asr_checkpoint
 
     check_writable(args.out_dir, what="output", folder=True)
+    if getattr(args, "trained", False):
+        from rkspeech.models.qwen3_asr.trained import default_cache_dir, write_trained_asr_checkpoint
+
+        with progress.stage(f"trained synthetic {args.config} Qwen3-ASR model (seed {args.seed})"):
+            root, record = write_trained_asr_checkpoint(args.out_dir, args.config, args.seed,
+                                                        cache_dir=default_cache_dir(), log=progress.info)
+        how = f"from the cache {record['cached']}" if record.get("cached") else f"trained in {record['seconds']} s"
+        progress.info(f"{how}; final loss {record['loss_last20']}")
+        print(root)
+        return 0
     with progress.stage(f"synthetic {args.config} Qwen3-ASR model (seed {args.seed})"):
         root = write_asr_checkpoint(args.out_dir, args.config, args.seed)
     print(root)

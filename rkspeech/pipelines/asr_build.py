@@ -13,6 +13,13 @@ Each part reuses the stage that already does its job:
 * **Host data**: the token embedding (in the file's dtype, ``.npy``) and the tokenizer, config and
   processor files, inside the plan folder (a plan names only its own files).
 
+* **Accuracy gate** (``asr_accuracy_gate``, ``accuracy.asr_gate``): greedy transcripts of held-out
+  clips with the fp32 stages against the plan's (the quantized decoder on onnxruntime, the NPU
+  encoder's windows on the simulator), judged by the text-to-speech gate's marks
+  (``accuracy.gate``); ``gate="refuse"`` writes no plan below them (the report is written, a
+  plan.json of an earlier build removed), ``"warn"`` records the failures as a warning, ``"off"``
+  measures nothing.
+
 Resumable (``pipelines.resumable``): each stage re-runs only when its inputs changed.
 """
 
@@ -55,6 +62,8 @@ class ASRBuildOptions:
     skip_sim: bool = False
     timeout: float | None = None
     force: bool = False
+    #: the accuracy gate (``core.thresholds.GATE_MODES``): refuse, warn or off
+    gate: str = "refuse"
 
     def check(self) -> None:
         from rkspeech.core.targets import TARGETS
@@ -70,6 +79,10 @@ class ASRBuildOptions:
                                 f"{self.prefill_B}")
         if not self.window_chunks or any(k < 1 for k in self.window_chunks):
             raise RkspeechError(f"window sizes must be whole chunks >= 1, got {self.window_chunks}")
+        from rkspeech.core.thresholds import GATE_MODES
+
+        if self.gate not in GATE_MODES:
+            raise RkspeechError(f"--gate {self.gate!r}: choose one of {', '.join(GATE_MODES)}")
 
 
 def build_qwen3_asr(options: ASRBuildOptions) -> dict:
@@ -93,10 +106,89 @@ def build_qwen3_asr(options: ASRBuildOptions) -> dict:
     report = {"model": str(options.model_dir), "target": options.target}
     report["encoder"] = _build_encoder(options, stages, net, files, out, chunks)
     report["decoder"] = _build_decoder(options, stages, net, files, cfg, out)
+    gate = report["accuracy_gate"] = _gate(options, stages, out, report, cfg)
+    if gate.get("warning"):
+        report["warnings"] = [gate["warning"]]
     report["stages"] = stages.timings
+    if gate["failures"] and options.gate == "refuse":
+        from rkspeech.pipelines.stage_gate import gate_refusal
+        from rkspeech.pipelines.vocoder_build import BUILD_REPORT, PLAN_FILE
+
+        write_json(out / BUILD_REPORT, {**report, "plan": None})
+        (out / PLAN_FILE).unlink(missing_ok=True)  # an earlier build's plan no longer matches the stages
+        raise gate_refusal(gate, out / BUILD_REPORT)
     report["plan"] = str(_write_plan(options, out, report, cfg))
     write_json(out / "build-report.json", report)
     return report
+
+
+#: bump when what the gate measures changes (its resumable stage then runs again)
+GATE_VERSION = 1
+
+
+def _gate_stages(options) -> dict:
+    """The stages the gate judges, by name -> placement: the encoder when NPU-placed (on the
+    simulator; not with ``skip_sim``), the decoder when quantized, and the plan (both) when both."""
+    out = {}
+    if options.decoder != "cpu-fp32":
+        out["decoder"] = options.decoder
+    if options.encoder == "npu" and not options.skip_sim:
+        out["encoder"] = "npu"
+    if len(out) == 2:
+        out["plan"] = f"npu + {options.decoder}"
+    return out
+
+
+def _gate(options, stages, out: Path, report: dict, cfg) -> dict:
+    """The accuracy gate's section of the report (``pipelines.stage_gate.gate_section``): the
+    figures of ``accuracy.asr_gate.run_asr_gate`` (a resumable stage over the graphs it runs),
+    judged against the current marks."""
+    from rkspeech.accuracy.asr_gate import GATE_CLIPS, GATE_MAX_TOKENS, asr_thresholds
+    from rkspeech.pipelines.stage_gate import gate_section
+
+    judged = _gate_stages(options)
+    check = None
+    if options.gate != "off" and judged:
+        records = {"fp32": _records(options, out, report, cfg, fp32=True), "plan": _records(options, out, report, cfg)}
+        inputs = sorted({Path(p) for r in records.values() for rec in r.values() for a in rec["artifacts"].values()
+                         for p in a.values()})
+        args = {"stages": judged, "clips": GATE_CLIPS, "max_tokens": GATE_MAX_TOKENS, "target": options.target,
+                "gate_version": GATE_VERSION}
+        check = stages.run("asr_accuracy_gate", args, [out / p for p in inputs], lambda: [],
+                           lambda: _run_gate(out, records, judged))
+    gate = gate_section(check, options.gate, thresholds=asr_thresholds())
+    if options.skip_sim and options.encoder == "npu" and options.gate != "off":  # recorded: --skip-sim says it
+        gate["npu_not_measured"] = {"stages": ["encoder"], "why": "--skip-sim (the NPU encoder is judged on the "
+                                                                   "simulator)"}
+    return gate
+
+
+def _run_gate(out: Path, records: dict, judged: dict) -> dict:
+    """``run_asr_gate`` over two openings of the graphs (``ASRTranscriber`` on scratch plan files in
+    ``out``, removed afterwards: the plan itself is written only once the gate let it through)."""
+    from rkspeech.accuracy.asr_gate import run_asr_gate
+    from rkspeech.core.atomic import write_json
+    from rkspeech.core.threads import default_threads
+    from rkspeech.plan.record import PLAN_FORMAT
+    from rkspeech.runtime.qwen3_asr.transcriber import ASRTranscriber
+
+    scratch = {name: out / f".asr-gate-{name}.plan.json" for name in records}
+    opened = []
+    try:
+        for name, recs in records.items():
+            write_json(scratch[name], {"format": PLAN_FORMAT, **recs})
+        threads = default_threads()
+        reference = ASRTranscriber(scratch["fp32"], backend="ort", threads=threads)
+        opened.append(reference)
+        npu = "encoder" in judged
+        plan = ASRTranscriber(scratch["plan"], backend="sim" if npu else "ort", threads=threads)
+        opened.append(plan)
+        return run_asr_gate(reference, plan, stages=judged)
+    finally:
+        for asr in opened:
+            asr.close()
+        for path in scratch.values():
+            path.unlink(missing_ok=True)
 
 
 class _LazyNet:
@@ -284,32 +376,46 @@ def _copy_host(src: Path, dst: Path) -> Path:
     return dst
 
 
-def _write_plan(options, out: Path, report: dict, cfg) -> Path:
-    """``plan.json`` with the ``asr_encoder`` and ``asr_decoder`` records (``plan.asr`` reads them)."""
+def _records(options, out: Path, report: dict, cfg, *, fp32: bool = False) -> dict:
+    """The ``asr_encoder`` and ``asr_decoder`` records of the plan (``plan.asr`` reads them); with
+    ``fp32`` those of its fp32 stages (the encoder's ONNX, the exported decoder), which the gate
+    takes for its reference."""
     from rkspeech.plan.asr import DECODER, ENCODER
-    from rkspeech.plan.plan import write_plan_data
-    from rkspeech.plan.record import PLAN_FORMAT
-    from rkspeech.pipelines.vocoder_build import PLAN_FILE
 
     def rel(p) -> str:
         return os.path.relpath(Path(p).resolve(), out.resolve())
 
+    npu = options.encoder == "npu" and not fp32
     enc = report["encoder"]
     arts = {}
     for role, r in enc["export"].items():
         onnx = Path(r["onnx"])
         rknn = onnx.with_suffix(".rknn")
-        arts[role] = {"onnx": rel(onnx), **({"rknn": rel(rknn)} if options.encoder == "npu" else {})}
-    encoder = {"placement": options.encoder, "target": options.target if options.encoder == "npu" else None,
+        arts[role] = {"onnx": rel(onnx), **({"rknn": rel(rknn)} if npu else {})}
+    encoder = {"placement": "npu" if npu else "cpu-fp32", "target": options.target if npu else None,
                "artifacts": arts}
-    if "simulator" in enc:
+    if "simulator" in enc and npu:
         encoder["simulator"] = enc["simulator"]
     dec = report["decoder"]
-    darts = {role: {"onnx": rel(p)} for role, p in dec["artifacts"].items()}
+    graphs = {role: dec["export"][role]["onnx"] for role in dec["artifacts"]} if fp32 else dec["artifacts"]
+    darts = {role: {"onnx": rel(p)} for role, p in graphs.items()}
     darts.update({f"host:{name}": {"host": rel(p)} for name, p in dec["host"].items()})
-    decoder = {"placement": options.decoder, "target": None, "artifacts": darts,
-               "goldens": {role: rel(p) for role, p in dec["goldens"].items()},
+    decoder = {"placement": "cpu-fp32" if fp32 else options.decoder, "target": None, "artifacts": darts,
                "capacity": options.capacity, "eos_token_ids": list(cfg.eos_token_ids)}
-    if dec["quantization"]:
-        decoder["quantization"] = dec["quantization"]
-    return write_plan_data(out / PLAN_FILE, {"format": PLAN_FORMAT, ENCODER: encoder, DECODER: decoder})
+    if not fp32:
+        decoder["goldens"] = {role: rel(p) for role, p in dec["goldens"].items()}
+        if dec["quantization"]:
+            decoder["quantization"] = dec["quantization"]
+    return {ENCODER: encoder, DECODER: decoder}
+
+
+def _write_plan(options, out: Path, report: dict, cfg) -> Path:
+    """``plan.json`` with the ``asr_encoder`` and ``asr_decoder`` records and what the plan keeps of
+    the accuracy gate (``build.accuracy_gate``)."""
+    from rkspeech.plan.plan import write_plan_data
+    from rkspeech.plan.record import PLAN_FORMAT
+    from rkspeech.pipelines.stage_gate import plan_gate
+    from rkspeech.pipelines.vocoder_build import PLAN_FILE
+
+    return write_plan_data(out / PLAN_FILE, {"format": PLAN_FORMAT, **_records(options, out, report, cfg),
+                                             "build": {"accuracy_gate": plan_gate(report["accuracy_gate"])}})

@@ -257,13 +257,14 @@ class _Deferred:
         return getattr(self._backend, attr)
 
 
-def gate_section(check: dict | None, mode: str, *, npu: dict | None = None) -> dict:
+def gate_section(check: dict | None, mode: str, *, npu: dict | None = None, thresholds=None) -> dict:
     """The build report's ``accuracy_gate``: the figures of ``check_cpu_stages`` judged against the
     current thresholds, the mode (``core.thresholds.GATE_MODES``) and, when the gate fails or was
     not run, or an NPU-placed stage was not judged (a checkpoint the gate cannot vouch for), the
     ``warning`` the report keeps.  ``npu``: the NPU-placed stages' own simulator checks (verify
     replay, talker logit SNR), recorded beside; the gate's figures of those stages are in
-    ``stages`` like the CPU stages' (docs/accuracy-gate.md)."""
+    ``stages`` like the CPU stages' (docs/accuracy-gate.md).  ``thresholds``: the marks
+    (``accuracy.gate.GateThresholds``; default ``core.thresholds``' GATE_*)."""
     from rkspeech.accuracy.gate import apply_thresholds
 
     out: dict = {"mode": mode}
@@ -274,14 +275,31 @@ def gate_section(check: dict | None, mode: str, *, npu: dict | None = None) -> d
                 "warning": "accuracy gate off (--gate off): the quantized stages were not measured"}
     if not check:
         return {**out, "passed": True, "failures": [], "stages": {}}
-    judged = apply_thresholds(dict(check, stages={k: dict(v) for k, v in check["stages"].items()}))
+    judged = apply_thresholds(dict(check, stages={k: dict(v) for k, v in check["stages"].items()}), thresholds)
     out.update(judged)
     warnings = []
     if judged["failures"] and mode == "warn":
         warnings.append("accuracy gate failed, plan written anyway (--gate warn): " + "; ".join(judged["failures"]))
     for name in judged.get("not_judged") or []:
-        warnings.append(f"accuracy gate: the NPU-placed {name.replace('_', ' ')} not judged: "
+        placed = "NPU-placed " if judged["stages"][name].get("placement", "npu") == "npu" else ""
+        warnings.append(f"accuracy gate: the {placed}{name.replace('_', ' ')} not judged: "
                         f"{judged['stages'][name]['not_judged']}")
     if warnings:
         out["warning"] = "; ".join(warnings)
     return out
+
+
+def plan_gate(gate: dict) -> dict:
+    """What a plan keeps of the gate: mode, verdict, failures (the figures are in the build report)."""
+    return {k: gate[k] for k in ("mode", "passed", "failures", "warning", "reference_frames", "prompt_form", "unit")
+            if k in gate}
+
+
+def gate_refusal(gate: dict, report_path, *, overridable: bool = True):
+    """The one-line ``RkspeechError`` of a build the gate refuses (its first failure, how many
+    more, where the figures are, and that ``--gate warn`` writes the plan when ``overridable``)."""
+    from rkspeech.core.errors import RkspeechError
+
+    more = f" (+{len(gate['failures']) - 1} more)" if len(gate["failures"]) > 1 else ""
+    return RkspeechError(f"accuracy gate: {gate['failures'][0]}{more}; no plan written (figures in "
+                         f"{report_path}{'; --gate warn writes it anyway' if overridable else ''})")

@@ -131,12 +131,6 @@ def _prompt_form(files) -> str:
     return "whole-text" if read_tts_config(files).default_text_in_prompt else "streaming"
 
 
-def _plan_gate(gate: dict) -> dict:
-    """What the plan keeps of the gate: mode, verdict, failures (the figures are in the report)."""
-    return {k: gate[k] for k in ("mode", "passed", "failures", "warning", "reference_frames", "prompt_form")
-            if k in gate}
-
-
 def _refuse(o, out: Path, graphs, gate, vocoder, cp, talker, stages, started, headroom=None, *,
             overridable: bool = True) -> None:
     """The gate failed: the report is written (no plan; a plan left by an earlier build of this
@@ -149,9 +143,9 @@ def _refuse(o, out: Path, graphs, gate, vocoder, cp, talker, stages, started, he
                "options": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(o).items()}}
     write_json(out / BUILD_REPORT, summary)
     (out / PLAN_FILE).unlink(missing_ok=True)
-    more = f" (+{len(gate['failures']) - 1} more)" if len(gate["failures"]) > 1 else ""
-    raise RkspeechError(f"accuracy gate: {gate['failures'][0]}{more}; no plan written (figures in "
-                        f"{out / BUILD_REPORT}{'; --gate warn writes it anyway' if overridable else ''})")
+    from rkspeech.pipelines.stage_gate import gate_refusal
+
+    raise gate_refusal(gate, out / BUILD_REPORT, overridable=overridable)
 
 
 def _cpu_goldens(stages, files, checks: dict, cp, talker, o: TTSBuildOptions) -> dict:
@@ -172,7 +166,7 @@ def _cpu_goldens(stages, files, checks: dict, cp, talker, o: TTSBuildOptions) ->
 
 
 def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
-    from rkspeech.pipelines.stage_gate import check_cpu_stages, gate_section
+    from rkspeech.pipelines.stage_gate import check_cpu_stages, gate_section, plan_gate
     from rkspeech.pipelines.resumable import StageRunner
     from rkspeech.pipelines.tts_stages import place_clone_encoders, place_code_predictor, place_talker
     from rkspeech.pipelines.vocoder_build import VocoderBuildOptions, _build as build_vocoder_in
@@ -266,7 +260,7 @@ def _build(o: TTSBuildOptions, files, vfiles, out: Path) -> dict:
                            extra={"checkpoint": str(files.root.resolve()), "formulation": npu_contracts["main"].formulation,
                                   "dtype": "fp16", "prompt_form": _prompt_form(files),
                                   "host_heads": host_heads_record(files),
-                                  "accuracy_gate": _plan_gate(gate)})
+                                  "accuracy_gate": plan_gate(gate)})
     load_plan(plan_path, backend="ort")  # the plan just written must load
     summary = {
         "model": "qwen3-tts", "target": o.target, "plan": str(plan_path),

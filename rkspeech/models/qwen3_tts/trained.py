@@ -60,13 +60,31 @@ RECIPE_VERSION = 2  # bump when train() changes what a given TrainOptions produc
 
 
 @dataclass(frozen=True)
-class TrainOptions:
-    """How the reduced talker and code predictor are trained (all deterministic in ``seed``, which
-    also seeds the rule; ``write_trained_tts_checkpoint`` defaults it to the checkpoint's seed)."""
+class TrainSchedule:
+    """The optimizer's schedule every trained synthetic root shares (AdamW, warm-up then cosine:
+    ``warmup_cosine``; deterministic in ``seed``); ``counts``: the whole-number fields that must be >= 1."""
     steps: int = 400
     batch: int = 8
     lr: float = 1e-2
     warmup: int = 20
+    seed: int = 0
+    #: torch threads; 1 because on the 2-core measuring host, shared with other jobs, a
+    #: [300, 64] x [64, 3072] matmul took ~23 ms on 2 threads and ~2.3 ms on 1 (2026-12-01, load ~3)
+    threads: int = 1
+    counts = ("steps", "batch", "threads")
+
+    def check(self) -> None:
+        for name in self.counts:
+            if getattr(self, name) < 1:
+                raise RkspeechError(f"training {name} must be >= 1, got {getattr(self, name)}")
+        if not self.lr > 0:
+            raise RkspeechError("training lr must be > 0")
+
+
+@dataclass(frozen=True)
+class TrainOptions(TrainSchedule):
+    """How the reduced talker and code predictor are trained (all deterministic in ``seed``, which
+    also seeds the rule; ``write_trained_tts_checkpoint`` defaults it to the checkpoint's seed)."""
     #: random token count per training text before re-encoding (the body's length ends up close)
     min_tokens: int = 3
     max_tokens: int = 32
@@ -76,26 +94,45 @@ class TrainOptions:
     #: hold the whole text (the custom-voice default), which the reduced talker does not learn in
     #: minutes (module docstring)
     streaming_fraction: float = 1.0
-    seed: int = 0
-    #: torch threads; 1 because on the 2-core measuring host, shared with other jobs, a
-    #: [300, 64] x [64, 3072] matmul took ~23 ms on 2 threads and ~2.3 ms on 1 (2026-12-01, load ~3)
-    threads: int = 1
+    counts = ("steps", "batch", "predictor_frames", "threads")
 
     def check(self) -> None:
-        for name in ("steps", "batch", "predictor_frames", "threads"):
-            if getattr(self, name) < 1:
-                raise RkspeechError(f"training {name} must be >= 1, got {getattr(self, name)}")
+        super().check()
         if not 2 <= self.min_tokens <= self.max_tokens:
             raise RkspeechError(f"training text length must satisfy 2 <= min_tokens <= max_tokens, got "
                                 f"{self.min_tokens}..{self.max_tokens}")
-        if not self.lr > 0 or not 0 <= self.streaming_fraction <= 1:
-            raise RkspeechError("training lr must be > 0 and streaming_fraction in [0, 1]")
+        if not 0 <= self.streaming_fraction <= 1:
+            raise RkspeechError("training streaming_fraction must be in [0, 1]")
 
     def key(self, config: str, variant: str, seed: int) -> str:
-        raw = json.dumps({"config": config, "variant": variant, "seed": seed, "rule": CodeRule.VERSION,
-                          "recipe": RECIPE_VERSION,
-                          **asdict(self)}, sort_keys=True)
-        return hashlib.sha256(raw.encode()).hexdigest()[:16]
+        return cache_key({"config": config, "variant": variant, "seed": seed, "rule": CodeRule.VERSION,
+                          "recipe": RECIPE_VERSION, **asdict(self)})
+
+
+def cache_key(fields: dict) -> str:
+    """16 hex digits naming a trained root's weights in the cache (``fields``: what made them)."""
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def optimizer_step(opt, params, loss, options, step: int) -> None:
+    """One step of ``opt`` on ``loss`` at ``warmup_cosine``'s rate, gradients clipped to norm 1."""
+    import torch
+
+    for group in opt.param_groups:
+        group["lr"] = warmup_cosine(options, step)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, 1.0)
+    opt.step()
+
+
+def warmup_cosine(options, step: int) -> float:
+    """The learning rate at ``step``: linear warm-up over ``options.warmup`` steps to ``options.lr``,
+    then a cosine decay to 0 at ``options.steps``."""
+    if step < options.warmup:
+        return options.lr * (step + 1) / options.warmup
+    frac = (step - options.warmup) / max(1, options.steps - options.warmup)
+    return options.lr * 0.5 * (1 + math.cos(math.pi * frac))
 
 
 class CodeRule:
@@ -255,12 +292,6 @@ def train(tts, options: TrainOptions, *, rule: CodeRule | None = None, log=None)
     params = [p for n, p in module.named_parameters() if n.startswith("talker.")]
     opt = torch.optim.AdamW(params, lr=options.lr, weight_decay=0.0, betas=(0.9, 0.98))
 
-    def lr_at(step):
-        if step < options.warmup:
-            return options.lr * (step + 1) / options.warmup
-        frac = (step - options.warmup) / max(1, options.steps - options.warmup)
-        return options.lr * 0.5 * (1 + math.cos(math.pi * frac))
-
     module.train()
     history = []
     t0 = time.perf_counter()
@@ -295,12 +326,7 @@ def train(tts, options: TrainOptions, *, rule: CodeRule | None = None, log=None)
             cp_loss = sum(F.cross_entropy(cp.lm_head[j - 1](hc[:, j]), torch.as_tensor(allc[pick, j]))
                           for j in range(1, groups)) / (groups - 1)
             loss = talker_loss + cp_loss
-            for g in opt.param_groups:
-                g["lr"] = lr_at(step)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
-            opt.step()
+            optimizer_step(opt, params, loss, options, step)
             history.append((float(talker_loss.detach()), float(cp_loss.detach())))
             if log is not None and (step % 100 == 0 or step == options.steps - 1):
                 log(f"step {step}: talker loss {history[-1][0]:.4f}, code predictor loss {history[-1][1]:.4f} "
@@ -333,6 +359,40 @@ def _save_weights(tts, path: Path, meta: dict) -> None:
         save_file_stable(tensors, tmp, metadata={"format": "pt", **{k: str(v) for k, v in meta.items()}})
 
 
+def from_cache(cache_dir, key: str, weights: Path) -> dict | None:
+    """Copy the cached trained weights ``key`` of ``cache_dir`` (None: no cache) to ``weights``;
+    their training record with ``cached`` (where from), or None when they are not there."""
+    import shutil
+
+    from rkspeech.core.atomic import atomic_path
+
+    if cache_dir is None:
+        return None
+    cached = Path(cache_dir) / f"{key}.safetensors"
+    record_file = cached.with_suffix(".json")
+    if not (cached.is_file() and record_file.is_file()):
+        return None
+    with atomic_path(weights) as tmp:
+        shutil.copyfile(cached, tmp)
+    return {**json.loads(record_file.read_text(encoding="utf-8")), "cached": str(cached)}
+
+
+def to_cache(cache_dir, key: str, weights: Path, record: dict) -> dict:
+    """Keep the trained ``weights`` and their ``record`` in ``cache_dir`` (None: no cache) under
+    ``key``; returns the record with ``cached`` None (trained here)."""
+    import shutil
+
+    from rkspeech.core.atomic import atomic_path, write_json
+
+    if cache_dir is not None:
+        cached = Path(cache_dir) / f"{key}.safetensors"
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(cached) as tmp:
+            shutil.copyfile(weights, tmp)
+        write_json(cached.with_suffix(".json"), record)
+    return {**record, "cached": None}
+
+
 def write_trained_tts_checkpoint(out_dir: str | os.PathLike, config: str = "reduced", variant: str = "custom-voice",
                                  seed: int = 0, options: TrainOptions | None = None,
                                  cache_dir: str | os.PathLike | None = None, log=None) -> tuple[Path, dict]:
@@ -358,14 +418,9 @@ def write_trained_tts_checkpoint(out_dir: str | os.PathLike, config: str = "redu
     config_json = root / "config.json"
     raw = json.loads(config_json.read_text(encoding="utf-8"))
     key = options.key(config, variant, seed)
-    cached = Path(cache_dir) / f"{key}.safetensors" if cache_dir is not None else None
-    record_file = cached.with_suffix(".json") if cached is not None else None
     config_json.unlink()  # the root is incomplete until the trained weights are in place
-    if cached is not None and cached.is_file() and record_file.is_file():
-        with atomic_path(root / "model.safetensors") as tmp:
-            shutil.copyfile(cached, tmp)
-        record = {**json.loads(record_file.read_text(encoding="utf-8")), "cached": str(cached)}
-    else:
+    record = from_cache(cache_dir, key, root / "model.safetensors")
+    if record is None:
         write_json(config_json, raw)
         tts = TTSModel.load(root)
         config_json.unlink()
@@ -373,12 +428,7 @@ def write_trained_tts_checkpoint(out_dir: str | os.PathLike, config: str = "redu
         meta = {"rkspeech_synthetic": f"{config}/{variant}/seed={seed}", "rkspeech_trained": json.dumps(
             {"rule_version": CodeRule.VERSION, "key": key, **asdict(options)}, sort_keys=True)}
         _save_weights(tts, root / "model.safetensors", meta)
-        if cached is not None:
-            cached.parent.mkdir(parents=True, exist_ok=True)
-            with atomic_path(cached) as tmp:
-                shutil.copyfile(root / "model.safetensors", tmp)
-            write_json(record_file, record)
-        record = {**record, "cached": None}
+        record = to_cache(cache_dir, key, root / "model.safetensors", record)
     record["key"] = key
     if options.streaming_fraction == 1.0:  # trained (and confident) only in the streaming form
         raw[PROMPT_FORM_KEY] = "streaming"
