@@ -204,6 +204,8 @@ def _gate_rows(gate: dict | None) -> list[tuple]:
            f"{100 * t['min_same_stop']:.0f} %, logit SNR >= {t['min_logit_snr_db']:.0f} dB, {unit} >= {t['min_frames']}, "
            f"fp32 stopped >= {100 * t['min_stopped_reference']:.0f} %")
     verdict = "passed" if gate["passed"] else f"FAILED ({gate['mode']}): " + "; ".join(gate["failures"])
+    if len(gate.get("not_judged") or ()) == len(gate["stages"]):  # no stage judged: neither passed nor failed
+        verdict = "not judged"
     rows = [("accuracy gate", how), ("accuracy gate verdict", verdict)]
     if gate.get("not_judged"):
         rows.append(("accuracy gate: not judged", ", ".join(gate["not_judged"]) + " (the checkpoint does not let the "

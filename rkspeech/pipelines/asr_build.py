@@ -157,6 +157,8 @@ def _gate(options, stages, out: Path, report: dict, cfg) -> dict:
         check = stages.run("asr_accuracy_gate", args, [out / p for p in inputs], lambda: [],
                            lambda: _run_gate(out, records, judged))
     gate = gate_section(check, options.gate, thresholds=asr_thresholds())
+    if gate.get("stages") and len(gate["not_judged"]) == len(gate["stages"]):
+        gate["passed"] = None  # nothing judged (a root the gate cannot vouch for): not a pass
     if options.skip_sim and options.encoder == "npu" and options.gate != "off":  # recorded: --skip-sim says it
         gate["npu_not_measured"] = {"stages": ["encoder"], "why": "--skip-sim (the NPU encoder is judged on the "
                                                                    "simulator)"}

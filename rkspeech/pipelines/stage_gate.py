@@ -291,8 +291,8 @@ def gate_section(check: dict | None, mode: str, *, npu: dict | None = None, thre
 
 def plan_gate(gate: dict) -> dict:
     """What a plan keeps of the gate: mode, verdict, failures (the figures are in the build report)."""
-    return {k: gate[k] for k in ("mode", "passed", "failures", "warning", "reference_frames", "prompt_form", "unit")
-            if k in gate}
+    return {k: gate[k] for k in ("mode", "passed", "failures", "not_judged", "warning", "reference_frames", "prompt_form",
+                                 "unit") if k in gate}
 
 
 def gate_refusal(gate: dict, report_path, *, overridable: bool = True):

@@ -140,7 +140,12 @@ def test_a_random_root_is_not_judged(tmp_path):
     report = build_qwen3_asr(ASRBuildOptions(model_dir=str(root), out_dir=str(tmp_path / "plan"), encoder="cpu-fp32"))
     gate = report["accuracy_gate"]
     assert gate["not_judged"] == ["decoder"] and gate["failures"] == [] and gate["stopped_reference"] == 0
+    assert gate["passed"] is None  # not a pass: nothing was judged
     assert "fp32 stopped by itself on 0/20 utterances" in gate["stages"]["decoder"]["not_judged"]
     assert gate["reference_abandoned_after"] < 20  # given up as soon as nothing could be judged
     assert "accuracy gate: the decoder not judged" in report["warnings"][0]
-    assert Path(report["plan"]).is_file()
+    kept = json.loads(Path(report["plan"]).read_text())["build"]["accuracy_gate"]
+    assert kept["passed"] is None and kept["not_judged"] == ["decoder"]
+    from rkspeech.cli.build_asr import gate_rows
+
+    assert dict(gate_rows(gate))["accuracy gate verdict"] == "not judged"
