@@ -154,7 +154,7 @@ def _gate(options, stages, out: Path, report: dict, cfg) -> dict:
                          for p in a.values()})
         args = {"stages": judged, "clips": GATE_CLIPS, "max_tokens": GATE_MAX_TOKENS, "target": options.target,
                 "gate_version": GATE_VERSION}
-        check = stages.run("asr_accuracy_gate", args, [out / p for p in inputs], lambda: [],
+        check = stages.run("asr_accuracy_gate", args, [out / p for p in inputs], list,
                            lambda: _run_gate(out, records, judged))
     gate = gate_section(check, options.gate, thresholds=asr_thresholds())
     if gate.get("stages") and len(gate["not_judged"]) == len(gate["stages"]):
@@ -273,9 +273,8 @@ def _simulate(options, graphs, check, chunks) -> dict:
     and its golden replay recorded on the same simulator (``record_sim_golden``: built once)."""
     import numpy as np
 
-    from rkspeech.pipelines.sequence import record_sim_golden
-
     from rkspeech.core.compare import cosine_per_row, json_number, snr_db
+    from rkspeech.pipelines.sequence import record_sim_golden
     from rkspeech.runtime.runners import open_runner
 
     rep = {}
@@ -306,8 +305,6 @@ def _build_decoder(options, stages, net, files, cfg, out: Path) -> dict:
     embed = host / "embed_tokens.npy"
 
     def export():
-        import numpy as np
-
         from rkspeech.contracts.head import HeadContract
         from rkspeech.export.head_onnx import export_head_onnx
         from rkspeech.export.talker_onnx import export_talker_pair
@@ -414,10 +411,10 @@ def _records(options, out: Path, report: dict, cfg, *, fp32: bool = False) -> di
 def _write_plan(options, out: Path, report: dict, cfg) -> Path:
     """``plan.json`` with the ``asr_encoder`` and ``asr_decoder`` records and what the plan keeps of
     the accuracy gate (``build.accuracy_gate``)."""
-    from rkspeech.plan.plan import write_plan_data
-    from rkspeech.plan.record import PLAN_FORMAT
     from rkspeech.pipelines.stage_gate import plan_gate
     from rkspeech.pipelines.vocoder_build import PLAN_FILE
+    from rkspeech.plan.plan import write_plan_data
+    from rkspeech.plan.record import PLAN_FORMAT
 
     return write_plan_data(out / PLAN_FILE, {"format": PLAN_FORMAT, **_records(options, out, report, cfg),
                                              "build": {"accuracy_gate": plan_gate(report["accuracy_gate"])}})

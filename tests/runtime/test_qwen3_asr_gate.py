@@ -72,6 +72,7 @@ def test_the_trained_root_transcribes_in_the_official_package(trained_root, defa
     """The official qwen-asr loads the trained root and hears what it was trained on; the plan's
     transcript (fp32 windows on onnxruntime, int4 decoder) is the same."""
     from asr_reference import official_asr
+
     from rkspeech.models.qwen3_asr.trained import gate_clips
     from rkspeech.runtime.qwen3_asr.transcriber import ASRTranscriber
 

@@ -400,9 +400,7 @@ def write_trained_tts_checkpoint(out_dir: str | os.PathLike, config: str = "redu
     trained on the rule (seeded by ``seed``); returns ``(root, training record)``.  With
     ``cache_dir`` the trained ``model.safetensors`` is kept there under a key of (config, variant,
     seed, options) and reused."""
-    import shutil
-
-    from rkspeech.core.atomic import atomic_path, write_json
+    from rkspeech.core.atomic import write_json
     from rkspeech.models.qwen3_tts.generate import TTSModel
     from rkspeech.models.qwen3_tts.synthetic_tts import write_tts_checkpoint
     from rkspeech.models.qwen3_tts.tts_config import PROMPT_FORM_KEY
