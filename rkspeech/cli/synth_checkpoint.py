@@ -20,7 +20,9 @@ def register(subparsers) -> None:
     t = models.add_parser("qwen3-tts", help="full Qwen3-TTS 12 Hz model root (talker, code predictor, speaker "
                           "encoder, text tokenizer, speech_tokenizer/)")
     f = Flags(t, "synth-checkpoint qwen3-tts")
-    f.add(None, "--config", choices=("published", "reduced"), default="reduced")
+    f.add(None, "--config", choices=("published", "reduced", "published-1.7b", "reduced-1.7b"), default="reduced",
+          help="published: the 0.6B size; published-1.7b: the 1.7B; reduced / reduced-1.7b: their structure, "
+               "small (default reduced)")
     f.add(None, "--variant", choices=("base", "custom-voice", "voice-design"), default="custom-voice")
     f.add(None, "--seed", type=int, default=0)
     f.add(None, "--out-dir", writes="folder", required=True, metavar="DIR", help="model root to write")

@@ -19,30 +19,37 @@ TEXT = "Hello world. This is a test of streaming speech, one frame at a time."
 FRAMES = 6
 
 
-def _write(tmp_path_factory, variant):
+def _write(tmp_path_factory, config, variant):
     import torch
 
     torch.set_num_threads(1)
     from rkspeech.models.qwen3_tts.synthetic_tts import write_tts_checkpoint
 
-    root = tmp_path_factory.mktemp(f"tts_{variant}")
-    write_tts_checkpoint(root, "reduced", variant, seed=3)
+    root = tmp_path_factory.mktemp(f"tts_{config}_{variant}")
+    write_tts_checkpoint(root, config, variant, seed=3)
     return root
 
 
-@pytest.fixture(scope="module")
-def custom_root(tmp_path_factory):
-    return _write(tmp_path_factory, "custom-voice")
+@pytest.fixture(scope="module", params=["reduced", "reduced-1.7b"])
+def config(request):
+    """Every check on the 0.6B's structure and on the 1.7B's (square text projection, x-vector as
+    wide as the talker, size 1b7: CustomVoice takes an instruct), both reduced."""
+    return request.param
 
 
 @pytest.fixture(scope="module")
-def design_root(tmp_path_factory):
-    return _write(tmp_path_factory, "voice-design")
+def custom_root(tmp_path_factory, config):
+    return _write(tmp_path_factory, config, "custom-voice")
 
 
 @pytest.fixture(scope="module")
-def base_root(tmp_path_factory):
-    return _write(tmp_path_factory, "base")
+def design_root(tmp_path_factory, config):
+    return _write(tmp_path_factory, config, "voice-design")
+
+
+@pytest.fixture(scope="module")
+def base_root(tmp_path_factory, config):
+    return _write(tmp_path_factory, config, "base")
 
 
 def _ours(root):

@@ -1,6 +1,6 @@
 """Synthetic full Qwen3-TTS 12 Hz model roots in the real on-disk format.
 
-``write_tts_checkpoint(out, config="reduced"|"published", variant="base"|"custom-voice"|"voice-design")``
+``write_tts_checkpoint(out, config="reduced"|"published"|"reduced-1.7b"|"published-1.7b", variant="base"|"custom-voice"|"voice-design")``
 writes what a published model root holds and what qwen-tts 0.1.1 loads with its own classes:
 
 * ``config.json`` (``model_type`` qwen3_tts, ``talker_config`` with ``code_predictor_config``,
@@ -34,8 +34,10 @@ Sources of the published values (``PUBLISHED``):
   languages and speakers (Japanese, Korean, ..., ono_anna, sohee) were not found and are left out;
 * generation_config.json: the values repeated in those copies and qwen-tts' hard defaults.
 
-Published VoiceDesign exists only at 1.7B; ``--config published --variant voice-design`` writes the
-0.6B shape with ``tts_model_type`` voice_design (a synthetic stand-in).
+``published-1.7b`` (``PUBLISHED_1B7``) writes the 1.7B CustomVoice, VoiceDesign and Base; ``reduced-1.7b``
+their structure at the reduced size.  Published VoiceDesign exists only at 1.7B;
+``--config published --variant voice-design`` writes the 0.6B shape with ``tts_model_type``
+voice_design (a synthetic stand-in).
 """
 
 from __future__ import annotations
@@ -85,7 +87,32 @@ REDUCED = {
                         "enc_attention_channels": 16, "enc_res2net_scale": 4, "enc_se_channels": 16},
     "first_special": None, "size": "reduced",
 }
-CONFIGS = {"published": PUBLISHED, "reduced": REDUCED}
+#: The 1.7B checkpoints (CustomVoice, VoiceDesign, Base; issue 54): the talker twice as wide as
+#: the 0.6B's (hidden 2048 = text hidden, intermediate 6144), so ``text_projection`` is square and
+#: ``small_to_mtp_projection`` a real Linear 2048 -> 1024; the code predictor as at 0.6B; the speaker
+#: encoder's x-vector as wide as the talker (``enc_dim`` 2048); ``tts_model_size`` 1b7 (the official
+#: takes an ``instruct`` for CustomVoice only then).  Two more CustomVoice speakers (ono_anna 2873,
+#: sohee 2864).  Values from public copies of the 1.7B config.json and the issue's facts.
+PUBLISHED_1B7 = {
+    "talker": {**PUBLISHED["talker"], "hidden_size": 2048, "intermediate_size": 6144},
+    "code_predictor": dict(PUBLISHED["code_predictor"]),
+    "speaker_encoder": {**PUBLISHED["speaker_encoder"], "enc_dim": 2048},
+    "first_special": 151643, "size": "1b7",
+}
+#: The 1.7B's structure, narrow and shallow: talker hidden = text hidden (square text projection),
+#: a narrower code predictor behind a real projection, x-vector as wide as the talker, size 1b7.
+REDUCED_1B7 = {
+    "talker": {**REDUCED["talker"], "hidden_size": 64, "text_hidden_size": 64},
+    "code_predictor": dict(REDUCED["code_predictor"]),
+    "speaker_encoder": {**REDUCED["speaker_encoder"], "enc_dim": 64},
+    "first_special": None, "size": "1b7",
+}
+CONFIGS = {"published": PUBLISHED, "reduced": REDUCED, "published-1.7b": PUBLISHED_1B7, "reduced-1.7b": REDUCED_1B7}
+#: the speech tokenizer (vocoder) each config's root carries: one 12 Hz tokenizer for every size
+VOCODER_CONFIG = {"published": "published", "published-1.7b": "published", "reduced": "reduced",
+                  "reduced-1.7b": "reduced"}
+#: speakers only the 1.7B CustomVoice has
+_SPEAKERS_1B7 = {"ono_anna": 2873, "sohee": 2864}
 GENERATION_CONFIG = {"do_sample": True, "repetition_penalty": 1.05, "temperature": 0.9, "top_p": 1.0, "top_k": 50,
                      "subtalker_dosample": True, "subtalker_temperature": 0.9, "subtalker_top_k": 50,
                      "subtalker_top_p": 1.0, "max_new_tokens": 8192}
@@ -179,10 +206,10 @@ def official_config_json(config: str, variant: str, special: dict) -> dict:
     c = copy.deepcopy(CONFIGS[config])
     t, cp = c["talker"], c["code_predictor"]
     mrope = t.pop("mrope_section")
-    if config == "reduced":
+    if c["first_special"] is None:  # a reduced root's small tokenizer
         t["text_vocab_size"] = -(-special["text_vocab"] // 64) * 64
     mtype = VARIANTS[variant]
-    spk = dict(_SPEAKERS) if mtype == "custom_voice" else {}
+    spk = {**_SPEAKERS, **(_SPEAKERS_1B7 if c["size"] == "1b7" else {})} if mtype == "custom_voice" else {}
     talker = {
         **t, **_CODEC_IDS, "model_type": "qwen3_tts_talker", "hidden_act": "silu", "attention_bias": False,
         "attention_dropout": 0.0, "use_sliding_window": False, "sliding_window": None, "use_cache": True,
@@ -244,11 +271,11 @@ def write_tts_checkpoint(out_dir: str | os.PathLike, config: str = "reduced", va
     cfg = TTSConfig.from_dict(raw)
     net = TTSNet(cfg)
     _init(net.module, seed)
-    dtype = torch.bfloat16 if config == "published" else torch.float32  # published files are bf16
+    dtype = torch.bfloat16 if config.startswith("published") else torch.float32  # published files are bf16
     tensors = {k: v.detach().to(dtype).contiguous() for k, v in net.module.state_dict().items()}
     with atomic_path(root / "model.safetensors") as tmp:
         save_file_stable(tensors, tmp, metadata={"format": "pt", "rkspeech_synthetic": f"{config}/{variant}/seed={seed}"})
     write_json(root / "generation_config.json", GENERATION_CONFIG)
-    write_checkpoint(root, config, seed)
+    write_checkpoint(root, VOCODER_CONFIG[config], seed)
     write_json(root / "config.json", raw)  # last: a root with config.json is complete
     return root
