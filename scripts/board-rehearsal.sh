@@ -280,8 +280,8 @@ run_step arm64-check-board-asr arm check-board --plan "$IN_ASR_PLAN" --backend o
 run_step arm64-transcribe arm transcribe "$IN_OUT/asr.wav" --plan "$IN_ASR_PLAN" --backend ort --max-new-tokens 8 \
   --json > "$OUT/arm64-transcribe.json" 2> "$OUT/arm64-transcribe.txt"
 # serve's Qwen3-ASR engine on the board install: the Wyoming server and client in one process
-run_step arm64-serve-asr in_root -- "$VENV/bin/python" - "$IN_ASR_PLAN" "$IN_OUT/asr.wav" \
-  > "$OUT/arm64-serve-asr.json" 2> "$OUT/arm64-serve-asr.txt" <<'PY'
+# (a file under the bind-mounted work folder: in_root's command runs in the background, without stdin)
+cat > "$WORK/serve-asr.py" <<'PY'
 import asyncio, json, sys, wave
 
 from wyoming.asr import Transcribe
@@ -320,6 +320,8 @@ finally:
     st.stop()
 print(json.dumps({"program": program, "text": text}))
 PY
+run_step arm64-serve-asr in_root -- "$VENV/bin/python" /rehearsal/serve-asr.py "$IN_ASR_PLAN" "$IN_OUT/asr.wav" \
+  > "$OUT/arm64-serve-asr.json" 2> "$OUT/arm64-serve-asr.txt"
 # the board default (rknn-lite): no NPU under emulation, so one line and exit 2 is the pass
 run_step arm64-check-board-rknnlite arm check-board --plan "$IN_PLAN" "${CHECK_OPTS[@]}" > "$OUT/arm64-rknnlite.txt" 2>&1
 
