@@ -30,6 +30,8 @@ def test_board_extra_has_no_torch():
     names = {_name(r) for r in board}
     assert not names & set(HEAVY), names & set(HEAVY)
     assert {"numpy", "onnxruntime", "tokenizers", "soundfile", "faster-whisper"} <= names
+    # what `rkspeech serve` imports: a board serves
+    assert {"wyoming", "starlette", "uvicorn", "python-multipart", "prometheus-client"} <= names
     lite = [r for r in board if _name(r) == "rknn-toolkit-lite2"]
     assert len(lite) == 1 and "platform_machine == 'aarch64'" in lite[0]
 
