@@ -158,7 +158,21 @@ def cycled_requests(tts, n: int, *, instruct: str = CALM_VOICE, what: str = "thi
                 for i in range(n)]
     if kind == "voice_design":
         return [{"instruct": instruct, "language": languages[i % len(languages)]} for i in range(n)]
+    if kind == "base":  # x-vector clones of held-out voices made here (no download), languages cycled
+        voices = reference_voices()
+        return [{"ref_audio": voices[i % len(voices)], "language": languages[i % len(languages)]} for i in range(n)]
     raise _refuse(kind, what, hint)
+
+
+#: (fundamental, its amplitude, an overtone, its amplitude) of the held-out voices a Base model is
+#: judged on: low and high, bright and dull -- none is a clip any check or test clones elsewhere
+REFERENCE_VOICES = ((110.0, 0.3, 770.0, 0.08), (165.0, 0.25, 1320.0, 0.1), (196.0, 0.3, 980.0, 0.05),
+                    (247.0, 0.2, 1730.0, 0.12), (330.0, 0.25, 2310.0, 0.06))
+
+
+def reference_voices(seconds: float = 2.0) -> list[np.ndarray]:
+    """The held-out reference clips of :data:`REFERENCE_VOICES` (24 kHz, float32)."""
+    return [tone_clip((f, a), (o, b), seconds=seconds) for f, a, o, b in REFERENCE_VOICES]
 
 
 def random_request(tts, rng: np.random.Generator) -> dict:

@@ -175,8 +175,7 @@ def _check_lanes(model, tts, talker, code_predictor, *, frames, texts, threads, 
     from rkspeech.core.child import scratch
     from rkspeech.pipelines.gate_lanes import open_gate_lanes
 
-    requests = cycled_requests(tts, len(texts), what="the accuracy gate",
-                               hint=" (no reference audio to clone from); build with --gate off")
+    requests = cycled_requests(tts, len(texts), what="the accuracy gate")
     opened: list = []
     try:
         with scratch(folder, prefix=".gate-lanes.") as tmp:

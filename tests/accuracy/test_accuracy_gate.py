@@ -197,3 +197,16 @@ def test_recorded_figures_are_judged_again_and_npu_figures_kept(honest):
     assert section["passed"] is True and section["failures"] == [] and section["npu"] == npu
     off = gate_section(None, "off")
     assert off["passed"] is None and "--gate off" in off["warning"]
+
+
+def test_a_base_root_is_judged_on_held_out_voices(tts_base_ckpt):
+    """A Base model is no longer refused by the gate (it stopped every default build of a Base
+    root): its fp32 reference clones the held-out voices (x-vector), one request per utterance."""
+    from rkspeech.accuracy.gate import GATE_TEXTS, run_gate
+    from rkspeech.models.qwen3_tts.generate import TTSModel
+
+    tts = TTSModel.load(tts_base_ckpt)
+    out = run_gate(tts, reference={"talker": tts.talker_backend, "code_predictor": tts.code_predictor_backend},
+                   variants={}, texts=GATE_TEXTS[:5], frames=4)
+    assert out["requests"] == 5 and 0 < out["reference_frames"] <= 5 * 4 and out["texts"] == 5
+

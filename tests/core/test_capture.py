@@ -89,6 +89,10 @@ def test_sample_requests_by_variant():
     got = cycled_requests(_tts("custom_voice"), 7)
     assert len({tuple(r.values()) for r in got[:6]}) == 6 and got[6] == got[0]  # 2 x 3 distinct pairs first
     assert [r["language"] for r in cycled_requests(_tts("voice_design"), 4)] == ["en", "de", "fr", "en"]
+    # a base model: the held-out voices cloned in turn, languages cycled
+    base = cycled_requests(_tts("base"), 7)
+    assert [r["language"] for r in base[:4]] == ["en", "de", "fr", "en"]
+    assert len({r["ref_audio"].tobytes() for r in base[:5]}) == 5 and np.array_equal(base[5]["ref_audio"], base[0]["ref_audio"])
 
 
 def test_clips_are_the_checks_own():
