@@ -27,7 +27,7 @@ by themselves, and the smallest greedy top-1/top-2 gap was 1.02 (median 9.75; th
 0.0118, never stopping).  The weights are stored in bf16 as published (with the ``lm_head`` copy
 of the tied embedding), so the official package loads the root as it loads the random one
 (``tests/runtime/test_qwen3_asr_gate.py``).  Cached by (config, seed, options) under
-``~/.cache/rkspeech/trained-asr`` (``qwen3_tts.trained.from_cache`` / ``to_cache``).
+``~/.cache/rkspeech/trained-asr`` (``models.training.from_cache`` / ``to_cache``).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from rkspeech.core.errors import RkspeechError
-from rkspeech.models.qwen3_tts.trained import TrainSchedule
+from rkspeech.models.training import TrainSchedule
 
 SR = 16000
 #: the two tones of a clip: a low one (the first word) and a high one (the second)
@@ -82,7 +82,7 @@ def gate_clips(count: int, seed: int = 0) -> list[ToyClip]:
 @dataclass(frozen=True)
 class TrainOptions(TrainSchedule):
     """How the reduced thinker is trained (deterministic in ``seed``; the schedule's fields:
-    ``qwen3_tts.trained.TrainSchedule``)."""
+    ``models.training.TrainSchedule``)."""
     steps: int = 160
     lr: float = 3e-3
     #: random vocabulary ids each step's softmax holds beside the answers' own
@@ -90,7 +90,7 @@ class TrainOptions(TrainSchedule):
     counts = ("steps", "batch", "threads", "negatives")
 
     def key(self, config: str, seed: int) -> str:
-        from rkspeech.models.qwen3_tts.trained import cache_key
+        from rkspeech.models.training import cache_key
 
         return cache_key({"config": config, "seed": seed, "recipe": RECIPE_VERSION, "model": "qwen3-asr",
                           **asdict(self)})
@@ -108,7 +108,8 @@ def train(net, root: Path, cfg, options: TrainOptions, *, log=None) -> dict:
 
     from rkspeech.models.qwen3_asr.features import log_mel
     from rkspeech.models.qwen3_asr.prompt import PromptBuilder
-    from rkspeech.models.qwen3_tts.trained import optimizer_step, stack_forward
+    from rkspeech.models.qwen3_tts.trained import stack_forward
+    from rkspeech.models.training import optimizer_step
 
     options.check()
     torch.set_num_threads(options.threads)
@@ -165,10 +166,10 @@ def train(net, root: Path, cfg, options: TrainOptions, *, log=None) -> dict:
 
 
 def default_cache_dir() -> Path:
-    """The text-to-speech cache's folder (``qwen3_tts.trained.default_cache_dir``)'s sibling ``trained-asr``."""
-    from rkspeech.models.qwen3_tts.trained import default_cache_dir as tts_cache
+    """``$RKSPEECH_CACHE`` or ``~/.cache/rkspeech``, plus ``trained-asr``."""
+    from rkspeech.models.training import cache_root
 
-    return tts_cache().parent / "trained-asr"
+    return cache_root() / "trained-asr"
 
 
 def _save_weights(net, path: Path, tied: bool, meta: dict) -> None:
@@ -197,7 +198,7 @@ def write_trained_asr_checkpoint(out_dir: str | os.PathLike, config: str = "redu
     from rkspeech.models.qwen3_asr.asr_checkpoint import read_asr_config, resolve_asr_root
     from rkspeech.models.qwen3_asr.asr_model import load_asr_net
     from rkspeech.models.qwen3_asr.synthetic_asr import write_asr_checkpoint
-    from rkspeech.models.qwen3_tts.trained import from_cache, to_cache
+    from rkspeech.models.training import from_cache, to_cache
 
     options = options or TrainOptions(seed=seed)
     options.check()
