@@ -12,7 +12,7 @@ Per connection (:class:`WyomingHandler`):
   ``transcript-start``, ``transcript-chunk`` per decoded segment, ``transcript-stop`` (streaming,
   advertised as ``supports_transcript_streaming``), then ``transcript`` (text stripped, language)
   for every client.  With ``--asr-partials`` and an engine that makes partial transcripts
-  (Qwen3-ASR), chunks start while the audio still arrives (:class:`PartialFeed`).  Chunks of any rate, width and
+  (Qwen3-ASR), chunks start while the audio still arrives (``serve.wyoming_partials``).  Chunks of any rate, width and
   channel count are converted to 16 kHz 16-bit mono with ``AudioChunkConverter``; audio longer
   than ``max_audio_s`` is refused when the limit is crossed.
 * Text to speech: ``synthesize`` -> ``audio-start``, ``audio-chunk`` per decoded chunk (sent as
@@ -200,7 +200,9 @@ class WyomingHandler:
             self._audio_lease.release()
             if self._partials is not None:
                 self._partials.cancel()
-            self._partials = self._open_partials()
+            from rkspeech.serve.wyoming_partials import open_partials
+
+            self._partials = open_partials(self)
         elif AudioChunk.is_type(event.type):
             if self._converter is None:
                 raise ServeError("audio-chunk before audio-start")
@@ -282,23 +284,6 @@ class WyomingHandler:
                 self._count("wyoming synthesize-stream", "ok")
         else:
             raise ServeError(f"unknown or unsupported event type {event.type!r}")
-
-    def _open_partials(self):
-        """A :class:`PartialFeed` for this audio when partials are on and the engine makes them."""
-        if not self.options.asr_partials:
-            return None
-        model = self.pool.first_model(TRANSCRIBE)
-        if getattr(model, "partial", None) is None:
-            return None
-        from rkspeech.serve import biasing, transcription
-
-        try:
-            language = transcription.check_language(model, self._language or self.options.asr_language)
-            state = model.partial_state(language=language,
-                                        hotwords=biasing.hotwords(self._bias or None, self.options.hotwords_file))
-        except (ServeError, RkspeechError):
-            return None  # the transcription at audio-stop answers the error
-        return PartialFeed(state, language)
 
     async def _transcribe(self) -> None:
         from wyoming.asr import Transcript, TranscriptChunk, TranscriptStart, TranscriptStop
@@ -415,75 +400,3 @@ class WyomingHandler:
         from wyoming.audio import AudioStop
 
         await self.write(AudioStop().event())
-
-
-class PartialFeed:
-    """Partial transcripts of one Wyoming audio stream (``--asr-partials``; the engine's ``partial``:
-    ``runtime.qwen3_asr.partials``).
-
-    Each time another ``CHUNK_S`` of audio has arrived, a step over all the audio so far starts on
-    an engine -- only when one is free and nobody waits (``ServePool.has_free``), and one at a
-    time, so partials never hold up a transcription.  A finished step's new fixed text is sent
-    as a ``transcript-chunk`` (``transcript-start`` before the first) from the handler's own
-    task, between events: the writes never interleave.  At ``audio-stop`` a finished step is
-    sent and a running one is dropped (its engine is freed when its call ends).  A step that
-    fails (audio past the decoder's capacity) ends the partials of that stream, not the stream."""
-
-    def __init__(self, state, language: str | None):
-        from rkspeech.runtime.qwen3_asr.partials import CHUNK_S
-
-        self.state, self.language = state, language
-        self.chunk_bytes = int(CHUNK_S * SAMPLE_RATE) * 2
-        self.next_at = self.chunk_bytes
-        self.task = None
-        self.sent, self.started, self.dead = "", False, False
-
-    async def audio_arrived(self, handler: WyomingHandler) -> None:
-        await self._send(handler)
-        if self.dead or self.task is not None or handler._audio_bytes < self.next_at:
-            return
-        if not handler.pool.has_free(TRANSCRIBE):
-            return
-        chunks = handler._audio_bytes // self.chunk_bytes
-        self.next_at = (chunks + 1) * self.chunk_bytes
-        wave = pcm16_to_float(b"".join(handler._audio)[:chunks * self.chunk_bytes])
-        self.task = asyncio.ensure_future(handler.pool.run(TRANSCRIBE, _partial_step, self.state, wave,
-                                                           client=handler.client))
-
-    async def _send(self, handler: WyomingHandler) -> None:
-        """The finished step's new fixed text, if any."""
-        from wyoming.asr import TranscriptChunk, TranscriptStart
-
-        if self.task is None or not self.task.done():
-            return
-        task, self.task = self.task, None
-        if task.cancelled() or task.exception() is not None:
-            self.dead = True
-            if not task.cancelled():
-                log.info("wyoming partial transcripts stop: %s", task.exception())
-            return
-        fixed = task.result().fixed
-        if fixed.startswith(self.sent) and len(fixed) > len(self.sent):
-            if not self.started:
-                await handler.write(TranscriptStart(language=self.language).event())
-                self.started = True
-            await handler.write(TranscriptChunk(text=fixed[len(self.sent):]).event())
-            self.sent = fixed
-
-    async def finish(self, handler: WyomingHandler) -> None:
-        await self._send(handler)
-        self.cancel()
-
-    def cancel(self) -> None:
-        task, self.task = self.task, None
-        if task is None:
-            return
-        if not task.done():
-            task.cancel()
-        elif not task.cancelled():
-            task.exception()  # taken: nothing is logged when the task is collected
-
-
-def _partial_step(model, state, wave):
-    """In the engine's thread: one streaming step (the state is this stream's alone)."""
-    return model.partial(state, wave)
