@@ -65,14 +65,18 @@ def export_traced(module, dummy: tuple, output: str | os.PathLike, *, input_name
     import onnx
     import torch
 
+    from rkspeech.export.weights import fold_constants, module_weights, write_weights
+
     out = Path(output)
     with atomic_path(out, suffix=".onnx") as tmp:
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore", torch.jit.TracerWarning)
+            # the weights stay out of torch's exporter (export.weights: it held ~4x their size)
             torch.onnx.export(module, dummy, str(tmp), input_names=list(input_names),
-                              output_names=list(output_names), opset_version=OPSET, do_constant_folding=True,
-                              dynamic_axes=dynamic_axes, dynamo=False)
+                              output_names=list(output_names), opset_version=OPSET, do_constant_folding=False,
+                              export_params=False, dynamic_axes=dynamic_axes, dynamo=False)
         model = onnx.load(str(tmp))
+        weights = fold_constants(model, module_weights(module, input_names))
         shapes = contract.output_shapes()
         for o in model.graph.output:
             dims = o.type.tensor_type.shape.dim
@@ -85,8 +89,24 @@ def export_traced(module, dummy: tuple, output: str | os.PathLike, *, input_name
         meta = model.metadata_props.add()
         meta.key, meta.value = CONTRACT_KEY, contract.to_json()
         model.producer_name = "rkspeech"
-        onnx.checker.check_model(model)
-        onnx.save(model, str(tmp))
+        data_tmp = tmp.with_name(tmp.name + ".data")
+        try:
+            external = write_weights(model, weights, out, data_tmp)
+            del weights
+            if external is None:
+                onnx.checker.check_model(model)
+                onnx.save(model, str(tmp))
+                out.with_name(out.name + ".data").unlink(missing_ok=True)  # an earlier export's
+            else:  # in place before the graph that reads it; the checker reads the data beside it
+                os.replace(data_tmp, external)
+                onnx.save(model, str(tmp))
+                try:
+                    onnx.checker.check_model(str(tmp))
+                except Exception:
+                    external.unlink()
+                    raise
+        finally:
+            data_tmp.unlink(missing_ok=True)
     return out
 
 
@@ -109,7 +129,7 @@ def graph_summary(path) -> dict:
         "risky_ops": risky,
         "dynamic_io": dynamic,
         "opset": max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=None),
-        "bytes": Path(path).stat().st_size,
+        "bytes": sum(p.stat().st_size for p in (Path(path), Path(f"{path}.data")) if p.is_file()),
     }
 
 
