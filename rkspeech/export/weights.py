@@ -29,9 +29,10 @@ INLINE_LIMIT = 1 << 30
 #: offset alignment of each tensor in the data file: onnxruntime maps a tensor whose offset is a
 #: multiple of the allocation granularity (the page on Linux, 64 KiB on Windows) instead of reading it
 ALIGN = 1 << 16
-#: ops never folded (their value is not a function of their inputs)
-_NONDETERMINISTIC = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial",
-                     "Bernoulli", "Dropout"}
+#: ops never folded: their value is not a function of their inputs, or (Identity) torch's folding
+#: keeps them, where one weight serves two modules
+_NOT_FOLDED = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial",
+               "Bernoulli", "Dropout", "Identity"}
 
 
 def module_weights(module, input_names) -> dict[str, np.ndarray]:
@@ -66,7 +67,7 @@ def fold_constants(model, weights: dict[str, np.ndarray]) -> dict[str, np.ndarra
             kept.append(node)
             continue
         inputs = [i for i in node.input if i]
-        if node.op_type in _NONDETERMINISTIC or node.domain not in ("", "ai.onnx") or \
+        if node.op_type in _NOT_FOLDED or node.domain not in ("", "ai.onnx") or \
                 not all(i in known for i in inputs) or any(a.type == a.GRAPH for a in node.attribute):
             kept.append(node)
             continue

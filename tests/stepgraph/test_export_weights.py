@@ -86,3 +86,33 @@ def test_large_graphs_keep_their_weights_beside_them(tts, tmp_path, monkeypatch)
     monkeypatch.setattr(weights, "INLINE_LIMIT", 1 << 30)  # exported again small: the old data goes
     export_talker_onnx(step, path)
     assert not data.exists() and len(_run(path, step)) == 2
+
+
+@pytest.mark.parametrize("formulation", ["reference", "npu"])
+def test_the_vocoder_graph_is_torchs_folded_graph(reduced_ckpt, tmp_path, monkeypatch, formulation):
+    """Convolutions, transposed convolutions and weights that serve two modules (torch keeps an
+    Identity there): the NPU's graphs too are torch's."""
+    import rkspeech.export.vocoder_onnx as vocoder_onnx
+    from rkspeech.models.qwen3_tts.vocoder_checkpoint import load_vocoder
+    from rkspeech.stepgraph.step_npu import make_step
+
+    step = make_step(load_vocoder(reduced_ckpt)[0], 8, formulation)
+    ours = vocoder_onnx.export_step_onnx(step, tmp_path / "ours.onnx")
+    captured = {}
+
+    def torch_side(module, dummy, output, **kw):
+        captured["dummy"] = dummy
+        with torch.no_grad():
+            torch.onnx.export(module, dummy, str(output), input_names=list(kw["input_names"]),
+                              output_names=list(kw["output_names"]), opset_version=17, do_constant_folding=True,
+                              dynamo=False)
+        return output
+
+    monkeypatch.setattr(vocoder_onnx, "export_traced", torch_side)
+    ref = vocoder_onnx.export_step_onnx(step, tmp_path / "torch.onnx")
+    assert _compute_ops(ours) == _compute_ops(ref)
+    names = [i.name for i in onnx.load(str(ours), load_external_data=False).graph.input]
+    feeds = {n: t.numpy() for n, t in zip(names, captured["dummy"])}
+    a, b = (ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]).run(None, feeds) for p in (ours, ref))
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x, y)
