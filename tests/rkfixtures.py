@@ -128,7 +128,7 @@ def kill_parent_expect_child_gone(parent, child, what: str, within_s: float = 5.
 
 
 def cli_commands(parser=None) -> dict:
-    """Every leaf command's parser of ``rkspeech.cli.build_parser()``, by the words that select it
+    """Every command's parser of ``rkspeech.cli.build_parser()``, by the words that select it
     ("build qwen3-tts")."""
     import argparse
 
@@ -141,7 +141,10 @@ def cli_commands(parser=None) -> dict:
         if isinstance(action, argparse._SubParsersAction):
             for name, sub in action.choices.items():
                 found = cli_commands(sub)
-                out.update({f"{name} {k}": v for k, v in found.items()} or {name: sub})
+                out.update({f"{name} {k}": v for k, v in found.items()})
+                # flags of its own beside its subcommands: runnable alone too (voices; voices save)
+                if not found or any(a.option_strings and a.dest != "help" for a in sub._actions):
+                    out[name] = sub
     return out
 
 

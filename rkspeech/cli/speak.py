@@ -50,6 +50,8 @@ def register(subparsers) -> None:
     f.add(VOICE, "--ref-audio", default=None, help="a recording of the voice to clone (Base models): from its "
                                                    "speaker embedding, and with --ref-text in context (the plan's "
                                                    "speaker encoder and speech encoder graphs; no torch)")
+    f.add(VOICE, "--voice", default=None, metavar="NAME",
+          help="a voice saved beside the plan (Base models; rkspeech voices save NAME --plan PLAN --ref-audio WAV)")
     f.add(VOICE, "--ref-text", default=None, help="the transcript of --ref-audio: in-context cloning (the "
                                                   "recording's codes and words lead the prompt)")
     f.add(VOICE, "--language", default=None, help="language name (default: auto)")
@@ -123,6 +125,8 @@ def run(args: argparse.Namespace) -> int:
     from rkspeech.core.text import check_text
 
     check_text(args.text)
+    if args.voice is not None and (args.speaker or args.ref_audio or args.ref_text):
+        raise RkspeechError("--voice names a saved voice; give no --speaker, --ref-audio or --ref-text with it")
     to_stdout = args.output == "-"
     out = None if to_stdout else Path(args.output)
     if out is not None:
@@ -154,6 +158,10 @@ def run(args: argparse.Namespace) -> int:
                                                   threads=args.threads, core_mask=[args.core_mask], target=target,
                                                   host_stages=args.host_stages, host=args.host_loop))
         options = _options(args, speaker)
+        if args.voice is not None and args.voice not in speaker.voices:
+            saved = ", ".join(speaker.voices) or "none"
+            raise RkspeechError(f"no voice {args.voice!r} is saved beside {args.plan} (saved: {saved}); save one with "
+                                f"rkspeech voices save {args.voice} --plan {args.plan} --ref-audio WAV")
         rate = speaker.sample_rate
         ref = (decode_audio(args.ref_audio, sample_rate=rate, what="reference audio", min_seconds=MIN_REF_AUDIO_S)
                if args.ref_audio else None)
@@ -161,7 +169,8 @@ def run(args: argparse.Namespace) -> int:
         # one utterance per sentence: a long text is never one prompt (runtime.tts.long_text)
         chunks = stream_sentences(speaker, args.text, options=options, timing=timing, codes_out=codes,
                                   margins_out=margins if args.margins_out else None,
-                                  max_frames=args.max_frames, speaker=args.speaker, language=args.language,
+                                  max_frames=args.max_frames, speaker=args.voice or args.speaker,
+                                  language=args.language,
                                   instruct=args.instruct, ref_audio=ref, ref_text=args.ref_text)
         start = time.perf_counter()
         tick = progress.periodic("speak")

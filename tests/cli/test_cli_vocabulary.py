@@ -43,6 +43,7 @@ REQUIRED = {
     "transcribe": (["a.wav"], {"--model-dir": "m"}),
     "verify": ([], {"--onnx": "s.onnx"}),
     "voices": ([], {}),
+    "voices save": (["name"], {"--plan": "plan.json", "--ref-audio": "a.wav"}),
 }
 
 
@@ -144,7 +145,7 @@ def test_one_threads_flag_one_default():
     assert seen == {"accuracy": None, "build whisper-encoder": None, "check-board": None, "decode": None, "speak": None,
                     "estimate": None,
                     "speech-check qwen3-tts": None,
-                    "transcribe": 1, "serve": 1}
+                    "transcribe": 1, "serve": 1, "voices save": None}
 
 
 @pytest.mark.parametrize("command", ["build qwen3-tts", "build qwen3-tts-vocoder", "build whisper-encoder", "check-board",

@@ -67,8 +67,12 @@ class HostModel:
     def _ids(self, text: str) -> list[int]:
         return self.tokenizer.encode(text)
 
-    def _check_request(self, text, speaker, language, instruct, ref_audio):
+    def _check_request(self, text, speaker, language, instruct, ref_audio, voice=None):
         check_text(text)
+        if voice is not None:
+            if ref_audio is not None:
+                raise RkspeechError(f"a saved voice ({voice.name}) and --ref-audio both name the voice; give one")
+            ref_audio = voice.x_vector  # stands for the recording below: a Base model's reference is given
         if instruct:
             check_text(instruct, "the instruct text")
         kind = self.cfg.tts_model_type
@@ -99,7 +103,11 @@ class HostModel:
             raise RkspeechError(f"unknown language {language!r}; choose one of: {', '.join(self.languages)}")
         return lang
 
-    def _check_icl(self, ref_audio, ref_text, ref_codes):
+    def _check_icl(self, ref_audio, ref_text, ref_codes, voice=None):
+        if voice is not None:
+            if ref_text is not None or ref_codes is not None:
+                raise RkspeechError(f"the saved voice {voice.name} holds its own reference; give no --ref-text")
+            return voice.ref_codes.astype(np.int64) if voice.in_context else None
         if ref_text is None and ref_codes is None:
             return None
         if ref_audio is None:
@@ -175,11 +183,15 @@ class HostModel:
                              "split the text into shorter sentences")
 
     def prompt_request(self, text: str, *, speaker=None, language=None, instruct=None, ref_audio=None,
-                       ref_text: str | None = None, ref_codes: np.ndarray | None = None) -> PromptRequest:
-        """A request checked and turned into the prompt's token-level parts."""
-        lang = self._check_request(text, speaker, language, instruct, ref_audio)
-        icl_codes = self._check_icl(ref_audio, ref_text, ref_codes)
-        if ref_audio is not None:
+                       ref_text: str | None = None, ref_codes: np.ndarray | None = None,
+                       voice=None) -> PromptRequest:
+        """A request checked and turned into the prompt's token-level parts; ``voice``: a saved
+        clone prompt (``runtime.tts.saved_voices.SavedVoice``) instead of ``ref_audio`` / ``ref_text``."""
+        lang = self._check_request(text, speaker, language, instruct, ref_audio, voice)
+        icl_codes = self._check_icl(ref_audio, ref_text, ref_codes, voice)
+        if voice is not None:
+            speaker_embed, ref_text = voice.x_vector, voice.ref_text
+        elif ref_audio is not None:
             speaker_embed = self.speaker_embedding(ref_audio)
         elif speaker:
             speaker_embed = self.ops.codec([self.cfg.talker.spk_id[speaker.lower()]])[0]
@@ -202,18 +214,18 @@ class HostModel:
     def generate_frames(self, text: str, *, speaker: str | None = None, language: str | None = None,
                         instruct: str | None = None, ref_audio: np.ndarray | None = None,
                         ref_text: str | None = None, ref_codes: np.ndarray | None = None,
-                        options: GenerationOptions | None = None) -> Iterator[np.ndarray]:
+                        options: GenerationOptions | None = None, voice=None) -> Iterator[np.ndarray]:
         """Yield frames ``int64 [num_code_groups]`` as they are generated (``loop.run_frames``).
 
         ``speaker`` (custom voice), ``instruct`` (voice design; custom voice at 1.7B), ``ref_audio``
         (mono float32 24 kHz; Base: clone from the x-vector), plus ``ref_text`` (its transcript) for
         in-context cloning, with ``ref_codes`` (``[T, 16]`` codes of ``ref_audio``; None: computed by
         ``reference_codes``, the speech tokenizer's encoder).  The frames continue the
-        reference; they do not repeat it."""
+        reference; they do not repeat it.  ``voice``: a saved clone prompt in place of the reference."""
         opts = self._check_options(options)
         prompt, trailing, pad = self.prompt_rows(text, speaker=speaker, language=language, instruct=instruct,
                                                  ref_audio=ref_audio, ref_text=ref_text, ref_codes=ref_codes,
-                                                 text_in_prompt=opts.text_in_prompt)
+                                                 voice=voice, text_in_prompt=opts.text_in_prompt)
         steps = self._check_length(prompt.shape[0], opts)
         return self._frames(prompt, trailing, pad, steps, opts)
 

@@ -137,6 +137,14 @@ class Speaker:
             raise
         self.model.use_backends(**self.stage_backends)
         self._lock = threading.Lock()
+        try:
+            from rkspeech.runtime.tts.saved_voices import plan_voices
+
+            #: voices saved beside a Base plan (``rkspeech voices save``), spoken by name as speakers are
+            self.voices = plan_voices(self.plan.path, self.model)
+        except BaseException:
+            self.close()
+            raise
 
     # ---- what the model offers --------------------------------------------------------------
     @property
@@ -145,7 +153,8 @@ class Speaker:
 
     @property
     def speakers(self) -> list[str]:
-        return list(self.model.speakers)
+        """The model's named speakers, then the voices saved beside the plan."""
+        return list(self.model.speakers) + list(self.voices)
 
     @property
     def languages(self) -> list[str]:
@@ -192,13 +201,17 @@ class Speaker:
         its greedy decisions' margins (``loop.FrameSampler.margins``: the frames', then the
         decision that ended it);
         ``timing``: filled in as the stream goes (time to first audio, per-stage seconds).
+        A ``speaker`` that names a voice saved beside the plan speaks that voice.
         Bad text, speaker, language or mode is refused before any audio is produced."""
         timing = timing if timing is not None else SpeechTiming()
+        voice = self.voices.get(speaker) if speaker else None
+        if voice is not None:
+            speaker = None
         if options is None:
             options = self.options if self.options is not None else self.default_options()
         frames = self.model.generate_frames(text, speaker=speaker, language=language, instruct=instruct,
                                             ref_audio=ref_audio, ref_text=ref_text, ref_codes=ref_codes,
-                                            options=options)
+                                            options=options, **({"voice": voice} if voice is not None else {}))
         # eager, fed one frame at a time: small steps after the first, so the utterance ends one
         # small step after its last frame, and the steps depend on the frames only, not on timing
         sv = self.pool.open_stream(eager=True)
