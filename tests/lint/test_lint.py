@@ -171,3 +171,18 @@ def test_cli_exit_codes(tmp_path, capsys):
               tmp_path / "e.onnx")
     assert main(["lint", str(p2), "--json"]) == 1
     assert main(["lint", str(tmp_path / "missing.onnx")]) == 2
+
+
+def test_lint_reads_no_external_weights(tmp_path):
+    """A graph's weights beside it (``<graph>.onnx.data``: 6.1 GB for the 1.7B talker) are not read:
+    the lint needs names, types and dims (it had loaded them whole and was killed at 22.3 GiB)."""
+    import onnx
+
+    w = numpy_helper.from_array(np.ones((4, 4, 3), np.float32) * 0.1, "W")
+    nodes = [helper.make_node("Conv", ["x", "W"], ["c"], pads=[1, 1]), helper.make_node("Sin", ["c"], ["y"])]
+    model = graph(nodes, [vi("x", [1, 4, 16])], [vi("y", [1, 4, 16])], [w])
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path), save_as_external_data=True, location="m.onnx.data", size_threshold=0)
+    (tmp_path / "m.onnx.data").unlink()  # were it read, the load would fail
+    rep = lint_model(path, target="rk3588")
+    assert rep.rule_ids() == {"cpu-op"}  # Sin on the CPU, as with the weights inline
