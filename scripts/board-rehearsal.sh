@@ -260,6 +260,31 @@ t = np.arange(24000) / 16000  # 1.5 s: a tone over faint noise
 wave = 0.3 * np.sin(2 * np.pi * 220 * t) + 0.05 * np.random.default_rng(0).standard_normal(t.size)
 sf.write(sys.argv[1], wave.astype(np.float32), 16000)
 PY
+# a Base plan (the vocoder plan above reused) and a reference recording: voices save on the board
+BASE_MODEL=$WORK/model-base-reduced
+BASE_PLAN=$WORK/plan-base-reduced-cpu-int4
+if [ ! -f "$BASE_MODEL/config.json" ]; then
+  must synth-checkpoint-base "${HOST_RK[@]}" synth-checkpoint qwen3-tts --config reduced --variant base --seed 0 \
+    --out-dir "$BASE_MODEL"
+fi
+if [ ! -f "$BASE_PLAN/plan.json" ]; then
+  must build-base flock "$LOCK" "${HOST_RK[@]}" build qwen3-tts --model-dir "$BASE_MODEL" --target rk3588 \
+    --out-dir "$BASE_PLAN" --vocoder-plan "$PLAN/vocoder/plan.json" --talker cpu-int4 --code-predictor cpu-int4 \
+    --int4-block 128 --int4-symmetric --gate warn > "$OUT/build-base.log" 2>&1
+fi
+rm -rf "$BASE_PLAN/voices"  # saved by this run's board step
+"$HOST_PY" - "$OUT/ref.wav" <<'PY'
+import sys
+import numpy as np
+import soundfile as sf
+t = np.arange(int(24000 * 1.7)) / 24000  # a voice-like tone: 170 Hz, slowly modulated, faint noise
+wave = 0.3 * np.sin(2 * np.pi * 170 * t) * (1 + 0.5 * np.sin(2 * np.pi * 2 * t)) \
+    + 0.03 * np.random.default_rng(4).standard_normal(t.size)
+sf.write(sys.argv[1], wave.astype(np.float32), 24000)
+PY
+IN_BASE_PLAN=/rehearsal/${BASE_PLAN#"$WORK"/}/plan.json
+IN_BASE_MODEL=/rehearsal/${BASE_MODEL#"$WORK"/}
+REF_TEXT="A short reference transcript."
 IN_ASR_PLAN=/rehearsal/${ASR_PLAN#"$WORK"/}/plan.json
 IN_PLAN=/rehearsal/${PLAN#"$WORK"/}/plan.json
 IN_MODEL=/rehearsal/${MODEL#"$WORK"/}
@@ -322,6 +347,15 @@ print(json.dumps({"program": program, "text": text}))
 PY
 run_step arm64-serve-asr in_root -- "$VENV/bin/python" /rehearsal/serve-asr.py "$IN_ASR_PLAN" "$IN_OUT/asr.wav" \
   > "$OUT/arm64-serve-asr.json" 2> "$OUT/arm64-serve-asr.txt"
+# a voice saved on the board, spoken there by name and from the recording, then on x86 from the board's file
+run_step arm64-voices-save arm voices save narrator --plan "$IN_BASE_PLAN" --model-dir "$IN_BASE_MODEL" \
+  --ref-audio "$IN_OUT/ref.wav" --ref-text "$REF_TEXT" > "$OUT/arm64-voices-save.txt" 2>&1
+for how in voice ref; do
+  if [ "$how" = voice ]; then src=(--voice narrator); else src=(--ref-audio "$IN_OUT/ref.wav" --ref-text "$REF_TEXT"); fi
+  run_step "arm64-speak-$how" arm speak "${TEXTS[0]}" --model-dir "$IN_BASE_MODEL" --plan "$IN_BASE_PLAN" \
+    --backend ort --greedy --max-frames 16 "${src[@]}" -o "$IN_OUT/arm64-$how.wav" --codes-out "$IN_OUT/arm64-$how.npy" \
+    > "$OUT/arm64-speak-$how.txt" 2>&1
+done
 # the board default (rknn-lite): no NPU under emulation, so one line and exit 2 is the pass
 run_step arm64-check-board-rknnlite arm check-board --plan "$IN_PLAN" "${CHECK_OPTS[@]}" > "$OUT/arm64-rknnlite.txt" 2>&1
 
@@ -331,6 +365,9 @@ for i in "${!TEXTS[@]}"; do
     --backend ort --greedy --speaker "$SPEAKER" --max-frames "$FRAMES" -o "$OUT/x86-$i.wav" \
     --codes-out "$OUT/x86-$i.npy" --margins-out "$OUT/x86-$i.margins.npy" > "$OUT/x86-speak-$i.txt" 2>&1
 done
+run_step x86-speak-voice "${HOST_RK[@]}" speak "${TEXTS[0]}" --model-dir "$BASE_MODEL" --plan "$BASE_PLAN/plan.json" \
+  --backend ort --greedy --max-frames 16 --voice narrator -o "$OUT/x86-voice.wav" --codes-out "$OUT/x86-voice.npy" \
+  > "$OUT/x86-speak-voice.txt" 2>&1
 run_step x86-transcribe "${HOST_RK[@]}" transcribe "$OUT/asr.wav" --plan "$ASR_PLAN/plan.json" --backend ort \
   --max-new-tokens 8 --json > "$OUT/x86-transcribe.json" 2> "$OUT/x86-transcribe.txt"
 uptime > "$OUT/load-end.txt"
@@ -429,6 +466,18 @@ asr_rep = json.loads(asr_chk.read_text()) if asr_chk.is_file() else {}
 rows.append(("check-board --backend ort, Qwen3-ASR plan (aarch64)", "; ".join(
     f"{g['graph']} {'ok' if g.get('ok') else 'FAILED'}" for g in asr_rep.get("graphs", [])) or "missing"))
 ok &= bool(asr_rep.get("ok"))
+voice = {k: np.load(out / f"{k}.npy") for k in ("arm64-voice", "arm64-ref", "x86-voice") if (out / f"{k}.npy").is_file()}
+if len(voice) < 3:
+    rows.append(("voices save + speak --voice (aarch64, x86)", "missing (see arm64-voices-save.txt, *-speak-voice.txt)"))
+    ok = False
+else:
+    same = np.array_equal(voice["arm64-voice"], voice["arm64-ref"])
+    cross = np.array_equal(voice["arm64-voice"], voice["x86-voice"])
+    rows.append(("voices save + speak --voice (aarch64, x86)",
+                 f"aarch64 --voice {'=' if same else 'DIFFERS FROM'} --ref-audio --ref-text "
+                 f"({voice['arm64-ref'].shape[0]} frames); x86 speaking the board's saved voice: "
+                 + ("identical" if cross else "differs (int4 stages, onnxruntime versions differ)")))
+    ok &= same
 doc = (out / "arm64-doctor.txt").read_text().splitlines() if (out / "arm64-doctor.txt").is_file() else []
 rows.append(("doctor --plan (aarch64)", f"exit {times.get('arm64-doctor', (0, -1))[1]}, {len(doc)} lines"))
 print(f"board rehearsal, {out}\nload at start: {(out / 'load-start.txt').read_text().strip()}\n"
