@@ -270,3 +270,20 @@ def test_board_path_imports_no_torch():
                      "say why:\n  " + "\n  ".join(w for v in new.values() for w in v))
     gone = sorted(set(TORCH_DOORS) - set(doors))
     assert not gone, f"these TORCH_DOORS no longer import torch; delete them (the list only shrinks): {gone}"
+
+
+def test_board_packages_import_nothing_the_board_install_lacks():
+    """``pip install .[board]`` has no safetensors (tests/board/test_board_extra.py): a board package
+    importing it, even inside a function, fails there (the aarch64 rehearsal's ``voices save`` did)."""
+    import ast
+
+    root = Path(__file__).resolve().parents[1] / "rkspeech"
+    absent = ("safetensors",)
+    bad = []
+    for package in BOARD_PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                         else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+                bad += [f"{path.relative_to(root)}:{node.lineno} {n}" for n in names if n.split(".")[0] in absent]
+    assert not bad, "board-path code imports what the board install lacks:\n  " + "\n  ".join(bad)

@@ -7,14 +7,16 @@ speech encoder) once and writes ``<plan folder>/voices/NAME.voice``; ``speak --v
 ``serve`` (OpenAI ``voice``, the Wyoming voice list) speak it without the recording.  The
 authors' workflow, a voice designed with VoiceDesign and then cloned by Base, becomes two commands.
 
-A ``.voice`` file is a safetensors file (``x_vector`` float32 ``[enc_dim]``, ``ref_codes`` int64
-``[T, G]`` when in context) whose metadata says its format, name, transcript and the fingerprints
-of the encoders that made it: a voice from another model is refused in one line, as a damaged
-file is.  Numpy and safetensors only: it runs on a board.
+A ``.voice`` file is a numpy ``.npz`` (``x_vector`` float32 ``[enc_dim]``, ``ref_codes`` int64
+``[T, G]`` when in context, ``meta``: JSON of its format, name, transcript and the fingerprints of
+the encoders that made it), read with ``allow_pickle=False``: a voice from another model is
+refused in one line, as a damaged file is.  Numpy only: the board install has no safetensors
+(the aarch64 rehearsal's ``voices save`` stopped on its import).
 """
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,38 +65,36 @@ def voices_folder(plan_path) -> Path:
 def save_voice(plan_path, voice: SavedVoice, *, replace: bool = False) -> Path:
     """Write ``voice`` as ``voices/<name>.voice`` beside the plan (atomically); an existing voice
     of that name is kept unless ``replace``."""
-    from safetensors.numpy import save
-
     from rkspeech.core.atomic import atomic_path
 
     check_name(voice.name)
     path = voices_folder(plan_path) / f"{voice.name}{SUFFIX}"
     if path.exists() and not replace:
         raise RkspeechError(f"{path}: a voice named {voice.name!r} is already saved; pick another name or add --force")
-    tensors = {"x_vector": np.ascontiguousarray(voice.x_vector, dtype=np.float32)}
+    arrays = {"x_vector": np.ascontiguousarray(voice.x_vector, dtype=np.float32)}
     meta = {"format": FORMAT, "name": voice.name, "speaker_fingerprint": voice.speaker_fingerprint}
     if voice.ref_codes is not None:
-        tensors["ref_codes"] = np.ascontiguousarray(voice.ref_codes, dtype=np.int64)
+        arrays["ref_codes"] = np.ascontiguousarray(voice.ref_codes, dtype=np.int64)
         meta.update(ref_text=voice.ref_text or "", speech_fingerprint=voice.speech_fingerprint)
-    with atomic_path(path, suffix=SUFFIX) as tmp:
-        tmp.write_bytes(save(tensors, metadata=meta))
+    with atomic_path(path, suffix=SUFFIX) as tmp, open(tmp, "wb") as f:
+        np.savez(f, meta=np.array(json.dumps(meta, sort_keys=True)), **arrays)
     return path
 
 
 def load_voice(path) -> SavedVoice:
     """The voice in ``path``; one line for a file that is not one."""
-    from safetensors import SafetensorError, safe_open
+    import zipfile
 
     path = Path(path)
     try:
-        with safe_open(str(path), framework="numpy") as f:
-            meta = f.metadata() or {}
-            if meta.get("format") != FORMAT:
-                raise RkspeechError(f"{path}: not an rkspeech voice (format {meta.get('format')!r}, expected {FORMAT})")
-            keys = set(f.keys())
-            x = f.get_tensor("x_vector") if "x_vector" in keys else None
-            codes = f.get_tensor("ref_codes") if "ref_codes" in keys else None
-    except (SafetensorError, OSError, ValueError) as exc:
+        with np.load(path, allow_pickle=False) as z:
+            meta = json.loads(str(z["meta"])) if "meta" in z.files else {}
+            if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+                raise RkspeechError(f"{path}: not an rkspeech voice (format "
+                                    f"{meta.get('format') if isinstance(meta, dict) else None!r}, expected {FORMAT})")
+            x = z["x_vector"] if "x_vector" in z.files else None
+            codes = z["ref_codes"] if "ref_codes" in z.files else None
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
         raise RkspeechError(f"{path}: not a readable voice file ({str(exc).splitlines()[0] if str(exc) else exc})") \
             from None
     if x is None or x.ndim != 1 or x.dtype != np.float32 or not np.isfinite(x).all():
