@@ -914,3 +914,30 @@ def test_wyoming_requests_whose_client_left_while_waiting_are_dropped():
     assert words.produced == 0 and counting.calls == 0, (words.produced, counting.calls)
     for endpoint in ("wyoming synthesize", "wyoming audio-stop"):
         assert f'rkspeech_requests_total{{endpoint="{endpoint}",status="client-gone"}} 1.0' in metrics, metrics
+
+
+def test_a_body_declared_too_large_is_read_before_the_413():
+    """A client that declares 1 MB + 10 bytes over a 1 MB limit and then sends them (as the openai
+    client does) gets the 413, not a reset: the server reads and drops such a body first (at most
+    4x the limit, for at most 5 s); one declaring far more is refused at once."""
+    st = _server(max_upload_bytes=1024 * 1024)
+    host, port = _hostport(st, "http")
+    try:
+        s = socket.create_connection((host, port))
+        s.sendall(_post_head("/v1/audio/transcriptions", 1024 * 1024 + 10))
+        time.sleep(0.3)  # the server has the head; a server that answers and closes now resets what follows
+        for _ in range(16):
+            s.sendall(b"\0" * 65536)
+        s.sendall(b"\0" * 10)
+        reply = _reply(s, 10)
+        s.close()
+        start = time.monotonic()
+        s = socket.create_connection((host, port))
+        s.sendall(_post_head("/v1/audio/transcriptions", 100 * 1024 * 1024))
+        huge = _reply(s, 10)
+        s.close()
+        took = time.monotonic() - start
+    finally:
+        st.stop()
+    assert reply.startswith(b"HTTP/1.1 413") and b"limit is 1048576" in reply, reply[:200]
+    assert huge.startswith(b"HTTP/1.1 413") and took < 2, (huge[:80], took)
