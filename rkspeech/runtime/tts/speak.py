@@ -211,7 +211,7 @@ class Speaker:
             options = self.options if self.options is not None else self.default_options()
         frames = self.model.generate_frames(text, speaker=speaker, language=language, instruct=instruct,
                                             ref_audio=ref_audio, ref_text=ref_text, ref_codes=ref_codes,
-                                            options=options, **({"voice": voice} if voice is not None else {}))
+                                            options=options, voice=voice)
         # eager, fed one frame at a time: small steps after the first, so the utterance ends one
         # small step after its last frame, and the steps depend on the frames only, not on timing
         sv = self.pool.open_stream(eager=True)
