@@ -48,6 +48,8 @@ class OnnxRuntimeRunner(Runner):
         opts.log_severity_level = 3
         if not spin:
             opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        if os.path.exists(os.fspath(onnx_path) + ".data"):  # mapped, not copied (see the docstring)
+            opts.add_session_config_entry("session.disable_prepacking", "1")
         try:
             self.session = ort.InferenceSession(os.fspath(onnx_path), opts,
                                                 providers=providers or ["CPUExecutionProvider"])
