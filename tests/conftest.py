@@ -13,7 +13,7 @@ os.environ.setdefault("RKSPEECH_THREADS", "2")
 #: session fixtures that cost a build (the reduced vocoder build: ~200 s): the test modules using
 #: one of them run on one xdist worker, so each is built once per run, not once per worker
 SHARED_BUILDS = ("reduced_vocoder_build", "tts_base_build", "trained_tts_ckpt", "published_ckpt",
-                 "tts_massive_ckpt")
+                 "tts_massive_ckpt", "batch_plans", "batch_plan")
 
 
 def worker_groups(modules: dict[str, set[str]]) -> dict[str, str]:
@@ -173,6 +173,40 @@ def trained_tts_ckpt(request, tmp_path_factory):
     cache = request.config.cache.mkdir("rkspeech") / "trained-tts" if getattr(request.config, "cache", None) else None
     return write_trained_tts_checkpoint(tmp_path_factory.mktemp("trained"), "reduced", "custom-voice", 0,
                                         options=TrainOptions(steps=TRAINED_TEST_STEPS), cache_dir=cache)
+
+
+@pytest.fixture(scope="session")
+def batch_plans(trained_tts_ckpt, placeholder_vocoder_plan, tmp_path_factory):
+    """``get(variant="int4", root=None) -> (root, plan.json)``: ``root`` (default the trained
+    reduced root) built with both CPU stages ``cpu-VARIANT`` and lanes graphs for 3 streams
+    (``build qwen3-tts --streams 3``, gate off), from a folder of its own with relative paths; its
+    vocoder the placeholder plan's ONNX.  Each built once."""
+    from rkfixtures import run_relative
+
+    built: dict = {}
+
+    def get(variant: str = "int4", root=None):
+        root = Path(root or trained_tts_ckpt[0])
+        key = (variant, str(root))
+        if key not in built:
+            home = tmp_path_factory.mktemp(f"batch_{variant}")
+            rc, _, _ = run_relative(home, ["build", "qwen3-tts", "--model-dir", os.path.relpath(root, home),
+                                           "--out-dir", "out", "--vocoder-plan",
+                                           os.path.relpath(placeholder_vocoder_plan, home),
+                                           "--talker", f"cpu-{variant}", "--code-predictor", f"cpu-{variant}",
+                                           "--cpu-threads", "1", "--talker-capacity", "96", "--talker-prefill", "16",
+                                           "--skip-sim", "--gate", "off", "--streams", "3"])
+            assert rc == 0
+            built[key] = (root, home / "out" / "plan.json")
+        return built[key]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def batch_plan(batch_plans):
+    """``batch_plans("int4")``: the trained reduced root's int4 plan with lanes for 3 streams."""
+    return batch_plans("int4")
 
 
 @pytest.fixture(scope="session")

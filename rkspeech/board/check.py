@@ -66,7 +66,7 @@ def plan_graphs(raw: dict, base: Path) -> list[BoardGraph]:
     the Whisper and Qwen3-ASR encoders' whatever their placement (their goldens replay on onnxruntime too)."""
     from rkspeech.plan.integrity import golden_path
     from rkspeech.plan.paths import plan_file
-    from rkspeech.plan.record import START_ROLE, head_codebook, is_npu, record_goldens, stage_records
+    from rkspeech.plan.record import LANES_ROLE, START_ROLE, head_codebook, is_npu, record_goldens, stage_records
 
     def path(v):
         return None if not isinstance(v, str) else plan_file(base, v, f"plan in {base}")
@@ -88,7 +88,7 @@ def plan_graphs(raw: dict, base: Path) -> list[BoardGraph]:
                  if isinstance(q, dict) and q.get("dtype") and q.get("dataset") else {})
         arts = rec.get("artifacts") or {}
         roles = ([r for r in ("first", "main") if r in arts] if name == "vocoder" else
-                 [r for r in arts if r != START_ROLE and head_codebook(r) is None])  # heads, start: CPU graphs
+                 [r for r in arts if r not in (START_ROLE, LANES_ROLE) and head_codebook(r) is None])  # CPU graphs
         for role in roles:
             files = arts[role] if isinstance(arts[role], dict) else {}
             r, o = path(files.get("rknn")), path(files.get("onnx"))

@@ -61,6 +61,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
           help="cpu-int4: symmetric blocks (no zero points)")
     f.add("placement", "--cpu-threads", type=int, default=None, metavar="N",
           help="onnxruntime threads recorded in the plan for the CPU stages (default: the runtime's)")
+    f.add("placement", "--streams", type=int, default=4, metavar="N",
+          help="streams generated at once: the CPU-placed fp32 / int4 talker and code predictor also get a "
+               "step graph for N streams, one weight read per step for all (default 4; 1: none)")
     f.add("placement", "--gate", choices=GATE_MODES, default="refuse",
           help="accuracy gate of the quantized CPU stages against fp32 (20 utterances, teacher forced and "
                "free running; marks in core.thresholds): refuse (default: no plan when a stage fails), "
@@ -92,7 +95,7 @@ def options_from(args: argparse.Namespace):
         talker_capacity=args.talker_capacity, talker_prefill=args.talker_prefill, skip_talker=args.skip_talker,
         skip_talker_rknn=args.skip_talker_rknn, skip_sim=args.skip_sim, timeout=args.timeout,
         fail_on_cpu=args.fail_on_cpu, force=args.force, talker=args.talker, code_predictor=args.code_predictor,
-        vocoder=args.vocoder, cpu_threads=args.cpu_threads, int4_block=args.int4_block,
+        vocoder=args.vocoder, cpu_threads=args.cpu_threads, streams=args.streams, int4_block=args.int4_block,
         int4_symmetric=args.int4_symmetric, cpu_check_frames=args.cpu_check_frames,
         gate=args.gate, skip_fp16_headroom=args.skip_fp16_headroom)
 

@@ -64,6 +64,10 @@ def register(subparsers) -> None:
     f.add(TTS, "--tts-model-dir", metavar="DIR", help="Qwen3-TTS model folder")
     f.add(TTS, "--tts-plan", metavar="PLAN", help="plan.json of the vocoder built for --tts-model-dir")
     f.add(TTS, "--tts-backend", choices=BACKENDS, default="ort", help="vocoder runtime (default ort)")
+    f.add(TTS, "--tts-streams", type=int, default=None, metavar="N",
+          help="speech requests generated at once by the one speech engine, over the plan's lanes graphs "
+               "(build qwen3-tts --streams): a request joins the running batch (default: the plan's lanes, "
+               "at most one per usable core; 1: one request at a time)")
     f.add(TTS, "--tts-core-mask", nargs="+", choices=CORE_MASKS, default=None,
           metavar="MASK", help="rknnlite: NPU core mask per vocoder engine; the talker and code predictor "
                                "run on the first unless the plan's stage names its core_mask (default: the "
@@ -221,8 +225,11 @@ def _open_speaker(args, core_mask=None):
 
     if not args.max_speech_s > 0:
         raise RkspeechError(f"--max-speech-s must be > 0, got {args.max_speech_s}")
+    if args.tts_streams is not None and args.tts_streams < 1:
+        raise RkspeechError(f"--tts-streams must be >= 1, got {args.tts_streams}")
     speaker = Speaker(args.tts_model_dir, args.tts_plan, backend=args.tts_backend, target=args.target,
-                      core_mask=list(core_mask) if args.tts_backend == "rknnlite" and core_mask else None)
+                      core_mask=list(core_mask) if args.tts_backend == "rknnlite" and core_mask else None,
+                      streams=args.tts_streams)
     c = speaker.plan.contract
     frames = math.ceil(args.max_speech_s * c.sample_rate / c.samples_per_token)
     # N talker steps give at most N - 1 frames (the last token's codes would come in step N + 1)
@@ -280,11 +287,15 @@ def run(args: argparse.Namespace) -> int:
                                                  threads=args.asr_threads, compute_type=args.asr_compute_type)
         if args.tts_model_dir:
             with progress.stage("load the speech model"):
-                speakers = [_open_speaker(args, tts_masks)]
+                speaker = _open_speaker(args, tts_masks)
+                # one served slot per stream of its batch: a request takes a slot, its generation a pair of lanes
+                speakers = [speaker] * speaker.streams
+                if speaker.streams > 1:
+                    progress.info(f"speech: up to {speaker.streams} requests generated at once (the plan's lanes)")
         pool = ServePool(transcribers=transcribers, speakers=speakers, max_queue=options.max_queue,
                           request_timeout_s=options.request_timeout_s, retry_after_s=options.retry_after_s)
     except BaseException:
-        for m in transcribers + speakers:
+        for m in transcribers + speakers[:1]:
             close = getattr(m, "close", None)
             if close:
                 close()

@@ -62,6 +62,8 @@ VOCABULARY = (
     Word("NPU core mask(s)", "--core-mask", ("--core-masks",), "serve: --asr-core-mask MASK..., one per engine"),
     Word("conversion time limit", "--timeout", ()),
     Word("per-request time limit (serve)", "--request-timeout", ()),
+    Word("streams generated at once over one weight read (lanes graphs)", "--streams", (),
+         "build qwen3-tts: the lanes graphs' size; speak: up to N sentences ahead; serve: --tts-streams"),
     Word("CPU cores the process runs on", "--cpu-affinity", (),
          "big (default: the big cores where cores differ, core.cpus), all, or a list such as 4-7"),
 )

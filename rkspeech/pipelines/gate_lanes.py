@@ -7,9 +7,8 @@ generates every utterance three times, one at a time: most of a published build'
 (``TalkerStep`` with ``capacity = N * c``, ``B = N``; the CPU export's layout), and the variant
 quantized from it with the stage's own options, so one call serves every utterance's step.
 
-The lane graphs must hold the placed graphs' weights: :func:`check_same_weights` compares every
-weight initializer (by content) of the lane graph with the placed graph's and refuses in one line
-otherwise.  The figures differ from those of the B = 1 graphs only by float rounding
+The lane graphs must hold the placed graphs' weights (``pipelines.lane_graphs.check_same_weights``,
+one line otherwise).  The figures differ from those of the B = 1 graphs only by float rounding
 (``runtime.tts.lanes``); the gate records that it ran in lanes (``timing.lanes``).
 """
 
@@ -18,10 +17,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from rkspeech.core.errors import RkspeechError
-
-#: weight initializers at least this many elements are compared (shape constants, which hold B
-#: and the capacity, are smaller)
-MIN_WEIGHT_ELEMENTS = 1024
 
 
 def lane_positions(tts, texts, requests, frames: int) -> int:
@@ -32,56 +27,23 @@ def lane_positions(tts, texts, requests, frames: int) -> int:
     return -(-need // 8) * 8
 
 
-def weight_digests(path) -> list[str]:
-    """Sorted sha256 of the graph's weight initializers (>= ``MIN_WEIGHT_ELEMENTS`` elements,
-    external data included), by content: names differ between exports."""
-    import hashlib
-
-    import numpy as np
-    import onnx
-    from onnx import numpy_helper
-
-    model = onnx.load(str(path), load_external_data=True)
-    out = []
-    for t in model.graph.initializer:
-        a = numpy_helper.to_array(t)
-        if a.size >= MIN_WEIGHT_ELEMENTS:
-            out.append(hashlib.sha256(np.ascontiguousarray(a).tobytes() + str(a.shape).encode()).hexdigest())
-    return sorted(out)
-
-
-def check_same_weights(lane_graph, placed, what: str) -> None:
-    """One line when ``lane_graph`` does not hold exactly ``placed``'s weights."""
-    a, b = weight_digests(lane_graph), weight_digests(placed)
-    if a != b:
-        raise RkspeechError(f"accuracy gate: the {what} lane graph's weights differ from {Path(placed).name}'s "
-                            f"({len(set(a) ^ set(b))} of {len(b)} tensors); run the gate without lanes")
-
-
 def export_lane_graphs(model, folder: Path, *, stage: str, lanes: int, positions: int, placed_fp32,
                        placed_variant=None, options=None) -> dict[str, Path]:
     """``{"fp32": path, "variant": path}`` (variant: with ``options``, a ``CpuQuantOptions``) of
     ``stage`` (``talker`` / ``code_predictor``) for ``lanes`` lanes of ``positions`` each, in
     ``folder``; each checked against the placed graph's weights."""
-    from rkspeech.contracts.talker import CODE_PREDICTOR_STEP_MODEL, MODEL_NAME
-    from rkspeech.convert.cpu_quant import quantize_step_graph
-    from rkspeech.export.talker_onnx import export_talker_onnx
-    from rkspeech.pipelines.cpu_stages import CPU_EXPORT
-    from rkspeech.stepgraph.talker_step import TalkerStep
-
-    net = model.get().net.talker
-    stack, name = (net.model, MODEL_NAME) if stage == "talker" else (net.code_predictor.model, CODE_PREDICTOR_STEP_MODEL)
     from rkspeech.contracts.read import read_contract
+    from rkspeech.convert.cpu_quant import quantize_step_graph
+    from rkspeech.pipelines.lane_graphs import check_same_weights, export_fp32_lanes
 
     mask_value = read_contract(placed_fp32).mask_value  # the placed graph's (the code predictor's may be int16's)
-    step = TalkerStep(stack, capacity=lanes * positions, B=lanes, name=name, mask_value=mask_value, **CPU_EXPORT)
-    folder.mkdir(parents=True, exist_ok=True)
-    out = {"fp32": export_talker_onnx(step, folder / f"{stage}_lanes{lanes}x{positions}.onnx")}
-    check_same_weights(out["fp32"], placed_fp32, f"{stage} fp32")
+    out = {"fp32": export_fp32_lanes(model, folder / f"{stage}_lanes{lanes}x{positions}.onnx", stage=stage,
+                                     lanes=lanes, positions=positions, mask_value=mask_value)}
+    check_same_weights(out["fp32"], placed_fp32, f"accuracy gate: {stage} fp32")
     if placed_variant is not None:
         out["variant"] = folder / f"{stage}_lanes{lanes}x{positions}.{options.variant}.onnx"
         quantize_step_graph(out["fp32"], out["variant"], options)
-        check_same_weights(out["variant"], placed_variant, f"{stage} {options.variant}")
+        check_same_weights(out["variant"], placed_variant, f"accuracy gate: {stage} {options.variant}")
     return out
 
 

@@ -87,7 +87,9 @@ GATE_VERSION = 7  # 2: a step-form code predictor's variant measured with its qu
 #: the placed graph computes it alone: fp32, and int4 (MatMulNBits quantizes its input per row and
 #: block).  Not int8: its dynamic quantization takes one activation scale over the whole call, so
 #: 20 lanes' rows change each other's rounding (the trained reduced root's int8 talker: 41.71 dB in
-#: lanes against 44.83 dB alone, decisions the same; docs/accuracy-gate.md, Cost)
+#: lanes against 44.83 dB alone, decisions the same; docs/accuracy-gate.md, Cost), and its placed
+#: prefill graph takes one scale over its 32 rows where a lanes graph quantized per row
+#: (``convert.int8_rows``) would take one per row
 LANE_VARIANTS = ("fp32", "int4")
 
 

@@ -53,6 +53,9 @@ class TTSBuildOptions:
     code_predictor: str | None = None
     vocoder: str = "npu"  # only npu for now
     cpu_threads: int | None = None  # onnxruntime threads recorded for the CPU stages (None: the runtime's default)
+    # streams the CPU-placed fp32 / int4 stages' lanes graphs serve at once (pipelines.lane_graphs;
+    # 1: none, one stream at a time)
+    streams: int = 4
     int4_block: int = 32  # cpu-int4: MatMulNBits block along K (convert.cpu_quant.CpuQuantOptions)
     int4_symmetric: bool = False  # cpu-int4: no zero points
     cpu_check_frames: int = 48  # frames per utterance at most of the accuracy gate (cpu_stages.DEFAULT_CHECK_FRAMES)
@@ -109,6 +112,8 @@ def validate(o: TTSBuildOptions) -> None:
                             f"--code-predictor {o.code_predictor} runs the exported graph on the CPU")
     if o.int4_block < 16 or o.int4_block & (o.int4_block - 1):
         raise RkspeechError(f"--int4-block must be a power of two >= 16, got {o.int4_block}")
+    if o.streams < 1:
+        raise RkspeechError(f"--streams must be >= 1, got {o.streams}")
     if o.cpu_threads is not None and o.cpu_threads < 1:
         raise RkspeechError(f"--cpu-threads must be >= 1, got {o.cpu_threads}")
     if o.cpu_check_frames < 1:

@@ -47,6 +47,7 @@ def place_code_predictor(o: TTSBuildOptions, stages, files, out: Path, model, he
     from rkspeech.pipelines.cpu_heads import quantize_heads
     from rkspeech.pipelines.cpu_stages import CPU_EXPORT, cpu_row, quantize_stage
     from rkspeech.pipelines.cpu_start import build_start
+    from rkspeech.pipelines.lane_graphs import build_lanes
     from rkspeech.plan.sections import stage_section
 
     place = code_predictor_placement(o)
@@ -69,6 +70,9 @@ def place_code_predictor(o: TTSBuildOptions, stages, files, out: Path, model, he
         heads = quantize_heads(stages, place, files, cpu_dir / "heads", int4=int4_options(o)) if step_form else {}
         start = (build_start(stages, place, files, model, cpu_dir, int4=int4_options(o), keep_fp32=keep)
                  if step_form else {})
+        lanes = (build_lanes(stages, "code_predictor", place, files, model, cpu_dir, streams=o.streams,
+                             placed_fp32=Path(a["onnx"]), placed=q["artifacts"][cp["role"]], int4=int4_options(o),
+                             keep_fp32=keep) if step_form else {})
         start_kept = (start.get("record") or {}).get("kept_fp32") or []
         if q["record"] and start_kept:  # the start graph is the same stack: its kept MatMuls too
             kept = q["record"].get("kept_fp32", []) + [{"graph": "start", **k} for k in start_kept]
@@ -76,9 +80,10 @@ def place_code_predictor(o: TTSBuildOptions, stages, files, out: Path, model, he
         section = stage_section(placement=place, target=None,
                                 artifacts={r: {"onnx": p} for r, p in q["artifacts"].items()},
                                 contract=contract, base=out, quantization=q["record"], threads=o.cpu_threads,
-                                heads=heads.get("heads"), start=start.get("start"))
+                                heads=heads.get("heads"), start=start.get("start"), lanes=lanes.get("lanes"))
         row = {**graph_row(None, None), "form": cp.get("form"), "dtype": "fp32", "sim": None,
-               "cpu": {**cpu_row(q, src), "heads": heads.get("record"), "start": start.get("record")}}
+               "cpu": {**cpu_row(q, src), "heads": heads.get("record"), "start": start.get("record"),
+                       "lanes": lanes.get("record")}}
         check.update(heads=heads.get("heads"), start=start.get("start"))
         if q["record"]:
             check["variant"] = q["artifacts"][cp["role"]]
@@ -106,6 +111,7 @@ def place_talker(o: TTSBuildOptions, stages, files, out: Path, model, headroom) 
     """The talker's prefill and decode graphs: converted for the NPU, or exported for the CPU
     (quantized unless ``cpu-fp32``)."""
     from rkspeech.pipelines.cpu_stages import CPU_EXPORT, cpu_row, quantize_stage
+    from rkspeech.pipelines.lane_graphs import build_lanes
     from rkspeech.pipelines.talker_build import build_talker
     from rkspeech.plan.sections import stage_section
 
@@ -122,10 +128,15 @@ def place_talker(o: TTSBuildOptions, stages, files, out: Path, model, headroom) 
     q = (quantize_stage(stages, "talker", place, src, out / "talker" / "cpu", int4=int4_options(o),
                         keep_fp32=keep_fp32_of(headroom, "talker"))
          if place != "npu" else None)
+    lanes = {}
     if q is not None:
+        lanes = build_lanes(stages, "talker", place, files, model, out / "talker" / "cpu", streams=o.streams,
+                            placed_fp32=src["decode"], placed=q["artifacts"]["decode"], int4=int4_options(o),
+                            keep_fp32=keep_fp32_of(headroom, "talker"))
         section = stage_section(placement=place, target=None,
                                 artifacts={r: {"onnx": p} for r, p in q["artifacts"].items()},
-                                contract=contract, base=out, quantization=q["record"], threads=o.cpu_threads)
+                                contract=contract, base=out, quantization=q["record"], threads=o.cpu_threads,
+                                lanes=lanes.get("lanes"))
         if q["record"]:
             check["variant"] = q["artifacts"]
     else:
@@ -141,7 +152,7 @@ def place_talker(o: TTSBuildOptions, stages, files, out: Path, model, headroom) 
            "per_graph": {r: graph_row(talker["graphs"][r] if "placement" in talker["graphs"][r] else None, None)
                          for r in ("prefill", "decode")},
            "verify": talker.get("verify"),
-           **({"cpu": cpu_row(q, src)} if q is not None else {})}
+           **({"cpu": {**cpu_row(q, src), "lanes": lanes.get("record")}} if q is not None else {})}
     return PlacedStage(talker, section, row, check)
 
 

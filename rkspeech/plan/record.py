@@ -46,6 +46,9 @@ STAGES = ("speaker_encoder", "speech_encoder", "talker", "code_predictor", "voco
 KINDS = ("rknn", "onnx", "host_onnx", "host")
 #: the code predictor's roles beside its step graph: a frame's start graph, and head ``j`` as ``head{j}``
 START_ROLE, HEAD_PREFIX = "start", "head"
+#: a CPU-placed talker's or step-form code predictor's step graph for several streams at once
+#: (``runtime.tts.lanes``; ``pipelines.lane_graphs``): its contract's B is the streams it serves
+LANES_ROLE = "lanes"
 #: format 1's ``impl`` -> placement (a CPU stage of format 1 without ``placement`` ran fp32 graphs)
 _IMPL_PLACEMENT = {"rknn": "npu", "onnx": "cpu-fp32"}
 #: format 1's vocoder sections -> kinds

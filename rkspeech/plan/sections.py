@@ -12,6 +12,9 @@ talker's contract format with its own model name) or ``frame`` (the unrolled gre
 format ``rkspeech-code-predictor/1``).  A step-form code predictor on the CPU may also hold the
 roles ``head1`` ... (its heads as graphs, ``pipelines.cpu_heads``) and ``start`` (the same stack
 at B = 2, a frame's first two positions in one call, ``pipelines.cpu_start``), each an ``onnx`` file.
+A CPU-placed talker or step-form code predictor may also hold ``lanes``: its step graph for N
+streams at once (``pipelines.lane_graphs``; ``B`` = N, capacity N x a lane's positions; the
+batched generation of ``runtime.tts.batch``).
     "talker": {"placement": "cpu-fp32", "artifacts": {"prefill": {"onnx": ...}, "decode": {"onnx": ...}},
                "contract": {"format": "rkspeech-talker/1", ...}}
 
@@ -56,7 +59,7 @@ from rkspeech.core.errors import RkspeechError
 from rkspeech.core.placement import CPU_VARIANTS, PLACEMENTS
 from rkspeech.core.targets import CORE_MASKS
 from rkspeech.plan.paths import plan_file
-from rkspeech.plan.record import GOLDENS, START_ROLE, head_codebook, head_role, record_goldens, record_placement
+from rkspeech.plan.record import GOLDENS, LANES_ROLE, START_ROLE, head_codebook, head_role, record_goldens, record_placement
 
 #: stage name -> the main role sets its record may hold (exactly one of them)
 STAGE_ROLES = {"talker": (("prefill", "decode"),), "code_predictor": (("step",), ("frame",))}
@@ -92,6 +95,8 @@ class StagePlan:
     #: a CPU stage's golden replays, role -> file (``pipelines.cpu_goldens``; replayed by
     #: ``rkspeech check-board``); empty: none recorded (an NPU stage, or an older plan)
     goldens: dict[str, Path] = field(default_factory=dict)
+    #: a CPU stage's step graph for several streams (``LANES_ROLE``); None: one stream at a time
+    lanes: Path | None = None
 
     @property
     def on_npu(self) -> bool:
@@ -120,14 +125,16 @@ class StagePlan:
 def stage_section(*, placement: str, target: str | None, artifacts: dict[str, dict[str, Path | None]],
                   contract: dict, base: Path, quantization: dict | None = None,
                   threads: int | None = None, heads: dict[str, Path] | None = None,
-                  start: Path | None = None, goldens: dict[str, Path] | None = None) -> dict:
+                  start: Path | None = None, goldens: dict[str, Path] | None = None,
+                  lanes: Path | None = None) -> dict:
     """A stage's record (``plan.record``), paths made relative to ``base`` (the plan's folder);
     ``placement``: ``core.placement.PLACEMENTS``; ``quantization``: ``{"dtype", "dataset",
     "hybrid"}`` of a quantized NPU build, or a CPU variant's record (``{"variant", ..., "graphs":
     {role: {"source": path, ...}}}``; None: fp16 / fp32); ``threads``: a CPU stage's onnxruntime
     threads (None: not recorded); ``heads``: a code predictor's quantized head graphs, codebook
     (``"1"`` ...) -> ONNX (``pipelines.cpu_heads``); ``start``: its start graph
-    (``pipelines.cpu_start``); both written as roles of ``artifacts``; ``goldens``: role -> the
+    (``pipelines.cpu_start``); ``lanes``: the stage's step graph for several streams
+    (``pipelines.lane_graphs``); all three written as roles of ``artifacts``; ``goldens``: role -> the
     golden replay of a CPU stage's graph (``pipelines.cpu_goldens``), written as ``goldens``."""
     from rkspeech.plan.linking import plan_name
 
@@ -140,6 +147,8 @@ def stage_section(*, placement: str, target: str | None, artifacts: dict[str, di
     arts = {role: {kind: rel(p) for kind, p in files.items() if p is not None} for role, files in artifacts.items()}
     if start is not None:
         arts[START_ROLE] = {"onnx": rel(start)}
+    if lanes is not None:
+        arts[LANES_ROLE] = {"onnx": rel(lanes)}
     for j, p in (heads or {}).items():
         arts[head_role(int(j))] = {"onnx": rel(p)}
     sec = {"placement": placement, "target": target, "contract": contract, "artifacts": arts}
@@ -220,23 +229,29 @@ def _quantization(sec: dict, base: Path, where: str, need_files: bool, placement
 
 
 def _extra_roles(arts: dict, base: Path, where: str, roles, placement: str, contract: dict
-                 ) -> tuple[dict[int, Path], Path | None]:
-    """A code predictor's ``head{j}`` and ``start`` roles, checked: only a CPU step-form code
-    predictor has them, each one ONNX file that exists and carries its contract (a head's, or
-    the stage's format for the start graph, whose B and model are checked when it is opened)."""
+                 ) -> tuple[dict[int, Path], Path | None, Path | None]:
+    """``(heads, start, lanes)``: a code predictor's ``head{j}`` and ``start`` roles and a stage's
+    ``lanes``, checked: only a CPU step-form code predictor has heads and a start graph, only a
+    CPU-placed talker or step-form code predictor a lanes graph; each one ONNX file that exists
+    and carries its contract (a head's, or the stage's format for the others, whose B and model
+    are checked when they are opened)."""
     from rkspeech.contracts.head import CONTRACT_FORMAT as HEAD_FORMAT
     from rkspeech.contracts.read import contract_format
 
     heads: dict[int, Path] = {}
-    start = None
+    start = lanes = None
     for role, files in arts.items():
         if role in roles:
             continue
         j = head_codebook(role)
-        if j is None and role != START_ROLE:
+        if j is None and role not in (START_ROLE, LANES_ROLE):
             continue  # refused by the caller's role check
-        what = f"head {j}" if j is not None else "start"
-        if tuple(roles) != ("step",) or (role == START_ROLE and placement == "npu"):
+        what = f"head {j}" if j is not None else role
+        if role == LANES_ROLE:
+            if placement == "npu" or tuple(roles) == ("frame",):
+                raise RkspeechError(f"{where}.artifacts.lanes: only a CPU-placed talker or step-form code predictor "
+                                    "has a lanes graph; rebuild the plan")
+        elif tuple(roles) != ("step",) or (role == START_ROLE and placement == "npu"):
             raise RkspeechError(f"{where}.artifacts.{role}: only a code predictor placed "
                                 f"{'on the CPU ' if role == START_ROLE else ''}in step form has a {what} graph; "
                                 "rebuild the plan")
@@ -252,9 +267,11 @@ def _extra_roles(arts: dict, base: Path, where: str, roles, placement: str, cont
                                 "rebuild the plan")
         if j is not None:
             heads[j] = path
-        else:
+        elif role == START_ROLE:
             start = path
-    return dict(sorted(heads.items())), start
+        else:
+            lanes = path
+    return dict(sorted(heads.items())), start, lanes
 
 
 def load_stages(raw: dict, plan_path: Path, backend: str | None, roles_of: dict | None = None) -> dict[str, StagePlan]:
@@ -269,7 +286,7 @@ def load_stages(raw: dict, plan_path: Path, backend: str | None, roles_of: dict 
         where = f"plan {plan_path}: {name}"
         placement = record_placement(sec, where, PLACEMENTS)
         arts = sec.get("artifacts")
-        extra = {START_ROLE} | {r for r in (arts or {}) if head_codebook(r) is not None} if isinstance(arts, dict) else set()
+        extra = {START_ROLE, LANES_ROLE} | {r for r in (arts or {}) if head_codebook(r) is not None} if isinstance(arts, dict) else set()
         roles = next((r for r in role_sets if isinstance(arts, dict) and set(arts) - extra == set(r)), None)
         if roles is None:
             got = sorted(arts) if isinstance(arts, dict) else arts
@@ -294,11 +311,11 @@ def load_stages(raw: dict, plan_path: Path, backend: str | None, roles_of: dict 
         if core_mask is not None and core_mask not in CORE_MASKS:
             raise RkspeechError(f"{where}.core_mask is {core_mask!r}, expected one of {', '.join(CORE_MASKS)}")
         quant = _quantization(sec, base, where, need_files=backend == "sim", placement=placement, roles=roles)
-        heads, start = _extra_roles(arts, base, where, roles, placement, contract)
+        heads, start, lanes = _extra_roles(arts, base, where, roles, placement, contract)
         listed = record_goldens(sec, where) or {}
         goldens = {role: plan_file(base, v, f"{where}.{GOLDENS}.{role}") for role, v in listed.items()}
         stage = StagePlan(name, placement, sec.get("target"), artifacts, contract, quant, threads, core_mask,
-                          heads, start, goldens)
+                          heads, start, goldens, lanes)
         for role, path in stage.paths(backend or "ort").items():
             if not path.is_file():
                 raise RkspeechError(f"{where}: {role} artifact {path} is missing")

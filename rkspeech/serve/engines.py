@@ -321,10 +321,12 @@ class ServePool:
         while not all(lane.idle() for lane in self.lanes.values()) and time.monotonic() < end:
             await asyncio.sleep(0.02)
         idle = all(lane.idle() for lane in self.lanes.values())
+        closed: set[int] = set()  # a batching engine serves several slots: closed once
         for lane in self.lanes.values():
             for engine in lane.engines:
                 engine.executor.shutdown(wait=False, cancel_futures=True)
-                if self.owned and idle:
+                if self.owned and idle and id(engine.model) not in closed:
+                    closed.add(id(engine.model))
                     close = getattr(engine.model, "close", None)
                     if close is not None:
                         with contextlib.suppress(Exception):

@@ -10,6 +10,8 @@ do not collide).
   own work), ``transcribe_total``, ``speech_first_chunk``, ``speech_total``, ``request`` (end to
   end).
 * ``rkspeech_engine_busy_seconds_total{kind, engine}``: time each engine spent in model calls.
+* ``rkspeech_speech_batch_streams``: speech streams generating in the running batch now
+  (``runtime.tts.batch``; 0 or 1 when the engine generates one at a time).
 
 Label values come only from the server's own lists, never from what a client sends
 (:meth:`Metrics.count`): a Wyoming event type once became an endpoint label, so 300 made-up
@@ -52,8 +54,16 @@ class Metrics:
                                   registry=self.registry)
         self.stage_seconds = Histogram("rkspeech_stage_seconds", "Latency per stage", ["stage"],
                                        buckets=BUCKETS, registry=self.registry)
+        self.speech_batch = Gauge("rkspeech_speech_batch_streams", "Speech streams generating in the running batch",
+                                  registry=self.registry)
         self.engine_busy = Counter("rkspeech_engine_busy_seconds", "Seconds each engine spent in model calls",
                                    ["kind", "engine"], registry=self.registry)
+
+    def watch_batch(self, speaker) -> None:
+        """``rkspeech_speech_batch_streams`` read from ``speaker``'s batch at each scrape."""
+        batch = getattr(speaker, "batch", None)
+        if batch is not None:
+            self.speech_batch.set_function(lambda: batch.active)
 
     def count(self, endpoint: str, status) -> None:
         """One request answered; ``endpoint`` / ``status`` outside the server's lists count as :data:`OTHER`."""

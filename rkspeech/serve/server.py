@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from rkspeech.serve.engines import ServePool
+from rkspeech.serve.engines import SPEECH, ServePool
 from rkspeech.serve.options import ServeOptions
 
 
@@ -26,6 +26,8 @@ class Server:
         pool.metrics = metrics
         for lane in pool.lanes.values():
             lane.metrics = metrics
+        if pool.has(SPEECH):
+            metrics.watch_batch(pool.first_model(SPEECH))
         self.pool, self.options, self.metrics = pool, options, metrics
         from rkspeech.serve.limits import ServerLimits
 

@@ -132,7 +132,7 @@ def test_lane_graphs_must_hold_the_placed_weights(gate_build, tmp_path):
     from rkspeech.convert.cpu_quant import CpuQuantOptions, quantize_step_graph
     from rkspeech.core.errors import RkspeechError
     from rkspeech.pipelines.stage_gate import gate_inputs
-    from rkspeech.pipelines.gate_lanes import check_same_weights
+    from rkspeech.pipelines.lane_graphs import check_same_weights
 
     inputs = gate_inputs(gate_build)
     fp32, int4 = inputs["code_predictor"]["fp32"], inputs["code_predictor"]["variant"]

@@ -215,3 +215,41 @@ def test_a_stage_record_with_its_fp16_rescale_loads(tmp_path, graphs):
     plan.write_text(json.dumps(raw))
     p = load_plan(plan, backend="ort")
     assert raw["format"] == PLAN_FORMAT and p.stages["code_predictor"].placement == "npu"
+
+
+@pytest.mark.parametrize("fault, message", [
+    (None, None),
+    ("npu", "only a CPU-placed talker or step-form code predictor has a lanes graph"),
+    ("frame", "only a CPU-placed talker or step-form code predictor has a lanes graph"),
+    ("missing", "lanes graph .* is missing"),
+    ("format", "lanes graph lanes.onnx does not carry the stage's contract"),
+])
+def test_a_cpu_stage_may_hold_a_lanes_graph(tmp_path, graphs, fault, message):
+    """``lanes`` (``pipelines.lane_graphs``): read into ``StagePlan.lanes``; only beside a CPU-placed
+    talker or step-form code predictor, one ONNX file with the stage's contract."""
+    talker_fmt = "rkspeech-talker/1"
+    plan = make_plan(tmp_path, graphs)
+    raw = json.loads(plan.read_text())
+    (tmp_path / "t").mkdir()
+    arts = {r: {"onnx": tagged_onnx(tmp_path / "t" / f"{r}.onnx", talker_fmt)} for r in ("prefill", "decode")}
+    if fault == "frame":  # the code predictor's frame form holds no lanes
+        raw["code_predictor"]["placement"] = "cpu-fp32"
+        raw["code_predictor"]["artifacts"]["lanes"] = {"onnx": "cp/frame.onnx"}
+    else:
+        lanes = tagged_onnx(tmp_path / "t" / "lanes.onnx", CP_FORMAT if fault == "format" else talker_fmt)
+        sec = stage_section(placement="npu" if fault == "npu" else "cpu-fp32", target=None, artifacts=arts,
+                            contract={"format": talker_fmt}, base=tmp_path, lanes=lanes)
+        if fault == "npu":
+            for r in ("prefill", "decode"):
+                sec["artifacts"][r]["rknn"] = sec["artifacts"][r]["onnx"]
+        raw["talker"] = sec
+        if fault == "missing":
+            lanes.unlink()
+    plan.write_text(json.dumps(raw))
+    if fault is None:
+        talker = load_plan(plan, backend="ort").stages["talker"]
+        assert talker.lanes == tmp_path / "t" / "lanes.onnx" and set(talker.paths("ort")) == {"prefill", "decode"}
+        return
+    with pytest.raises(RkspeechError, match=message) as e:
+        load_plan(plan, backend="ort")
+    assert "\n" not in str(e.value)

@@ -24,6 +24,7 @@ figures on the trained reduced root with and without lanes are in docs/accuracy-
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 import numpy as np
@@ -50,31 +51,62 @@ class Rounds:
         items = list(items)
         results: list = [None] * len(items)
         errors: list[BaseException | None] = [None] * len(items)
+        ready = threading.Barrier(len(items) + 1) if items else None
 
         def work(k):
-            self._local.worker = True
-            try:
-                results[k] = fn(items[k])
-            except BaseException as exc:  # noqa: BLE001 - re-raised by map
-                errors[k] = exc
-            finally:
-                with self._cv:
-                    self._live -= 1
-                    self._fire_if_ready()
+            with self.joined():
+                ready.wait()  # every thread joins before any asks: the first round holds them all
+                try:
+                    results[k] = fn(items[k])
+                except BaseException as exc:  # noqa: BLE001 - re-raised by map
+                    errors[k] = exc
 
-        with self._cv:
-            if self._live:
-                raise RuntimeError("Rounds.map is already running")
-            self._live = len(items)
+        if not items:
+            return []
         threads = [threading.Thread(target=work, args=(k,), name=f"lane-{k}", daemon=True) for k in range(len(items))]
         for t in threads:
             t.start()
+        ready.wait()
         for t in threads:
             t.join()
         for exc in errors:
             if exc is not None:
                 raise exc
         return results
+
+    @contextlib.contextmanager
+    def joined(self):
+        """This thread's lane calls wait for the round (continuous batching: a stream joins the
+        running batch at any step and leaves it when the block ends; a round runs when every
+        joined thread has asked)."""
+        if getattr(self._local, "worker", False):
+            raise RuntimeError("this thread has joined these rounds already")
+        with self._cv:
+            self._live += 1
+        self._local.worker = True
+        try:
+            yield self
+        finally:
+            self._local.worker = False
+            with self._cv:
+                self._live -= 1
+                self._fire_if_ready()
+
+    @contextlib.contextmanager
+    def away(self):
+        """A joined thread that waits on something other than a graph call (its listener, a full
+        queue) steps out of the rounds meanwhile, so that the others' rounds go on without it."""
+        if not getattr(self._local, "worker", False):
+            yield
+            return
+        with self._cv:
+            self._live -= 1
+            self._fire_if_ready()
+        try:
+            yield
+        finally:
+            with self._cv:
+                self._live += 1
 
     def request(self, group, lane: int, rows: np.ndarray) -> np.ndarray:
         """The last row's hidden state of ``rows`` appended to ``lane`` of ``group``: at once
@@ -126,10 +158,19 @@ class _Request:
 class LaneGroup:
     """``lanes`` sequences of at most ``lane_capacity`` positions over one step graph (``runner``
     with ``contract``: capacity ``lanes * lane_capacity``, ``B`` rows a call).  ``rope``: the
-    host's RoPE recipe (``talker_backend.ROPE_RECIPES``).  :meth:`lane` hands out the lanes."""
+    host's RoPE recipe (``talker_backend.ROPE_RECIPES``).  :meth:`lane` hands out the lanes.
+
+    ``prefill``: ``(runner, contract)`` of the stage's one-sequence graph for several rows (the
+    talker's prefill, the code predictor's start graph; capacity ``lane_capacity``, the same cache
+    layout).  A lane's call of several rows then runs there, outside the rounds, on a copy of the
+    lane's slots, and every round call holds one row per lane at the lane's own index: a row's
+    products are computed at the same row of the call whoever shares it.  onnxruntime's fp32
+    products differ by row index (a row at index 0 and at index 2 of the reduced talker's lanes
+    graph: 1.1e-6 apart), so packing rows in arrival order made a stream's hidden states depend on
+    its companions.  Without ``prefill`` (the accuracy gate) rows are packed in arrival order."""
 
     def __init__(self, runner, contract, *, lanes: int, lane_capacity: int, rounds: Rounds, rope: str = "numpy",
-                 name: str = "lanes"):
+                 name: str = "lanes", prefill=None):
         from rkspeech.stepgraph.host import (
             numpy_inverse_frequencies,
             numpy_rope_cos_sin,
@@ -155,6 +196,19 @@ class LaneGroup:
         self.length = [0] * lanes
         self._free = list(range(lanes))
         self._lock = threading.Lock()
+        self.prefill = None
+        if prefill is not None:
+            pr, pc = prefill
+            if contract.B != lanes or pc.capacity != lane_capacity or pc.kv_layout != contract.kv_layout or (
+                    pc.cache_io != contract.cache_io or pc.layers != contract.layers):
+                raise RkspeechError(f"{name}: the one-sequence graph (B={pc.B}, capacity {pc.capacity}) does not "
+                                    f"fit lanes of {lane_capacity} positions in a graph of B={contract.B}")
+            self.prefill = (pr, pc)
+            self._scratch = np.zeros(pc.cache_shape(), dtype=np.float32)  # one lane's slots, for prefills
+            self._scratch_feed = ({"cache": self._scratch} if pc.cache_io == "flat" else
+                                  {f"cache_{kv}{i}": self._scratch[2 * i + j:2 * i + j + 1]
+                                   for i in range(pc.layers) for j, kv in enumerate("kv")})
+            self._prefill_lock = threading.Lock()
 
     def lane(self) -> Lane:
         with self._lock:
@@ -172,9 +226,43 @@ class LaneGroup:
         self.cache[:, :, i * c:(i + 1) * c] = 0.0
         self.length[i] = 0
 
+    def prefill_lane(self, i: int, x: np.ndarray) -> np.ndarray:
+        """Rows ``x`` appended to lane ``i`` through the one-sequence graph (its B rows a call, the
+        last padded), as ``GraphTalker`` runs its prefill; the last row's hidden state."""
+        from rkspeech.stepgraph.host import step_mask
+
+        runner, pc = self.prefill
+        lc, t = self.lane_capacity, x.shape[0]
+        with self._prefill_lock:
+            start = first = self.length[i]
+            if start + t > lc:
+                raise RkspeechError(f"{self.name}: a sequence needs more than the {lc} positions of a lane")
+            self._scratch[:, :, :start] = self.cache[:, :, i * lc:i * lc + start]
+            self._scratch[:, :, start:] = 0.0
+            last = None
+            for lo in range(0, t, pc.B):
+                n = min(pc.B, t - lo)
+                chunk = x[lo:lo + n] if n == pc.B else np.concatenate([x[lo:lo + n], np.zeros((pc.B - n, x.shape[1]),
+                                                                                                 np.float32)])
+                cos, sin = self._cos_sin(np.arange(start, start + pc.B), self.inv_freq)
+                out = runner.infer({"embeds": chunk, "cos": cos, "sin": sin, "mask": step_mask(pc, start),
+                                    **self._scratch_feed})
+                self._scratch[:, :, start:start + n] = out["kv_new"][:, :, :n]
+                last = np.array(out["hidden"][n - 1], dtype=np.float32)
+                start += n
+            self.cache[:, :, i * lc + first:i * lc + start] = self._scratch[:, :, first:start]
+            self.length[i] = start
+        return last
+
     def execute(self, requests: list) -> int:
         """Append each request's rows to its lane (calls of ``B`` rows; a request's rows stay in
-        order); sets each request's ``hidden`` (its last row's); returns the calls made."""
+        order); sets each request's ``hidden`` (its last row's); returns the calls made.  With a
+        ``prefill`` graph every request is one row, at its lane's index of one call."""
+        if self.prefill is not None and all(r.rows.shape[0] == 1 for r in requests):
+            self._call([(r, 0) for r in requests], fixed=True)
+            for r in requests:
+                r.done = True
+            return 1
         c, B = self.contract, self.contract.B
         queue = [(r, lo) for r in requests for lo in range(r.rows.shape[0])]
         calls = 0
@@ -186,14 +274,17 @@ class LaneGroup:
             r.done = True
         return calls
 
-    def _call(self, chunk: list) -> None:
+    def _call(self, chunk: list, fixed: bool = False) -> None:
+        """One graph call of ``chunk`` (request, row) pairs: rows in order, or (``fixed``) each
+        at its lane's index."""
         c, B, cap, lc = self.contract, self.contract.B, self.contract.capacity, self.lane_capacity
         x = np.zeros((B, c.hidden), dtype=np.float32)
         pos = np.zeros(B, dtype=np.int64)
         mask = np.full((B, cap + B), c.mask_value, dtype=np.float32)
         first_row: dict[int, int] = {}  # lane -> its first row in this call
         start: dict[int, int] = {}  # lane -> its length before this call
-        for k, (r, row) in enumerate(chunk):
+        rows = [r.lane for r, _ in chunk] if fixed else range(len(chunk))
+        for k, (r, row) in zip(rows, chunk):
             i = r.lane
             if i not in start:
                 start[i], first_row[i] = self.length[i], k
@@ -204,26 +295,29 @@ class LaneGroup:
             pos[k] = p
             mask[k, i * lc:i * lc + start[i]] = 0.0  # the lane's cached positions
             mask[k, cap + first_row[i]:cap + k + 1] = 0.0  # its rows in this call, up to itself
-        for k in range(len(chunk), B):
+        for k in sorted(set(range(B)) - set(rows)):
             mask[k, cap + k] = 0.0  # padding rows see themselves (none all-masked); dropped
         cos, sin = self._cos_sin(pos, self.inv_freq)
         rep = c.mask_rows // B
         out = self.runner.infer({"embeds": x, "cos": cos, "sin": sin,
                                  "mask": np.tile(mask, (rep, 1)) if rep > 1 else mask, **self._cache_feed})
         kv, hidden = out["kv_new"], out["hidden"]
-        for k, (r, row) in enumerate(chunk):
+        for k, (r, row) in zip(rows, chunk):
             i = r.lane
             p = int(pos[k])
             self.cache[:, :, i * lc + p] = kv[:, :, k]
             if row == r.rows.shape[0] - 1:
                 r.hidden = np.array(hidden[k], dtype=np.float32)
-        for i, s in start.items():
-            self.length[i] = s + sum(1 for r, _ in chunk if r.lane == i)
+        for i, s0 in start.items():
+            self.length[i] = s0 + sum(1 for r, _ in chunk if r.lane == i)
 
     def close(self) -> None:
         if self.runner is not None:
             self.runner.close()
         self.runner = None
+        if self.prefill is not None:
+            self.prefill[0].close()
+        self.prefill = None
 
 
 class Lane:
@@ -246,6 +340,9 @@ class Lane:
         if x.ndim != 2 or x.shape[1] != self.group.contract.hidden:
             raise RkspeechError(f"input must be [t, {self.group.contract.hidden}] embeddings, got {list(x.shape)}")
         self.calls["prefill" if x.shape[0] > 1 else "decode"] += 1
+        if x.shape[0] > 1 and self.group.prefill is not None:
+            with self.group.rounds.away():  # the others' rounds go on meanwhile
+                return self.group.prefill_lane(self.index, x)
         return self.group.rounds.request(self.group, self.index, x)
 
     def close(self) -> None:

@@ -19,6 +19,7 @@ rate), and a mismatch is one line naming the fields.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 from typing import Iterator
@@ -92,11 +93,16 @@ class Speaker:
     the code predictor as graphs), ``torch`` (``models.qwen3_tts.generate.TTSModel``, the
     reference), or ``auto``: numpy when the plan places both stages and ``host_stages`` is not
     set, else torch (a ``model`` given: its own loop).
+
+    ``streams``: generations at once over the plan's lanes graphs (``runtime.tts.batch``; numpy
+    host loop): each :meth:`stream` call then takes a pair of lanes (waiting for one) instead of
+    the Speaker's lock, and its graph calls join the running batch; None: the plan's lanes at
+    most one per usable core (1 on a plan without them); 1: one generation at a time.
     """
 
     def __init__(self, model_dir, plan, *, backend: str = "ort", engines: int = 1, threads: int | None = None,
                  core_mask=None, target: str | None = None, model=None, options=None, host_stages: bool = False,
-                 host: str = "auto", stage_threads: int | None = None):
+                 host: str = "auto", stage_threads: int | None = None, streams: int | None = 1):
         import threading
 
         from rkspeech.plan.plan import check_plan_for_model, load_plan
@@ -119,19 +125,30 @@ class Speaker:
         else:
             self.model = _load_model(model_dir)
         check_plan_for_model(self.plan, read_config(resolve_checkpoint(self.model.files.root)))
-        self.pool = open_pool(self.plan, backend, size=engines, threads=threads, core_mask=core_mask,
-                              target=target, spin=SPIN)
         self.stage_backends: dict = {}
+        #: the plan's lanes graphs when streams are generated together (``runtime.tts.batch``), else None
+        self.batch = _open_batch(self.plan, self.model, streams, host=self.host, threads=stage_threads or threads)
+        try:  # a vocoder engine per stream at least: the batch's streams vocode at once
+            self.pool = open_pool(self.plan, backend, size=max(engines, self.streams), threads=threads,
+                                  core_mask=core_mask, target=target, spin=SPIN)
+        except BaseException:
+            if self.batch is not None:
+                self.batch.close()
+            raise
         if stage_threads is None:
             stage_threads = threads
         # the talker and code predictor on the first of the vocoder's cores unless the plan pins them
         stage_mask = core_mask[0] if core_mask else None
         try:
-            from rkspeech.runtime.tts.open_stages import open_stage_backends
+            from rkspeech.runtime.tts.open_stages import open_clone_encoders, open_stage_backends
 
-            self.stage_backends = open_stage_backends(self.plan, backend, model=self.model, threads=stage_threads,
-                                                      target=target, host_stages=host_stages,
-                                                      core_mask=stage_mask, spin=SPIN)
+            if self.batch is None:
+                self.stage_backends = open_stage_backends(self.plan, backend, model=self.model, threads=stage_threads,
+                                                          target=target, host_stages=host_stages,
+                                                          core_mask=stage_mask, spin=SPIN)
+            else:  # the lanes only: the one-stream graphs would hold a second copy of the weights
+                self.stage_backends = open_clone_encoders(self.plan, backend, model=self.model, threads=threads,
+                                                          spin=SPIN)
         except BaseException:
             self.close()
             raise
@@ -173,7 +190,14 @@ class Speaker:
     @property
     def stage_names(self) -> dict[str, str]:
         """Where each stage runs: ``{"talker": "torch"|graph backend, "code_predictor": ...}``."""
+        if self.batch is not None:
+            return {"talker": self.batch.talker.name, "code_predictor": self.batch.code_predictor.name}
         return {"talker": self.model.talker_backend.name, "code_predictor": self.model.code_predictor_backend.name}
+
+    @property
+    def streams(self) -> int:
+        """Streams generated at once (1: one at a time, the others wait for the engine)."""
+        return self.batch.streams if self.batch is not None else 1
 
     def default_options(self, **kw):
         """Sampling with :data:`DEFAULT_SEED` (qwen-tts' controls), the code predictor greedy
@@ -209,14 +233,31 @@ class Speaker:
             speaker = None
         if options is None:
             options = self.options if self.options is not None else self.default_options()
-        frames = self.model.generate_frames(text, speaker=speaker, language=language, instruct=instruct,
-                                            ref_audio=ref_audio, ref_text=ref_text, ref_codes=ref_codes,
-                                            options=options, voice=voice)
+        request = dict(speaker=speaker, language=language, instruct=instruct, ref_audio=ref_audio, ref_text=ref_text,
+                       ref_codes=ref_codes, options=options, voice=voice)
+        if self.batch is None:
+            frames = self.model.generate_frames(text, **request)
+            yield from self._speech(self.model, frames, self._lock, None, codes_out, margins_out, timing)
+            return
+        import copy
+
+        host = copy.copy(self.model)  # its own backends and per-generation state; weights and host shared
+        host.use_backends(**self.batch.reserved())
+        frames = host.generate_frames(text, **request)  # a bad request is refused before it waits for lanes
+        with self.batch.stream() as (talker, code_predictor):
+            host.use_backends(talker=talker, code_predictor=code_predictor)  # the generator starts on these
+            yield from self._speech(host, frames, contextlib.nullcontext(), self.batch.rounds, codes_out,
+                                    margins_out, timing)
+
+    def _speech(self, model, frames, lock, rounds, codes_out, margins_out, timing: SpeechTiming
+                ) -> Iterator[np.ndarray]:
+        """:meth:`stream`'s audio: ``frames`` (``model``'s generator, not started) run holding
+        ``lock`` (``rounds``: the batch's, which the generating thread joins) into the vocoder."""
         # eager, fed one frame at a time: small steps after the first, so the utterance ends one
         # small step after its last frame, and the steps depend on the frames only, not on timing
         sv = self.pool.open_stream(eager=True)
         start = time.perf_counter()
-        with _Generation(frames, self._lock, timing, codes_out) as produced:
+        with _Generation(frames, lock, timing, codes_out, rounds) as produced:
             for frame in produced:
                 pcm = self._push(sv, frame, timing)
                 if pcm.size:
@@ -225,12 +266,12 @@ class Speaker:
                     timing.samples += pcm.size
                     timing.total_s = time.perf_counter() - start
                     yield pcm
-        stages = getattr(self.model, "last_timing", None)
+        stages = getattr(model, "last_timing", None)
         if stages:
             timing.stages = dict(stages)
         if margins_out is not None:
-            margins_out.extend(getattr(self.model, "last_margins", []))
-        cut = getattr(self.model, "last_cut", None)
+            margins_out.extend(getattr(model, "last_margins", []))
+        cut = getattr(model, "last_cut", None)
         if cut:  # the talker's positions ran out before it ended the utterance: one line, and the report
             from rkspeech.core import progress
 
@@ -261,6 +302,9 @@ class Speaker:
     def close(self) -> None:
         for b in getattr(self, "stage_backends", {}).values():
             b.close()
+        self.stage_backends = {}
+        if getattr(self, "batch", None) is not None:
+            self.batch.close()
         self.pool.close()
 
     def __enter__(self) -> Speaker:
@@ -277,16 +321,18 @@ class _Generation:
     Frames come out in order, through a bounded queue (``QUEUE_FRAMES``: a vocoder slower than
     generation holds back the generator, not memory).  An exception in the generator is raised
     in the caller's thread; a caller that stops early (a client gone) stops the generator
-    before its next frame."""
+    before its next frame.  ``rounds``: a batch's (``runtime.tts.batch``), which the generating
+    thread joins while it generates and steps out of while the queue is full."""
 
     QUEUE_FRAMES = 32
     _DONE = object()
 
-    def __init__(self, frames, lock, timing: SpeechTiming, codes_out: list | None):
+    def __init__(self, frames, lock, timing: SpeechTiming, codes_out: list | None, rounds=None):
         import queue
         import threading
 
         self._frames, self._lock, self._timing, self._codes_out = frames, lock, timing, codes_out
+        self._rounds = rounds
         self._queue: queue.Queue = queue.Queue(self.QUEUE_FRAMES)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rkspeech-generate", daemon=True)
@@ -307,18 +353,24 @@ class _Generation:
     def _put(self, item) -> bool:
         import queue
 
-        while not self._stop.is_set():
-            try:
-                self._queue.put(item, timeout=0.05)
-                return True
-            except queue.Full:
-                continue
+        try:
+            self._queue.put_nowait(item)
+            return True
+        except queue.Full:
+            pass
+        with self._rounds.away() if self._rounds is not None else contextlib.nullcontext():
+            while not self._stop.is_set():
+                try:
+                    self._queue.put(item, timeout=0.05)
+                    return True
+                except queue.Full:
+                    continue
         return False
 
     def _run(self) -> None:
         timing = self._timing
         try:
-            with self._lock:
+            with self._lock, self._rounds.joined() if self._rounds is not None else contextlib.nullcontext():
                 it = iter(self._frames)
                 try:
                     while not self._stop.is_set():
@@ -373,6 +425,24 @@ def _host_loop(host: str, plan, *, host_stages: bool, model) -> str:
             raise RkspeechError("--host-stages runs the talker and the code predictor in torch; it needs "
                                 "--host-loop torch (or auto), not numpy")
     return host
+
+
+def _open_batch(plan, model, streams: int | None, *, host: str, threads: int | None):
+    """The plan's lanes (``runtime.tts.batch.StreamBatch``) for ``streams`` at once, or None for
+    one at a time (``streams`` 1; None: ``batch.default_streams``, 1 on a plan without lanes
+    graphs); more than one stream on a plan or host loop that cannot batch is one line."""
+    from rkspeech.runtime.tts.batch import StreamBatch, default_streams
+
+    if streams is not None and streams < 1:
+        raise RkspeechError(f"--streams must be >= 1, got {streams}")
+    if streams is None:
+        streams = default_streams(plan) if host == "numpy" else 1
+    if streams == 1:
+        return None
+    if host != "numpy":
+        raise RkspeechError(f"{streams} streams at once run the numpy host loop over the plan's lanes graphs; "
+                            f"the {host} host loop generates one at a time (--streams 1)")
+    return StreamBatch(plan, model, streams=streams, threads=threads, spin=SPIN)
 
 
 def _load_model(model_dir):
