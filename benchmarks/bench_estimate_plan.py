@@ -122,12 +122,32 @@ def run(a: PlanAssumptions) -> list[dict]:
     return out
 
 
+#: the stream counts the batched estimate prices (issue 55)
+STREAM_COUNTS = (1, 2, 4, 8)
+
+
+def streams_tables(a: PlanAssumptions) -> dict:
+    """``estimate.streams`` for the grouped-k/v CPU export in int4 and int8 (int8's bytes: the
+    recorded int8 graph, whose cache is priced grouped as the CPU export has it): N streams at once
+    over lanes graphs for 8, the vocoder on the NPU per stream."""
+    from rkspeech.estimate.streams import estimate_streams
+
+    out = {}
+    for v in ("int4", "int8"):
+        st = cpu_plan("int4", a, "grouped") if v == "int4" else [
+            replace(x, call=replace(x.call, cache_bytes=TALKER_CACHE_GROUPED, cache_passes=1.0))
+            if x.name.startswith("talker") else x for x in cpu_plan("int8", a)]
+        out[f"cpu-{v}"] = estimate_streams(st, FPS, a, STREAM_COUNTS, plan_lanes=max(STREAM_COUNTS))
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", help="write the JSON here")
     args = ap.parse_args(argv)
     a = PlanAssumptions().check()
     reps = run(a)
+    streams = streams_tables(a)
     print(f"{'plan':58} {'CPU':>8} {'NPU':>8} {'DDR':>8} {'RTF':>6} {'TTFA ms':>8}  limited by"
           "   | NPU x6.7: RTF, limited by")
     for r in reps:
@@ -143,8 +163,15 @@ def main(argv=None) -> int:
                   f"= {s['ms_per_audio_s']:8.1f} ms / audio s  ({s['bytes_per_call'] / 1e6:,.0f} MB a call)")
         print("  most sensitive: " + ", ".join(f"{x['assumption']} {100 * x['change']:+.0f} %"
                                                for x in r["sensitivity"][:3]))
+    for name, st in streams.items():
+        print(f"\n{name} talker + code predictor, npu vocoder: N streams at once (lanes graphs)")
+        for r in st["rows"]:
+            print(f"  N={r['streams']}: RTF per stream {r['rtf_per_stream']:.3f}, {r['audio_s_per_s']:.2f} audio s per s "
+                  f"({r['gain_vs_one']:.2f}x one), first audio {r['first_audio_ms']:.0f} ms, limited by "
+                  f"{r['limiting_stage']}")
+        print(f"  more streams stop adding audio from: {st['saturates_at']}")
     if args.out:
-        Path(args.out).write_text(json.dumps({"plans": reps, "peers": PEERS}, indent=1))
+        Path(args.out).write_text(json.dumps({"plans": reps, "peers": PEERS, "streams": streams}, indent=1))
     return 0
 
 

@@ -34,6 +34,10 @@ def add_arguments(f) -> None:
                "or the filled slots averaged over the utterance")
     f.add(plan, "--prompt-tokens", type=int, default=None, help="prompt positions (default 40)")
     f.add(plan, "--utterance-s", type=float, default=None, help="utterance length, s (default 10)")
+    f.add(plan, "--streams", default=None, metavar="N[,N...]",
+          help="also price N streams at once (speak --streams, serve --tts-streams): the talker and code "
+               "predictor steps batched over the plan's lanes graphs, the rest per stream; per-stream "
+               "real-time factor, aggregate audio seconds per second, first audio (e.g. 1,2,4,8)")
 
 
 def _ms(v: float) -> str:
@@ -49,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
     from dataclasses import fields, replace
 
     from rkspeech.core.atomic import write_json
+    from rkspeech.core.errors import RkspeechError
     from rkspeech.core.reporting import print_table
     from rkspeech.estimate.plan_time import PlanAssumptions, estimate_plan, peer_check
 
@@ -75,12 +80,15 @@ def run(args: argparse.Namespace) -> int:
     from rkspeech.plan.asr import is_asr_plan
 
     asr = is_asr_plan(args.plan)
+    streams = _stream_counts(getattr(args, "streams", None))
+    if streams and asr:
+        raise RkspeechError("--streams prices a text-to-speech plan's batched generation; this is a Qwen3-ASR plan")
     if asr:
         from rkspeech.estimate.asr_time import estimate_asr_plan
 
         rep = estimate_asr_plan(args.plan, a)
     else:
-        rep = estimate_plan(args.plan, a)
+        rep = estimate_plan(args.plan, a, streams=streams)
     if args.report:
         write_json(args.report, rep)
     if getattr(args, "json", False):
@@ -130,9 +138,43 @@ def run(args: argparse.Namespace) -> int:
                     "after its last frame)",
                     [("vocoder", f"{sp['vocoder_ms_per_audio_s']:,.1f} ms per audio s"),
                      ("real-time factor", f"{sp['rtf']:.3f}, limited by {sp['limiting_stage']}")])
-    for n in rep["notes"]:
+    if rep.get("streams"):
+        _print_streams(rep["streams"], print_table)
+    for n in rep["notes"] + (rep.get("streams") or {}).get("notes", []):
         print(f"note: {n}", file=sys.stderr)
     return 0
+
+
+def _stream_counts(text: str | None) -> list[int] | None:
+    """``--streams 1,2,4,8`` -> [1, 2, 4, 8]; one line on anything else."""
+    from rkspeech.core.errors import RkspeechError
+
+    if text is None:
+        return None
+    try:
+        counts = [int(v) for v in text.split(",")]
+    except ValueError:
+        counts = []
+    if not counts or any(n < 1 for n in counts):
+        raise RkspeechError(f"--streams must be whole numbers >= 1 separated by commas (1,2,4,8), got {text!r}")
+    return counts
+
+
+def _print_streams(st: dict, print_table) -> None:
+    rows = []
+    for r in st["rows"]:
+        how = ("one at a time" if not r["batched"] and r["streams"] > 1 else
+               "batched" + (" (rebuild with --streams N)" if r["rebuild"] else "") if r["streams"] > 1 else "-")
+        gain = f"{r['gain_vs_one']:.2f}x" if r["gain_vs_one"] else "-"
+        rows.append((str(r["streams"]), f"{r['rtf_per_stream']:.3f}", f"{r['audio_s_per_s']:.2f}", gain,
+                     _ms(r["first_audio_ms"]) if r["first_audio_ms"] is not None else "-",
+                     f"{r['limiting_stage']} ({r['limiting_unit']})", how))
+    print_table(f"N streams at once (estimate; the plan's lanes graphs serve {st['plan_lanes']})", rows,
+                headers=("streams", "real-time factor per stream", "audio s per s (all)", "vs one",
+                         "first audio, ms", "limited by", "how"))
+    if st["saturates_at"]:
+        print_table("where more streams stop adding audio",
+                    [("shared DDR or NPU limits from", f"{st['saturates_at']} streams")])
 
 
 def _print_asr(rep: dict, a) -> int:
@@ -165,3 +207,4 @@ def _print_asr(rep: dict, a) -> int:
     for n in rep["notes"]:
         print(f"note: {n}", file=sys.stderr)
     return 0
+

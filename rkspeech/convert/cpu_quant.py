@@ -298,7 +298,9 @@ def quantize_step_graph(src: str | os.PathLike, dst: str | os.PathLike, options:
         if io_after != io_before:
             raise RkspeechError(f"{dst}: the {options.variant} variant changed the graph's inputs/outputs "
                                 f"({io_before} -> {io_after})")
-    before, after = src.stat().st_size, dst.stat().st_size
+    from rkspeech.export.weights import graph_bytes
+
+    before, after = graph_bytes(src), graph_bytes(dst)  # a published fp32 graph's weights are external
     quantized = {op: ops.get(op, 0) for op in QUANTIZED_OPS.get(options.variant, ())} if ops else {}
     return {"variant": options.variant, "quantizer": QUANTIZERS[options.variant], **options.record(),
             "onnxruntime": onnxruntime.__version__, "source": str(src), "bytes_before": before,

@@ -31,6 +31,7 @@ class StageInput:
     threads: int | None = None  # a CPU stage's threads as the plan records them (None: not recorded)
     min_threads: int = 1  # the runtime gives it at least these (the talker prefill)
     fixed_threads: int | None = None  # runs on these whatever the caller says (the host heads: 1)
+    copies: int = 1  # streams that each make this stage's calls apart (``estimate.streams``)
 
     @property
     def unit(self) -> str:
@@ -69,7 +70,9 @@ def plan_inputs(plan_path: str | os.PathLike, a: PlanAssumptions) -> tuple[list[
 
     p = Path(plan_path)
     plan = load_plan(p)
-    info: dict[str, Any] = {"plan": str(p), "target": plan.target, "notes": []}
+    from rkspeech.plan.sections import plan_streams
+
+    info: dict[str, Any] = {"plan": str(p), "target": plan.target, "notes": [], "lanes": plan_streams(plan)}
     if plan.target and plan.target != a.chip:
         raise RkspeechError(f"plan {p} was built for {plan.target}; its layer tables say nothing about "
                             f"{a.chip} (pass --target {plan.target}, or build the plan for {a.chip})")

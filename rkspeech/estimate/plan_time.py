@@ -100,7 +100,7 @@ def estimate_stages(stages: list[StageInput], fps: float, a: PlanAssumptions,
     rows = []
     by_name = {}
     for s in stages:
-        calls = s.per_frame * fps + s.per_utterance / a.utterance_s
+        calls = (s.per_frame * fps + s.per_utterance / a.utterance_s) * s.copies
         r: dict[str, Any] = {"stage": s.name, "unit": s.unit, "impl": s.impl, "calls_per_audio_s": calls,
                              "calls_note": s.note}
         if isinstance(s.call, NpuCall):
@@ -248,8 +248,10 @@ def speak_schedule(stages: list[StageInput], fps: float, a: PlanAssumptions) -> 
             "ddr_floor_ms_per_audio_s": rep["ddr_floor_ms_per_audio_s"]}
 
 
-def estimate_plan(plan_path: str | os.PathLike, a: PlanAssumptions | None = None) -> dict[str, Any]:
-    """The whole report for ``plan.json``."""
+def estimate_plan(plan_path: str | os.PathLike, a: PlanAssumptions | None = None,
+                  streams=None) -> dict[str, Any]:
+    """The whole report for ``plan.json``; ``streams``: stream counts to price at once as well
+    (``estimate.streams``, the report's ``streams``)."""
     a = (a or PlanAssumptions()).check()
     stages, info = plan_inputs(plan_path, a)
     if not stages:
@@ -267,6 +269,10 @@ def estimate_plan(plan_path: str | os.PathLike, a: PlanAssumptions | None = None
     rep["npu_board_factor_check"] = npu_factor_check(stages, info["frames_per_s"], a)
     rep["speak_schedule"] = speak_schedule(stages, info["frames_per_s"], a)
     rep["peers"] = PEERS
+    if streams:
+        from rkspeech.estimate.streams import estimate_streams
+
+        rep["streams"] = estimate_streams(stages, info["frames_per_s"], a, sorted(set(streams)), info["lanes"])
     return rep
 
 

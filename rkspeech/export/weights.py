@@ -122,3 +122,10 @@ def write_weights(model, weights: dict[str, np.ndarray], onnx_path: str | os.Pat
                 entry.key, entry.value = key, value
             graph.initializer.append(t)
     return Path(onnx_path).with_name(location)
+
+
+def graph_bytes(path) -> int:
+    """A graph's bytes with its external weights (``<graph>.data``, :func:`write_weights`)."""
+    p = Path(path)
+    data = p.with_name(p.name + ".data")
+    return p.stat().st_size + (data.stat().st_size if data.is_file() else 0)

@@ -110,9 +110,11 @@ def quantize_stage(stages, name: str, placement: str, sources: dict[str, Path], 
 
 
 def _files(sources: dict[str, Path], quantized: dict[str, Path]) -> dict:
-    """Per graph: fp32 and variant bytes."""
-    return {role: {"fp32": str(src), "fp32_bytes": Path(src).stat().st_size, "variant": str(quantized[role]),
-                   "variant_bytes": Path(quantized[role]).stat().st_size}
+    """Per graph: fp32 and variant bytes (external weights included)."""
+    from rkspeech.export.weights import graph_bytes
+
+    return {role: {"fp32": str(src), "fp32_bytes": graph_bytes(src), "variant": str(quantized[role]),
+                   "variant_bytes": graph_bytes(quantized[role])}
             for role, src in sources.items()}
 
 

@@ -122,6 +122,17 @@ class StagePlan:
         return {role: files[kind] for role, files in self.artifacts.items()}
 
 
+def plan_streams(plan) -> int:
+    """The streams a plan's lanes graphs serve at once (their contracts' B; 1: the talker and the
+    code predictor do not both have one)."""
+    from rkspeech.contracts.read import read_contract
+
+    stages = [plan.stages.get(k) for k in ("talker", "code_predictor")]
+    if not all(s is not None and s.lanes is not None for s in stages):
+        return 1
+    return min(read_contract(s.lanes).B for s in stages)
+
+
 def stage_section(*, placement: str, target: str | None, artifacts: dict[str, dict[str, Path | None]],
                   contract: dict, base: Path, quantization: dict | None = None,
                   threads: int | None = None, heads: dict[str, Path] | None = None,

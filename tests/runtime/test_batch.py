@@ -64,7 +64,7 @@ def test_plan_holds_lanes_graphs_with_the_placed_weights(batch_plan):
     from rkspeech.contracts.read import read_contract
     from rkspeech.pipelines.lane_graphs import weight_digests
     from rkspeech.plan.plan import load_plan
-    from rkspeech.runtime.tts.batch import plan_streams
+    from rkspeech.plan.sections import plan_streams
 
     plan = load_plan(batch_plan[1], backend="ort")
     assert plan_streams(plan) == 3

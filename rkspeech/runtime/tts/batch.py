@@ -25,16 +25,7 @@ import contextlib
 import threading
 
 from rkspeech.core.errors import RkspeechError
-
-
-def plan_streams(plan) -> int:
-    """The streams the plan's lanes graphs serve (1: it has none, or only one of the two stages)."""
-    from rkspeech.contracts.read import read_contract
-
-    stages = [plan.stages.get(k) for k in ("talker", "code_predictor")]
-    if not all(s is not None and s.lanes is not None for s in stages):
-        return 1
-    return min(read_contract(s.lanes).B for s in stages)
+from rkspeech.plan.sections import plan_streams
 
 
 def default_streams(plan) -> int:
