@@ -289,9 +289,10 @@ def run(args: argparse.Namespace) -> int:
             with progress.stage("load the speech model"):
                 speaker = _open_speaker(args, tts_masks)
                 # one served slot per stream of its batch: a request takes a slot, its generation a pair of lanes
-                speakers = [speaker] * speaker.streams
-                if speaker.streams > 1:
-                    progress.info(f"speech: up to {speaker.streams} requests generated at once (the plan's lanes)")
+                streams = getattr(speaker, "streams", 1)
+                speakers = [speaker] * streams
+                if streams > 1:
+                    progress.info(f"speech: up to {streams} requests generated at once (the plan's lanes)")
         pool = ServePool(transcribers=transcribers, speakers=speakers, max_queue=options.max_queue,
                           request_timeout_s=options.request_timeout_s, retry_after_s=options.retry_after_s)
     except BaseException:

@@ -73,8 +73,8 @@ def register(subparsers) -> None:
                "utterance first); qwen-tts' max_new_tokens=N+1 gives the same N frames")
     f.add(ADVANCED, "--streams", type=int, default=None, metavar="N",
           help="sentences generated at once over the plan's lanes graphs (build qwen3-tts --streams): the "
-               "first sentence starts alone, then up to N in flight, audio in order (default: the plan's "
-               "lanes, at most one per usable core; 1: one sentence at a time)")
+               "first sentence starts alone, then up to N in flight, audio in order (default, for a text of "
+               "several sentences without --max-frames: the plan's lanes, at most one per usable core; else 1)")
     f.threads(ADVANCED, "onnxruntime (intra-op)")
     f.cpu_affinity(ADVANCED)
     f.add(ADVANCED, "--host-loop", choices=("auto", "numpy", "torch"), default="auto",
@@ -161,9 +161,10 @@ def run(args: argparse.Namespace) -> int:
             speaker = stack.enter_context(Speaker(args.model_dir, args.plan, backend=args.backend,
                                                   threads=args.threads, core_mask=[args.core_mask], target=target,
                                                   host_stages=args.host_stages, host=args.host_loop,
-                                                  streams=args.streams))
-        if speaker.streams > 1:
-            progress.info(f"streams: up to {speaker.streams} sentences generated at once (the plan's lanes graphs)")
+                                                  streams=_streams(args)))
+        streams = getattr(speaker, "streams", 1)
+        if streams > 1:
+            progress.info(f"streams: up to {streams} sentences generated at once (the plan's lanes graphs)")
         options = _options(args, speaker)
         if args.voice is not None and args.voice not in speaker.voices:
             saved = ", ".join(speaker.voices) or "none"
@@ -208,7 +209,7 @@ def run(args: argparse.Namespace) -> int:
             with atomic_path(args.margins_out, suffix=".npy") as tmp:
                 np.save(tmp, utterance_array(margins, fill=np.nan, dtype=np.float32))
     report = {"text": args.text, "backend": args.backend, "stage_backends": speaker.stage_names,
-              "host_loop": speaker.host, "streams": speaker.streams, "output": args.output,
+              "host_loop": speaker.host, "streams": streams, "output": args.output,
               "cpu_affinity": {"asked": args.cpu_affinity, "cores": list(pinned) if pinned else None},
               "sample_rate": rate,
               **timing.to_dict(rate)}
@@ -220,7 +221,7 @@ def run(args: argparse.Namespace) -> int:
         ("time to first audio", f"{timing.first_audio_s:.3f} s" if timing.first_audio_s is not None else "-"),
         ("total time", f"{seconds:.2f} s (realtime factor {seconds / audio_s:.2f})" if audio_s else f"{seconds:.2f} s"),
         ("generation (talker, code predictor, sampling)", f"{timing.generate_s:.2f} s (host loop: {speaker.host}"
-                                                           + (f", {speaker.streams} streams at once" if speaker.streams > 1
+                                                           + (f", {streams} streams at once" if streams > 1
                                                               else "") + ")"),
         *_stage_rows(timing.stages, speaker.stage_names),
         (f"vocoder ({args.backend})", f"{timing.vocoder_s:.2f} s"),
@@ -229,6 +230,17 @@ def run(args: argparse.Namespace) -> int:
     ]
     print_table("rkspeech speak", rows, stderr=to_stdout)
     return 0
+
+
+def _streams(args) -> int | None:
+    """``--streams``, else None (the plan's default) for a text of several sentences spoken without
+    ``--max-frames``, else 1: one sentence, or sentences in turn, gain nothing from the lanes
+    graphs, whose calls compute every lane's row."""
+    if args.streams is not None:
+        return args.streams
+    from rkspeech.core.sentences import sentences
+
+    return None if args.max_frames is None and len(list(sentences(args.text))) > 1 else 1
 
 
 def _stage_rows(stages: dict, names: dict) -> list[tuple]:

@@ -85,7 +85,8 @@ class StreamBatch:
                     raise
                 group = LaneGroup(runner, contract, lanes=contract.B, lane_capacity=contract.capacity // contract.B,
                                   rounds=self.rounds, rope=model.ops.rope, prefill=prefill,
-                                  name=f"{name.replace('_', ' ')} lanes ({stage.lanes.name})")
+                                  name=(f"talker lanes ({stage.lanes.name})" if name == "talker" else
+                                        f"lanes ({stage.lanes.name})"))  # CodePredictorLanes says whose
                 if name == "code_predictor":
                     heads = open_heads(stage.heads or None, model.cfg.code_predictor, model.weights.cp_fingerprint,
                                        threads=n, spin=spin)
