@@ -7,7 +7,7 @@ step graphs, first B=4 / main B=16, on onnxruntime: a placeholder vocoder plan, 
 Each side in a child process of its own (its own peak RSS, ``VmHWM``), greedy:
 
 * ``one engine`` (today's ``serve``: one speech engine, a second request waits for it): N requests
-  through the openai client, the engine taking them in turn;
+  through the openai client, the engine taking them in turn (N = 1 and 4);
 * ``batched N``: the same engine with ``--tts-streams N`` (``Speaker(streams=N)``, the plan's lanes
   graphs), N requests at once through the openai client.
 
@@ -215,7 +215,8 @@ def main() -> int:
               "cpus": os.cpu_count(), "frames": args.frames, "repeats": args.repeats, "serve": [], "speak": []}
     common = {"root": str(root), "plan": str(plan), "frames": args.frames, "repeats": args.repeats}
     for n in counts:
-        for streams in ([1, n] if n > 1 else [1]):
+        # one engine serving N requests in turn: its aggregate is one stream's rate, measured at 1 and 4
+        for streams in ([1] if n in (1, 4) else []) + ([n] if n > 1 else []):
             label = "one engine" if streams == 1 else f"batched {n}"
             log(f"{label}, {n} request(s) at once (load {load()}) ...")
             rep = in_child("serve", streams=streams, requests=n, **common)

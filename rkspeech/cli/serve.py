@@ -67,7 +67,7 @@ def register(subparsers) -> None:
     f.add(TTS, "--tts-streams", type=int, default=None, metavar="N",
           help="speech requests generated at once by the one speech engine, over the plan's lanes graphs "
                "(build qwen3-tts --streams): a request joins the running batch (default: the plan's lanes, "
-               "at most one per usable core; 1: one request at a time)")
+               "one per two cores, 1 below 4 cores: docs/batching.md; 1: one request at a time)")
     f.add(TTS, "--tts-core-mask", nargs="+", choices=CORE_MASKS, default=None,
           metavar="MASK", help="rknnlite: NPU core mask per vocoder engine; the talker and code predictor "
                                "run on the first unless the plan's stage names its core_mask (default: the "

@@ -74,7 +74,7 @@ def register(subparsers) -> None:
     f.add(ADVANCED, "--streams", type=int, default=None, metavar="N",
           help="sentences generated at once over the plan's lanes graphs (build qwen3-tts --streams): the "
                "first sentence starts alone, then up to N in flight, audio in order (default, for a text of "
-               "several sentences without --max-frames: the plan's lanes, at most one per usable core; else 1)")
+               "several sentences without --max-frames: the plan's lanes, one per two cores, 1 below 4 cores; else 1)")
     f.threads(ADVANCED, "onnxruntime (intra-op)")
     f.cpu_affinity(ADVANCED)
     f.add(ADVANCED, "--host-loop", choices=("auto", "numpy", "torch"), default="auto",

@@ -28,13 +28,21 @@ from rkspeech.core.errors import RkspeechError
 from rkspeech.plan.sections import plan_streams
 
 
+#: fewer usable cores than this: one stream at a time unless asked (each stream's host loop, heads
+#: and vocoder steps want a core; on this 2-core x86 host the published int4 plan's 20 sentences
+#: took 35.9 s in 2 streams against 21.7 s one at a time, docs/batching.md)
+MIN_CORES_TO_BATCH = 4
+
+
 def default_streams(plan) -> int:
-    """Streams at once when the caller names none: the plan's lanes, at most one per core this
-    process may use (each stream runs its host loop, sampling and heads, in a thread of its own;
-    more threads than cores wait on each other)."""
+    """Streams at once when the caller names none: the plan's lanes, at most one per two usable
+    cores, and 1 below :data:`MIN_CORES_TO_BATCH` cores."""
     import os
 
-    return max(1, min(plan_streams(plan), len(os.sched_getaffinity(0))))
+    cores = len(os.sched_getaffinity(0))
+    if cores < MIN_CORES_TO_BATCH:
+        return 1
+    return max(1, min(plan_streams(plan), cores // 2))
 
 
 class StreamBatch:

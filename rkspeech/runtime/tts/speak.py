@@ -97,7 +97,7 @@ class Speaker:
     ``streams``: generations at once over the plan's lanes graphs (``runtime.tts.batch``; numpy
     host loop): each :meth:`stream` call then takes a pair of lanes (waiting for one) instead of
     the Speaker's lock, and its graph calls join the running batch; None: the plan's lanes at
-    most one per usable core (1 on a plan without them); 1: one generation at a time.
+    most one per two usable cores, 1 below four cores (``batch.default_streams``); 1: one at a time.
     """
 
     def __init__(self, model_dir, plan, *, backend: str = "ort", engines: int = 1, threads: int | None = None,
