@@ -126,3 +126,27 @@ def test_a_lane_does_not_depend_on_its_companions_once_rows_are_apart(int8_graph
     one.close()
     err = max(float(np.abs(a - b).max() / np.abs(a).max()) for a, b in zip(want, rows_q))
     assert err < 1e-4, err
+
+
+def test_a_full_lane_fails_alone(int8_graphs):
+    """A request its lane has no room for fails with one line; the round's other requests run."""
+    from rkspeech.contracts.read import read_contract
+    from rkspeech.core.errors import RkspeechError
+    from rkspeech.runtime.runners import open_runner
+    from rkspeech.runtime.tts.lanes import LaneGroup, Rounds
+
+    c = read_contract(int8_graphs["rows"])
+    group = LaneGroup(open_runner("ort", int8_graphs["rows"], threads=1), c, lanes=3, lane_capacity=16,
+                      rounds=Rounds(), rope="numpy",
+                      prefill=(open_runner("ort", int8_graphs["prefill"], threads=1), read_contract(int8_graphs["prefill"])))
+    try:
+        full, other = group.lane(), group.lane()
+        group.length[full.index] = 16  # as a stream that used every position
+        x = np.ones((1, c.hidden), np.float32)
+        reqs = [_req(full, x), _req(other, x)]
+        assert group.execute(reqs) == 1
+        with pytest.raises(RkspeechError, match="more than the 16 positions of a lane"):
+            reqs[0].result()
+        assert reqs[1].result().shape == (c.hidden,) and group.length[other.index] == 1
+    finally:
+        group.close()

@@ -257,7 +257,19 @@ class LaneGroup:
     def execute(self, requests: list) -> int:
         """Append each request's rows to its lane (calls of ``B`` rows; a request's rows stay in
         order); sets each request's ``hidden`` (its last row's); returns the calls made.  With a
-        ``prefill`` graph every request is one row, at its lane's index of one call."""
+        ``prefill`` graph every request is one row, at its lane's index of one call.  A request
+        its lane has no room for fails alone (its ``error``); the others run."""
+        ok = []
+        for r in requests:
+            if self.length[r.lane] + r.rows.shape[0] > self.lane_capacity:
+                r.error = RkspeechError(f"{self.name}: a sequence needs more than the {self.lane_capacity} positions "
+                                        "of a lane")
+                r.done = True
+            else:
+                ok.append(r)
+        requests = ok
+        if not requests:
+            return 0
         if self.prefill is not None and all(r.rows.shape[0] == 1 for r in requests):
             self._call([(r, 0) for r in requests], fixed=True)
             for r in requests:
