@@ -39,6 +39,33 @@ def run_relative(cwd: Path, argv: list[str], capsys=None) -> tuple[int, str, set
     return rc, err, listing(cwd) - before
 
 
+def serve_process(args: list[str], cwd, timeout: float = 120.0):
+    """``rkspeech serve ARGS`` in ``cwd`` as a user starts it, both front ends on free loopback
+    ports: ``(process, {kind: address}, stderr lines so far)``; the caller stops the process."""
+    import os
+    import re
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "rkspeech", "serve", *args, "--http", "127.0.0.1:0",
+                             "--wyoming", "tcp://127.0.0.1:0"], cwd=cwd, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "RKSPEECH_API_KEY": ""})
+    addresses, lines, deadline = {}, [], time.monotonic() + timeout
+    while len(addresses) < 2 and time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        lines.append(line)
+        m = re.search(r"rkspeech serve: (\w+) on (\S+)", line)
+        if m:
+            addresses[m.group(1)] = m.group(2)
+    if len(addresses) < 2:
+        proc.kill()
+        raise AssertionError("".join(lines))
+    return proc, addresses, lines
+
+
 def have_rknn() -> bool:
     from rkspeech.convert.toolkit import have_toolkit
 

@@ -174,25 +174,9 @@ def test_estimate_prices_the_plan(fp32_plan):
 
 def _serve(args: list[str], cwd) -> tuple[subprocess.Popen, dict]:
     """``rkspeech serve ARGS`` in ``cwd``, both front ends on free loopback ports: (process, {kind: address})."""
-    import os
-    import re
-    import time
+    from rkfixtures import serve_process
 
-    proc = subprocess.Popen([sys.executable, "-m", "rkspeech", "serve", *args, "--http", "127.0.0.1:0",
-                             "--wyoming", "tcp://127.0.0.1:0"], cwd=cwd, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "RKSPEECH_API_KEY": ""})
-    addresses, lines, deadline = {}, [], time.monotonic() + 120
-    while len(addresses) < 2 and time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        if not line:
-            break
-        lines.append(line)
-        m = re.search(r"rkspeech serve: (\w+) on (\S+)", line)
-        if m:
-            addresses[m.group(1)] = m.group(2)
-    if len(addresses) < 2:
-        proc.kill()
-        raise AssertionError("".join(lines))
+    proc, addresses, _ = serve_process(args, cwd)
     return proc, addresses
 
 

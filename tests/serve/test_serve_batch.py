@@ -131,12 +131,10 @@ def test_serve_cli_batches_from_a_folder_of_its_own(batch_plan, served, tmp_path
     checkout with relative paths: two openai clients and a wyoming client at once get the audio
     the in-process engine gives each alone, and the server says it batches."""
     import os
-    import re
     import signal
-    import subprocess
-    import sys
 
     import numpy as np
+    from rkfixtures import serve_process
 
     from rkspeech.runtime.wav import to_int16
 
@@ -147,23 +145,10 @@ def test_serve_cli_batches_from_a_folder_of_its_own(batch_plan, served, tmp_path
     want = [to_int16(np.concatenate(list(speaker.stream(t, speaker=voice, options=sampled)))).astype("<i2").tobytes()
             for t in TEXTS]
     root, plan = batch_plan
-    env = {**os.environ, "RKSPEECH_API_KEY": "", "PYTHONPATH": os.getcwd()}
-    proc = subprocess.Popen([sys.executable, "-m", "rkspeech", "serve", "--tts-model-dir", os.path.relpath(root, tmp_path),
-                             "--tts-plan", os.path.relpath(plan, tmp_path), "--tts-streams", "3",
-                             "--max-speech-s", str(FRAMES * 0.08 - 0.01), "--http", "127.0.0.1:0",
-                             "--wyoming", "tcp://127.0.0.1:0"],
-                            cwd=tmp_path, stderr=subprocess.PIPE, text=True, env=env)
+    proc, addresses, lines = serve_process(["--tts-model-dir", os.path.relpath(root, tmp_path), "--tts-plan",
+                                            os.path.relpath(plan, tmp_path), "--tts-streams", "3",
+                                            "--max-speech-s", str(FRAMES * 0.08 - 0.01)], tmp_path, timeout=300)
     try:
-        addresses, lines, deadline = {}, [], time.monotonic() + 300
-        while len(addresses) < 2 and time.monotonic() < deadline:
-            line = proc.stderr.readline()
-            if not line:
-                break
-            lines.append(line)
-            m = re.search(r"(http|wyoming) on (\S+)", line)
-            if m:
-                addresses[m.group(1)] = m.group(2)
-        assert len(addresses) == 2, "".join(lines)
         assert any("3 requests generated at once" in x for x in lines), "".join(lines)
 
         class Cli:  # what _openai / _wyoming read
