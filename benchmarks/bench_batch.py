@@ -15,8 +15,9 @@ Per side: aggregate audio seconds per wall second (all requests' audio over the 
 first request to the last byte), per-request real-time factor and time to first audio (first byte
 at the client; medians), the engine's batch size seen, peak RSS; medians over ``--repeats`` after one
 untimed warm-up request.  Then ``speak`` of a ``--sentences``-sentence text with ``--streams 1`` and
-with the default (``batch.default_streams``: the plan's lanes, at most one per core), each in its
-own child: wall time, audio seconds.  The load average is printed before and after each side.
+``--streams 2`` (the default before ``batch.MIN_CORES_TO_BATCH``), each in its own child: wall
+time, audio seconds.  The load average is printed before and after each side.  ``--plan``: another
+plan of the same root (the same build with ``--streams 2``: lanes sized to 2).
 
     .venv/bin/python benchmarks/bench_batch.py --work /tmp/bb --json docs/bench_batch.json
 """
@@ -201,6 +202,8 @@ def main() -> int:
     ap.add_argument("--sentences", type=int, default=20)
     ap.add_argument("--sentence-frames", type=int, default=6)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--plan", default=None, help="another plan of the same root (e.g. lanes for 2)")
+    ap.add_argument("--skip-speak", action="store_true")
     ap.add_argument("--child", default=None)
     args = ap.parse_args()
     if args.child:
@@ -211,6 +214,8 @@ def main() -> int:
         return 0
     counts = [int(c) for c in args.counts.split(",")]
     root, plan = prepare(Path(args.work), max(counts))
+    if args.plan:
+        plan = Path(args.plan)
     report = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="minutes"),
               "cpus": os.cpu_count(), "frames": args.frames, "repeats": args.repeats, "serve": [], "speak": []}
     common = {"root": str(root), "plan": str(plan), "frames": args.frames, "repeats": args.repeats}
@@ -223,8 +228,8 @@ def main() -> int:
             report["serve"].append({"requests": n, "side": label, **rep})
             log(f"  {rep['audio_s_per_s']:.3f} audio s per s, per request RTF {rep['rtf_per_request']:.2f}, "
                 f"first audio {rep['first_audio_s']:.2f} s, batch {rep['batch_seen']}, {rep['peak_rss_mb']:.0f} MB")
-    for streams in (1, None):
-        log(f"speak {args.sentences} sentences, --streams {streams or 'default'} (load {load()}) ...")
+    for streams in () if args.skip_speak else (1, 2):
+        log(f"speak {args.sentences} sentences, --streams {streams} (load {load()}) ...")
         rep = in_child("speak", root=str(root), plan=str(plan), streams=streams, sentences=args.sentences,
                        frames=args.sentence_frames)
         report["speak"].append(rep)
