@@ -11,12 +11,13 @@ its own lanes, and a step's graph call serves every stream that asked for it.
 Continuous batching: a stream joins the running batch at its next step (:meth:`StreamBatch.stream`
 waits for a free lane) and leaves it when it ends (codec_eos, the frame bound, an error, or its
 listener gone), its lanes free at once; a stream waiting on its listener steps out of the rounds
-(``Rounds.away``) so the others go on.  A stream's rows are computed as when it runs alone
-(``pipelines.lane_graphs``: fp32 and int4 rows are independent within a call, int8 ones once
-their quantization is per row): its prompt and each frame's first two code-predictor positions run
-through the plan's one-stream graphs (talker prefill, code predictor start) outside the rounds, and
-each step's row sits at its lane's own index of the call (``LaneGroup``'s ``prefill``), so a
-stream's codes do not depend on its companions (``tests/runtime/test_batch.py``).
+(``Rounds.away``) so the others go on.  Its prompt and each frame's first two code-predictor
+positions run through the plan's one-stream graphs (talker prefill, code predictor start) outside
+the rounds, and each step's row sits at its lane's own index of the call (``LaneGroup``'s
+``prefill``): in int4 and int8 (rows quantized apart, ``convert.int8_rows``) a stream's codes do
+not depend on its companions (``tests/runtime/test_batch.py``); in fp32 a row's products round
+differently at another index, and the lane a stream gets depends on which were free
+(docs/batching.md).
 """
 
 from __future__ import annotations
