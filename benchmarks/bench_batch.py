@@ -115,7 +115,7 @@ def child_serve(root: str, plan: str, streams: int, requests: int, frames: int, 
     from rkspeech.serve.server import ServerThread
 
     sp = Speaker(root, plan, threads=2, streams=streams, options=GenerationOptions.greedy(max_new_tokens=frames + 1))
-    pool = ServePool(speakers=[sp] * sp.streams, max_queue=max(8, requests))
+    pool = ServePool(speakers=[sp], max_queue=max(8, requests))
     st = ServerThread(pool, ServeOptions(http="127.0.0.1:0")).start()
     rate = sp.sample_rate
     peak = [0]

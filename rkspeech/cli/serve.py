@@ -287,16 +287,14 @@ def run(args: argparse.Namespace) -> int:
                                                  threads=args.asr_threads, compute_type=args.asr_compute_type)
         if args.tts_model_dir:
             with progress.stage("load the speech model"):
-                speaker = _open_speaker(args, tts_masks)
-                # one served slot per stream of its batch: a request takes a slot, its generation a pair of lanes
-                streams = getattr(speaker, "streams", 1)
-                speakers = [speaker] * streams
+                speakers = [_open_speaker(args, tts_masks)]
+                streams = getattr(speakers[0], "streams", 1)
                 if streams > 1:
                     progress.info(f"speech: up to {streams} requests generated at once (the plan's lanes)")
         pool = ServePool(transcribers=transcribers, speakers=speakers, max_queue=options.max_queue,
                           request_timeout_s=options.request_timeout_s, retry_after_s=options.retry_after_s)
     except BaseException:
-        for m in transcribers + speakers[:1]:
+        for m in transcribers + speakers:
             close = getattr(m, "close", None)
             if close:
                 close()

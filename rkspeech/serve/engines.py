@@ -117,7 +117,10 @@ class ServePool:
             self.lanes[TRANSCRIBE] = _Lane(TRANSCRIBE, [ServedEngine(f"whisper{i}", m) for i, m in enumerate(transcribers)],
                                            max_queue, retry_after_s, metrics)
         if speakers:
-            self.lanes[SPEECH] = _Lane(SPEECH, [ServedEngine(f"speech{i}", s) for i, s in enumerate(speakers)],
+            # a speaker that generates N streams at once (``runtime.tts.batch``) is N served slots
+            slots = [(f"speech{i}" + (f".{k}" if n > 1 else ""), s) for i, s in enumerate(speakers)
+                     for n in (getattr(s, "streams", 1),) for k in range(n)]
+            self.lanes[SPEECH] = _Lane(SPEECH, [ServedEngine(name, s) for name, s in slots],
                                        max_queue, retry_after_s, metrics)
         self.closing = False
 

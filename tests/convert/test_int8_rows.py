@@ -94,7 +94,7 @@ def _row0(path, x, scale):
 
 
 def _req(lane, rows):
-    from rkspeech.runtime.tts.lanes import _Request
+    from rkspeech.runtime.tts.rounds import _Request
 
     return _Request(lane.group, lane.index, rows)
 

@@ -120,7 +120,8 @@ def test_generation_runs_beside_the_vocoder(tts_custom_ckpt, plan):
 
     from rkspeech.core.errors import RkspeechError
     from rkspeech.models.qwen3_tts.generate import GenerationOptions
-    from rkspeech.runtime.tts.speak import Speaker, _Generation
+    from rkspeech.runtime.tts.generation_thread import Generation
+    from rkspeech.runtime.tts.speak import Speaker
 
     with Speaker(tts_custom_ckpt, plan, threads=1) as sp:
         inner, seen = sp.model.generate_frames, []
@@ -140,7 +141,7 @@ def test_generation_runs_beside_the_vocoder(tts_custom_ckpt, plan):
         stream.close()  # a client gone: generation stops before the utterance ends
         stopped_at = len(seen)
         # at most the first step's frames, a full queue and the frame in hand: the queue bounds it
-        assert stopped_at <= 4 + _Generation.QUEUE_FRAMES + 2 and not any(t.name == "rkspeech-generate" and t.is_alive()
+        assert stopped_at <= 4 + Generation.QUEUE_FRAMES + 2 and not any(t.name == "rkspeech-generate" and t.is_alive()
                                                for t in threading.enumerate())
         assert len(seen) == stopped_at
 

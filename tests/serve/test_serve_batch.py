@@ -33,7 +33,7 @@ def served(batch_plan):
     root, plan = batch_plan
     speaker = Speaker(root, plan, threads=1, streams=3,
                       options=GenerationOptions.greedy(max_new_tokens=FRAMES + 1))
-    pool = ServePool(speakers=[speaker] * speaker.streams, max_queue=4)
+    pool = ServePool(speakers=[speaker], max_queue=4)
     st = ServerThread(pool, ServeOptions(wyoming="tcp://127.0.0.1:0", http="127.0.0.1:0")).start()
     yield st, speaker
     assert st.stop()

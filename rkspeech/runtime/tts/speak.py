@@ -27,6 +27,7 @@ from typing import Iterator
 import numpy as np
 
 from rkspeech.core.errors import RkspeechError
+from rkspeech.runtime.tts.generation_thread import Generation
 
 
 @dataclass
@@ -127,7 +128,9 @@ class Speaker:
         check_plan_for_model(self.plan, read_config(resolve_checkpoint(self.model.files.root)))
         self.stage_backends: dict = {}
         #: the plan's lanes graphs when streams are generated together (``runtime.tts.batch``), else None
-        self.batch = _open_batch(self.plan, self.model, streams, host=self.host, threads=stage_threads or threads)
+        if stage_threads is None:
+            stage_threads = threads
+        self.batch = _open_batch(self.plan, self.model, streams, host=self.host, threads=stage_threads)
         try:  # a vocoder engine per stream at least: the batch's streams vocode at once
             self.pool = open_pool(self.plan, backend, size=max(engines, self.streams), threads=threads,
                                   core_mask=core_mask, target=target, spin=SPIN)
@@ -135,8 +138,6 @@ class Speaker:
             if self.batch is not None:
                 self.batch.close()
             raise
-        if stage_threads is None:
-            stage_threads = threads
         # the talker and code predictor on the first of the vocoder's cores unless the plan pins them
         stage_mask = core_mask[0] if core_mask else None
         try:
@@ -257,7 +258,7 @@ class Speaker:
         # small step after its last frame, and the steps depend on the frames only, not on timing
         sv = self.pool.open_stream(eager=True)
         start = time.perf_counter()
-        with _Generation(frames, lock, timing, codes_out, rounds) as produced:
+        with Generation(frames, lock, timing, codes_out, rounds) as produced:
             for frame in produced:
                 pcm = self._push(sv, frame, timing)
                 if pcm.size:
@@ -312,97 +313,6 @@ class Speaker:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-class _Generation:
-    """Runs the frame generator in its own thread (holding ``lock``: one generation per Speaker)
-    while the caller's thread runs the vocoder, so the two overlap: on a board the NPU vocodes
-    while the CPU generates; here onnxruntime and torch release the GIL in their kernels.
-    Frames come out in order, through a bounded queue (``QUEUE_FRAMES``: a vocoder slower than
-    generation holds back the generator, not memory).  An exception in the generator is raised
-    in the caller's thread; a caller that stops early (a client gone) stops the generator
-    before its next frame.  ``rounds``: a batch's (``runtime.tts.batch``), which the generating
-    thread joins while it generates and steps out of while the queue is full."""
-
-    QUEUE_FRAMES = 32
-    _DONE = object()
-
-    def __init__(self, frames, lock, timing: SpeechTiming, codes_out: list | None, rounds=None):
-        import queue
-        import threading
-
-        self._frames, self._lock, self._timing, self._codes_out = frames, lock, timing, codes_out
-        self._rounds = rounds
-        self._queue: queue.Queue = queue.Queue(self.QUEUE_FRAMES)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="rkspeech-generate", daemon=True)
-
-    def __enter__(self):
-        self._thread.start()
-        return self._drain()
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        while self._thread.is_alive():
-            try:  # unblock a producer waiting on a full queue
-                self._queue.get_nowait()
-            except Exception:  # noqa: BLE001 - queue.Empty
-                pass
-            self._thread.join(timeout=0.05)
-
-    def _put(self, item) -> bool:
-        import queue
-
-        try:
-            self._queue.put_nowait(item)
-            return True
-        except queue.Full:
-            pass
-        with self._rounds.away() if self._rounds is not None else contextlib.nullcontext():
-            while not self._stop.is_set():
-                try:
-                    self._queue.put(item, timeout=0.05)
-                    return True
-                except queue.Full:
-                    continue
-        return False
-
-    def _run(self) -> None:
-        timing = self._timing
-        try:
-            with self._lock, self._rounds.joined() if self._rounds is not None else contextlib.nullcontext():
-                it = iter(self._frames)
-                try:
-                    while not self._stop.is_set():
-                        t0 = time.perf_counter()
-                        try:
-                            frame = next(it)
-                        except StopIteration:
-                            timing.generate_s += time.perf_counter() - t0
-                            break
-                        timing.generate_s += time.perf_counter() - t0
-                        frame = np.asarray(frame, dtype=np.int64).reshape(1, -1)
-                        timing.frames += 1
-                        if self._codes_out is not None:
-                            self._codes_out.append(frame[0].copy())
-                        if not self._put(frame):
-                            break
-                finally:
-                    close = getattr(it, "close", None)
-                    if close is not None:
-                        close()
-            self._put(self._DONE)
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
-            self._put(exc)
-
-    def _drain(self):
-        while True:
-            item = self._queue.get()
-            if item is self._DONE:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield item
 
 
 def _host_loop(host: str, plan, *, host_stages: bool, model) -> str:
