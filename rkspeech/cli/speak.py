@@ -149,6 +149,8 @@ def run(args: argparse.Namespace) -> int:
         raise RkspeechError("--margins-out measures greedy decisions: add --greedy")
     if args.threads is not None and args.threads < 1:
         raise RkspeechError(f"--threads must be >= 1, got {args.threads}")
+    if args.streams is not None and args.streams < 1:
+        raise RkspeechError(f"--streams must be >= 1, got {args.streams}")
     if args.max_frames is not None and args.max_frames < 1:
         raise RkspeechError(f"--max-frames must be >= 1, got {args.max_frames}")
     target = args.target or (board_target() if args.backend == "rknnlite" else None)
